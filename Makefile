@@ -1,0 +1,32 @@
+# Two commands a newcomer needs: `make serve` and `make test`. Both install what they need.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install serve test lint bench clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[embedded,dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+serve: install
+	$(BIN)/svc serve --host 127.0.0.1 --port 8080
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q -p no:cacheprovider
+
+lint: install
+	$(BIN)/ruff check .
+
+bench: install
+	$(BIN)/python bench/api.py
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache

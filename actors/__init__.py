@@ -1,0 +1,1 @@
+"""The Ray side: the only package that imports `ray`."""

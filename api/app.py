@@ -1,0 +1,96 @@
+"""The aiohttp application: middlewares, the route table, and start-up/shut-down.
+
+Start-up and shut-down are `cleanup_ctx` generators, so they are symmetric and
+tests exercise both: the database (embedded or external), then Ray, then the
+services wired on top of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+
+from aiohttp import web
+
+from actors.runtime import RayRuntime
+from api.auth import authenticate
+from api.context import PRINCIPAL, SERVICES, SETTINGS
+from api.handlers import accounts, health, installs
+from api.middleware import rate_limit, request_context
+from api.routing import Handler, Route
+from config.settings import Settings
+from svc.embedded import EmbeddedMongo
+from svc.services import Services
+from svc.store import Store
+from svc.vault import Vault
+
+log = logging.getLogger(__name__)
+
+ROUTES: tuple[Route, ...] = (*health.routes, *accounts.routes, *installs.routes)
+ROUTE_TABLE = web.AppKey("routes", tuple)
+STORE = web.AppKey("store", Store)
+RUNTIME = web.AppKey("runtime", RayRuntime)
+
+
+def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web.Application:
+    """Build the application; nothing connects until it starts."""
+    app = web.Application(
+        middlewares=[request_context, rate_limit], client_max_size=settings.max_body_bytes
+    )
+    app[SETTINGS] = settings
+    app[ROUTE_TABLE] = (*ROUTES, *extra_routes)
+    for route in app[ROUTE_TABLE]:
+        app.router.add_route(route.method, route.path, guarded(route))
+    app.cleanup_ctx.extend([database, ray_runtime, domain_services])
+    return app
+
+
+def guarded(route: Route) -> Handler:
+    """The handler behind a check of the route's auth code."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        request[PRINCIPAL] = await authenticate(request, route.auth)
+        return await route.handler(request)
+
+    handler.__name__ = route.handler.__name__
+    handler.__doc__ = route.handler.__doc__
+    return handler
+
+
+async def database(app: web.Application) -> AsyncIterator[None]:
+    """Connect to SVC_MONGODB_URI, or start the embedded server; create indexes."""
+    settings = app[SETTINGS]
+    embedded: EmbeddedMongo | None = None
+    uri = settings.mongodb_uri
+    if uri is None:
+        embedded = EmbeddedMongo(settings.data_dir)
+        uri = await embedded.start()
+    store = Store.connect(uri)
+    try:
+        await store.ensure_indexes()
+        app[STORE] = store
+        yield
+    finally:
+        await store.close()
+        if embedded is not None:
+            await embedded.stop()
+
+
+async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
+    """Join or start Ray; workers learn the database URI through their environment."""
+    settings = app[SETTINGS]
+    runtime = RayRuntime(settings.ray_address, app[STORE].uri)
+    runtime.start()
+    app[RUNTIME] = runtime
+    try:
+        yield
+    finally:
+        runtime.stop()
+
+
+async def domain_services(app: web.Application) -> AsyncIterator[None]:
+    """Wire the domain services on top of the store and the runtime."""
+    settings = app[SETTINGS]
+    vault = Vault.from_settings(settings.secret_keys, settings.data_dir)
+    app[SERVICES] = Services.build(settings, app[STORE], vault, app[RUNTIME])
+    yield

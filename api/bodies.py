@@ -1,0 +1,47 @@
+"""Reading request bodies: JSON only, validated by a pydantic model, clear 400s."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from svc.errors import BadRequest
+
+M = TypeVar("M", bound=BaseModel)
+MAX_REPORTED_ERRORS = 5
+
+
+async def read_json(request: web.Request) -> Any:
+    """The parsed body, or None when it is empty; 400 when it is not JSON."""
+    raw = await request.read()
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("Malformed JSON body") from None
+
+
+async def parse_body(request: web.Request, model: type[M]) -> M:
+    """Validate the body (an empty body counts as `{}`) against the model."""
+    data = await read_json(request)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise BadRequest("Request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise BadRequest(describe(exc)) from None
+
+
+def describe(exc: ValidationError) -> str:
+    """`field: problem` for each failure, naming the field by its JSON path."""
+    parts = []
+    for error in exc.errors(include_url=False)[:MAX_REPORTED_ERRORS]:
+        location = ".".join(str(part) for part in error["loc"]) or "body"
+        parts.append(f"{location}: {error['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,77 @@
+"""The `svc` command: `svc serve` starts the API, `svc users create` adds an account."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from api.app import create_app
+from api.logs import configure_logging
+from config.settings import Settings
+from svc.accounts import Accounts, public_user
+from svc.embedded import EmbeddedMongo
+from svc.errors import ServiceError
+from svc.store import Store
+
+log = logging.getLogger("svc")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and its options (shown by `svc --help`)."""
+    parser = argparse.ArgumentParser(prog="svc", description="Agent team registry and deployment service.")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="start the HTTP API")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+
+    users = commands.add_parser("users", help="manage user accounts")
+    users_commands = users.add_subparsers(dest="users_command", required=True, metavar="ACTION")
+    create = users_commands.add_parser("create", help="create an account")
+    create.add_argument("--email", required=True)
+    create.add_argument("--password", required=True, help="at least 8 characters; '-' reads it from stdin")
+    create.add_argument("--name", default=None)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `svc` console script."""
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    settings = Settings.from_env()
+    if args.command == "serve":
+        web.run_app(create_app(settings), host=args.host, port=args.port, access_log=None, print=None)
+        return 0
+    password = sys.stdin.readline().rstrip("\n") if args.password == "-" else args.password
+    try:
+        user = asyncio.run(create_user(settings, args.email, password, args.name))
+    except ServiceError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    print(json.dumps(public_user(user)))
+    return 0
+
+
+async def create_user(settings: Settings, email: str, password: str, name: str | None) -> dict[str, object]:
+    """Create an account directly in the database (joining a running embedded server if any)."""
+    embedded = None if settings.mongodb_uri else EmbeddedMongo(settings.data_dir)
+    uri = settings.mongodb_uri or await embedded.start()  # type: ignore[union-attr]
+    store = Store.connect(uri)
+    try:
+        await store.ensure_indexes()
+        return await Accounts(store).create_user(email, password, name)
+    finally:
+        await store.close()
+        if embedded is not None:
+            await embedded.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""Middlewares: request id and access log, error bodies, rate limits."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+
+from aiohttp import web
+
+from api.clientip import client_ip
+from api.context import REQUEST_ID, services
+from api.errors import error_response, from_http_exception, from_service_error
+from api.logs import request_id_var
+from svc.errors import ServiceError
+
+log = logging.getLogger("svc.access")
+error_log = logging.getLogger("svc.errors")
+
+REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{8,64}")
+
+
+@web.middleware
+async def request_context(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+    """Give the request an id, turn every failure into a JSON error body, log one line."""
+    offered = request.headers.get("X-Request-Id", "")
+    request_id = offered if REQUEST_ID_PATTERN.fullmatch(offered) else uuid.uuid4().hex
+    request[REQUEST_ID] = request_id
+    token = request_id_var.set(request_id)
+    started = time.perf_counter()
+    try:
+        try:
+            response = await handler(request)
+        except ServiceError as exc:
+            response = from_service_error(exc)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            response = from_http_exception(exc)
+        except Exception:
+            error_log.exception("unhandled error on %s %s", request.method, request.path)
+            response = error_response(500, "Internal server error", requestId=request_id)
+        if not response.prepared:
+            response.headers["X-Request-Id"] = request_id
+        log.info(
+            "%s %s %s", request.method, request.path, response.status,
+            extra={"status": response.status, "ms": round((time.perf_counter() - started) * 1000, 2)},
+        )
+        return response
+    finally:
+        request_id_var.reset(token)
+
+
+@web.middleware
+async def rate_limit(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+    """Count the request against the client's limits before anything else runs."""
+    svc = services(request)
+    limiter = svc.rate_limiter
+    if limiter is not None:
+        await limiter.hit(client_ip(request, svc.settings.trusted_proxies), request.method, request.path)
+    return await handler(request)

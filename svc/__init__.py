@@ -1,0 +1,1 @@
+"""The domain: models, rules and services. No web framework and no Ray here."""

@@ -1,0 +1,155 @@
+"""The MongoDB store: one client, the collections, and every index, in one place.
+
+Services receive a `Store` and use its collections directly; the index table
+below is the single list of what the service queries by, created at start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import PyMongoError
+
+log = logging.getLogger(__name__)
+
+Document = dict[str, Any]
+DEFAULT_DATABASE = "svc"
+
+
+@dataclass(frozen=True)
+class Index:
+    """One index: its keys and options (unique, TTL, partial filter)."""
+
+    keys: list[tuple[str, int]]
+    unique: bool = False
+    ttl_seconds: int | None = None
+    partial: Document | None = None
+    name: str | None = None
+    options: Document = field(default_factory=dict)
+
+    def kwargs(self) -> Document:
+        """Keyword arguments for `create_index`."""
+        kwargs: Document = dict(self.options)
+        if self.unique:
+            kwargs["unique"] = True
+        if self.ttl_seconds is not None:
+            kwargs["expireAfterSeconds"] = self.ttl_seconds
+        if self.partial is not None:
+            kwargs["partialFilterExpression"] = self.partial
+        if self.name is not None:
+            kwargs["name"] = self.name
+        return kwargs
+
+
+STRING = {"$type": "string"}
+
+INDEXES: dict[str, list[Index]] = {
+    "users": [
+        Index([("email", ASCENDING)], unique=True),
+        Index([("handle", ASCENDING)], unique=True, partial={"handle": STRING}),
+    ],
+    # Sessions are kept a week past expiry so that a stale cookie reads "Session expired".
+    "sessions": [
+        Index([("purgeAt", ASCENDING)], ttl_seconds=0),
+        Index([("userId", ASCENDING)]),
+    ],
+    "api_keys": [
+        Index([("keyHash", ASCENDING)], unique=True),
+        Index([("userId", ASCENDING), ("createdAt", DESCENDING)]),
+        Index([("orgId", ASCENDING), ("createdAt", DESCENDING)]),
+    ],
+    "install_tokens": [Index([("installId", ASCENDING)])],
+    "rate_limits": [Index([("expiresAt", ASCENDING)], ttl_seconds=0)],
+    "templates": [Index([("slug", ASCENDING)], unique=True)],
+    "installs": [
+        Index([("webhookTokenHash", ASCENDING)], unique=True, partial={"webhookTokenHash": STRING}),
+    ],
+    "org_members": [Index([("userId", ASCENDING), ("joinedAt", ASCENDING)])],
+}
+
+
+class Store:
+    """The database handle shared by every service."""
+
+    def __init__(
+        self, client: AsyncMongoClient[Document], uri: str, database: str = DEFAULT_DATABASE
+    ) -> None:
+        self.client = client
+        self.uri = uri
+        self.db: AsyncDatabase[Document] = client[database]
+
+    @classmethod
+    def connect(cls, uri: str) -> Store:
+        """A store for the URI; its database is the URI's path, or `svc`."""
+        client: AsyncMongoClient[Document] = AsyncMongoClient(
+            uri, tz_aware=True, serverSelectionTimeoutMS=10_000, appname="svc"
+        )
+        database = client.get_default_database(default=DEFAULT_DATABASE).name
+        return cls(client, uri, database)
+
+    def __getitem__(self, name: str) -> AsyncCollection[Document]:
+        return self.db[name]
+
+    @property
+    def users(self) -> AsyncCollection[Document]:
+        """Accounts (email unique, handle unique when set)."""
+        return self.db["users"]
+
+    @property
+    def sessions(self) -> AsyncCollection[Document]:
+        """Login sessions, `_id` the hash of the cookie value."""
+        return self.db["sessions"]
+
+    @property
+    def api_keys(self) -> AsyncCollection[Document]:
+        """Personal and org API keys, looked up by `keyHash`."""
+        return self.db["api_keys"]
+
+    @property
+    def install_tokens(self) -> AsyncCollection[Document]:
+        """Install tokens (`_id` the hash of the token) for run ingest."""
+        return self.db["install_tokens"]
+
+    @property
+    def installs(self) -> AsyncCollection[Document]:
+        """Installs of templates onto platforms."""
+        return self.db["installs"]
+
+    @property
+    def org_members(self) -> AsyncCollection[Document]:
+        """Organisation memberships."""
+        return self.db["org_members"]
+
+    @property
+    def orgs(self) -> AsyncCollection[Document]:
+        """Organisations."""
+        return self.db["orgs"]
+
+    @property
+    def rate_limits(self) -> AsyncCollection[Document]:
+        """Fixed-window request counters shared by every API process."""
+        return self.db["rate_limits"]
+
+    async def ensure_indexes(self) -> None:
+        """Create every index in INDEXES (idempotent)."""
+        for collection, indexes in INDEXES.items():
+            for index in indexes:
+                await self.db[collection].create_index(index.keys, **index.kwargs())
+
+    async def ping(self) -> bool:
+        """True when the database answers."""
+        try:
+            await self.client.admin.command("ping")
+        except PyMongoError as exc:
+            log.warning("database ping failed: %s", type(exc).__name__)
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Close every connection."""
+        await self.client.close()
