@@ -11,8 +11,8 @@ from svc.services import Services
 SETTINGS = web.AppKey("settings", Settings)
 SERVICES = web.AppKey("services", Services)
 
-PRINCIPAL = "principal"
-REQUEST_ID = "request_id"
+PRINCIPAL: web.RequestKey[Principal | None] = web.RequestKey("principal", Principal)
+REQUEST_ID = web.RequestKey("request_id", str)
 
 
 def services(request: web.Request) -> Services:
@@ -22,7 +22,9 @@ def services(request: web.Request) -> Services:
 
 def principal(request: web.Request) -> Principal:
     """The authenticated caller (set by the route's auth guard)."""
-    return request[PRINCIPAL]
+    caller = request[PRINCIPAL]
+    assert caller is not None, "principal() on a public route"
+    return caller
 
 
 def user_id(request: web.Request) -> str:

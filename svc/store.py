@@ -6,6 +6,7 @@ below is the single list of what the service queries by, created at start-up.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ log = logging.getLogger(__name__)
 
 Document = dict[str, Any]
 DEFAULT_DATABASE = "svc"
+PING_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -144,8 +146,8 @@ class Store:
     async def ping(self) -> bool:
         """True when the database answers."""
         try:
-            await self.client.admin.command("ping")
-        except PyMongoError as exc:
+            await asyncio.wait_for(self.client.admin.command("ping"), PING_TIMEOUT_S)
+        except (PyMongoError, TimeoutError) as exc:
             log.warning("database ping failed: %s", type(exc).__name__)
             return False
         return True

@@ -1,0 +1,154 @@
+"""Test fixtures: one embedded database and one local Ray per session, a fresh
+database name per test, and helpers that act like a real client over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from cryptography.fernet import Fernet
+
+from actors.runtime import RayRuntime
+from api.app import STORE, create_app
+from api.routing import Route
+from config.settings import Settings
+from svc.embedded import EmbeddedMongo, uri_for
+from svc.store import Store
+
+ClientFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
+
+
+@pytest.fixture(scope="session")
+def mongo_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """The session's embedded MongoDB-wire server (the same code `svc serve` uses)."""
+    server = EmbeddedMongo(tmp_path_factory.mktemp("mongo"))
+    asyncio.run(server.start())
+    assert server.port is not None
+    yield server.port
+    asyncio.run(server.stop())
+
+
+@pytest.fixture(scope="session")
+def ray_session(mongo_port: int) -> Iterator[None]:
+    """One local Ray for the whole session; every app joins it."""
+    runtime = RayRuntime(None, uri_for(mongo_port))
+    runtime.start()
+    yield
+    runtime.stop()
+
+
+@pytest.fixture
+def db_uri(mongo_port: int) -> Iterator[str]:
+    """A connection string naming a database of this test's own."""
+    uri = uri_for(mongo_port, f"t_{uuid.uuid4().hex[:16]}")
+    yield uri
+
+
+@pytest.fixture
+async def store(db_uri: str) -> AsyncIterator[Store]:
+    """Direct access to the test's database, for seeding and for checking what was written."""
+    store = Store.connect(db_uri)
+    yield store
+    await store.client.drop_database(store.db.name)
+    await store.close()
+
+
+@pytest.fixture
+def secret_key() -> str:
+    """The Fernet key the test's apps use."""
+    return Fernet.generate_key().decode()
+
+
+@pytest.fixture
+def make_settings(db_uri: str, tmp_path: Path, secret_key: str) -> Callable[..., Settings]:
+    """Settings for an app on the test's database; keyword arguments override."""
+
+    def build(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "mongodb_uri": db_uri,
+            "data_dir": tmp_path / "data",
+            "secret_keys": (secret_key,),
+            "egress_allow_private": True,
+        }
+        values.update(overrides)
+        return Settings.from_env({}, **values)
+
+    return build
+
+
+@pytest.fixture
+def make_client(
+    aiohttp_client: Callable[..., Awaitable[TestClient[web.Request, web.Application]]],
+    make_settings: Callable[..., Settings],
+    store: Store,
+    ray_session: None,
+) -> ClientFactory:
+    """Start an app (real HTTP on 127.0.0.1) and return a client for it."""
+
+    async def build(
+        extra_routes: tuple[Route, ...] = (), **overrides: Any
+    ) -> TestClient[web.Request, web.Application]:
+        app = create_app(make_settings(**overrides), extra_routes=extra_routes)
+        return await aiohttp_client(app)
+
+    return build
+
+
+@pytest.fixture
+async def client(make_client: ClientFactory) -> TestClient[web.Request, web.Application]:
+    """An app with default test settings."""
+    return await make_client()
+
+
+@dataclass
+class Caller:
+    """A signed-up user: the session cookie and helpers to send it, or a key."""
+
+    id: str
+    email: str
+    password: str
+    session: str
+
+    @property
+    def cookie(self) -> dict[str, str]:
+        """Headers that carry the session cookie."""
+        return {"Cookie": f"svc_session={self.session}"}
+
+
+def bearer(token: str) -> dict[str, str]:
+    """Headers that carry a bearer credential."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def signup(
+    client: TestClient[web.Request, web.Application], email: str | None = None,
+    password: str = "correct horse battery", name: str = "Test User",
+) -> Caller:
+    """Sign a new user up over HTTP; the client's cookie jar is left empty."""
+    email = email or f"user-{uuid.uuid4().hex[:10]}@example.com"
+    response = await client.post("/api/auth/signup", json={"email": email, "password": password, "name": name})
+    assert response.status == 201, await response.text()
+    body = await response.json()
+    session = response.cookies["svc_session"].value
+    client.session.cookie_jar.clear()
+    return Caller(body["user"]["id"], email, password, session)
+
+
+async def create_key(client: TestClient[web.Request, web.Application], caller: Caller, **body: Any) -> str:
+    """A new personal key for the caller, over HTTP."""
+    response = await client.post("/api/auth/keys", json=body, headers=caller.cookie)
+    assert response.status == 201, await response.text()
+    return str((await response.json())["key"])
+
+
+def app_store(client: TestClient[web.Request, web.Application]) -> Store:
+    """The store the running app uses."""
+    return client.server.app[STORE]
+
