@@ -133,12 +133,13 @@ async def signup(
 ) -> Caller:
     """Sign a new user up over HTTP; the client's cookie jar is left empty."""
     email = email or f"user-{uuid.uuid4().hex[:10]}@example.com"
-    response = await client.post("/api/auth/signup", json={"email": email, "password": password, "name": name})
+    body = {"email": email, "password": password, "name": name}
+    response = await client.post("/api/auth/signup", json=body)
     assert response.status == 201, await response.text()
-    body = await response.json()
+    user = await response.json()
     session = response.cookies["svc_session"].value
     client.session.cookie_jar.clear()
-    return Caller(body["user"]["id"], email, password, session)
+    return Caller(user["user"]["id"], email, password, session)
 
 
 async def create_key(client: TestClient[web.Request, web.Application], caller: Caller, **body: Any) -> str:

@@ -27,7 +27,8 @@ async def test_wrong_method_is_405_json_with_allow(client):
 
 
 async def test_malformed_json_is_400(client):
-    response = await client.post("/api/auth/signup", data=b"{not json", headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    response = await client.post("/api/auth/signup", data=b"{not json", headers=headers)
     assert response.status == 400
     assert await response.json() == {"error": "Malformed JSON body"}
 
