@@ -30,7 +30,7 @@ HTTP_MESSAGES = {
 }
 
 
-def error_response(status: int, message: str, **extra: Any) -> web.Response:
+def error_response(status: int, message: str, /, **extra: Any) -> web.Response:
     """A JSON error body with the given status."""
     return web.json_response({"error": message, **extra}, status=status)
 

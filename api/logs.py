@@ -44,3 +44,5 @@ def configure_logging(level: str = "INFO") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     logging.getLogger("aiohttp.access").disabled = True
+    # The driver's command log at DEBUG carries whole documents (hashes, ciphertexts): never emit it.
+    logging.getLogger("pymongo").setLevel(max(logging.INFO, root.level))

@@ -8,6 +8,7 @@ import time
 import uuid
 
 from aiohttp import web
+from pymongo.errors import ConnectionFailure
 
 from api.clientip import client_ip
 from api.context import REQUEST_ID, services
@@ -38,6 +39,9 @@ async def request_context(request: web.Request, handler: web.Handler) -> web.Str
             if exc.status < 400:
                 raise
             response = from_http_exception(exc)
+        except ConnectionFailure:
+            error_log.warning("database unreachable on %s %s", request.method, request.path)
+            response = error_response(503, "Database unavailable", requestId=request_id)
         except Exception:
             error_log.exception("unhandled error on %s %s", request.method, request.path)
             response = error_response(500, "Internal server error", requestId=request_id)
@@ -45,7 +49,7 @@ async def request_context(request: web.Request, handler: web.Handler) -> web.Str
             response.headers["X-Request-Id"] = request_id
         log.info(
             "%s %s %s", request.method, request.path, response.status,
-            extra={"status": response.status, "ms": round((time.perf_counter() - started) * 1000, 2)},
+            extra={"requestId": request_id, "status": response.status, "ms": round((time.perf_counter() - started) * 1000, 2)},
         )
         return response
     finally:

@@ -76,17 +76,25 @@ class RateLimiter:
             "$inc": {rule.name: 1 for rule in rules},
             "$setOnInsert": {"expiresAt": datetime.fromtimestamp(end, UTC) + timedelta(seconds=60)},
         }
-        for attempt in range(2):
-            try:
-                counts = await self.store.rate_limits.find_one_and_update(
-                    {"_id": key}, update, upsert=True, return_document=ReturnDocument.AFTER
-                )
-                break
-            except DuplicateKeyError:
-                # Two processes inserted the same new window at once; the loser retries as an update.
-                if attempt:
-                    raise
-        assert counts is not None
+        counts = await self._increment(key, update)
         if any(counts.get(rule.name, 0) > self.limits[rule.name] for rule in rules):
             return max(1, math.ceil(end - now))
         return None
+
+    async def _increment(self, key: str, update: dict[str, object]) -> dict[str, object]:
+        """Apply the upsert and return the counters after it."""
+        collection = self.store.rate_limits
+        try:
+            counts = await collection.find_one_and_update(
+                {"_id": key}, update, upsert=True, return_document=ReturnDocument.AFTER
+            )
+        except DuplicateKeyError:
+            # Two processes inserted the same new window at once; the loser retries as an update.
+            counts = await collection.find_one_and_update(
+                {"_id": key}, update, return_document=ReturnDocument.AFTER
+            )
+        if counts is None:
+            # Seen with SecantusDB under concurrent upserts: the increment is applied but the
+            # document is not returned. Read it back; the count includes this request.
+            counts = await collection.find_one({"_id": key})
+        return counts or {}

@@ -1,0 +1,107 @@
+"""The embedded database: started when no URI is set, durable, shared, never orphaned."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from api.app import create_app
+from config.settings import Settings
+from svc.embedded import STATE_FILE, EmbeddedMongo, free_port
+from tests.conftest import signup
+
+SVC = str(Path(sys.executable).with_name("svc"))
+
+
+def embedded_settings(data_dir: Path, secret_key: str) -> Settings:
+    """Settings with no MongoDB URI: the app starts its own embedded server."""
+    return Settings.from_env({}, data_dir=data_dir, secret_keys=(secret_key,))
+
+
+async def test_restart_keeps_data(tmp_path, secret_key, ray_session):
+    data_dir = tmp_path / "data"
+    async with TestClient(TestServer(create_app(embedded_settings(data_dir, secret_key)))) as client:
+        caller = await signup(client, email="durable@example.com")
+        assert (data_dir / STATE_FILE).exists()
+    assert not (data_dir / STATE_FILE).exists(), "the owner removes the state file when it stops"
+    async with TestClient(TestServer(create_app(embedded_settings(data_dir, secret_key)))) as client:
+        response = await client.post(
+            "/api/auth/login", json={"email": "durable@example.com", "password": caller.password}
+        )
+        assert response.status == 200
+        assert (await response.json())["user"]["id"] == caller.id
+
+
+async def test_a_second_process_joins_the_running_server(tmp_path):
+    owner = EmbeddedMongo(tmp_path)
+    joiner = EmbeddedMongo(tmp_path)
+    try:
+        uri = await owner.start()
+        assert await joiner.start() == uri
+        assert owner.owned and not joiner.owned
+        await joiner.stop()
+        assert owner.process is not None and owner.process.poll() is None, "a joiner never stops it"
+    finally:
+        await owner.stop()
+
+
+async def test_a_stale_state_file_is_ignored(tmp_path):
+    (tmp_path / STATE_FILE).write_text('{"pid": 999999, "port": 1}')
+    server = EmbeddedMongo(tmp_path)
+    try:
+        await server.start()
+        assert server.owned and server.port != 1
+    finally:
+        await server.stop()
+
+
+def _wait_for(predicate, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie has exited; it only waits for its (dead) parent's reaping.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only")
+async def test_embedded_server_dies_with_a_killed_api(tmp_path, secret_key):
+    port = free_port()
+    env = {
+        **os.environ, "SVC_DATA_DIR": str(tmp_path), "SVC_SECRET_KEYS": secret_key,
+        "SVC_RATE_LIMITS": "off",
+    }
+    env.pop("SVC_MONGODB_URI", None)
+    api = subprocess.Popen(
+        [SVC, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        state = tmp_path / STATE_FILE
+        assert await asyncio.to_thread(_wait_for, state.exists, 120), "the API never started its database"
+        db_pid = json.loads(state.read_text())["pid"]
+        assert _alive(db_pid)
+    finally:
+        api.send_signal(signal.SIGKILL)
+        api.wait()
+    assert await asyncio.to_thread(_wait_for, lambda: not _alive(db_pid), 60), "database outlived the API"
