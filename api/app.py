@@ -92,5 +92,8 @@ async def domain_services(app: web.Application) -> AsyncIterator[None]:
     """Wire the domain services on top of the store and the runtime."""
     settings = app[SETTINGS]
     vault = Vault.from_settings(settings.secret_keys, settings.data_dir)
-    app[SERVICES] = Services.build(settings, app[STORE], vault, app[RUNTIME])
-    yield
+    services = app[SERVICES] = Services.build(settings, app[STORE], vault, app[RUNTIME])
+    try:
+        yield
+    finally:
+        await services.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import Field
@@ -18,6 +18,7 @@ from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from svc import passwords, tokens
+from svc.cache import TTLCache
 from svc.clock import aware, utcnow
 from svc.errors import BadRequest, Conflict, Forbidden, Unauthorized
 from svc.models import RequestBody
@@ -83,6 +84,9 @@ class Accounts:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        # Hot-path caches (see svc/cache.py): session hash -> (user id, expiry), user id -> user.
+        self._sessions: TTLCache[str, tuple[str, datetime]] = TTLCache()
+        self._users: TTLCache[str, Document] = TTLCache()
 
     async def create_user(self, email: str, password: str, name: str | None = None) -> Document:
         """Store a new account; 409 when the email is taken."""
@@ -139,22 +143,33 @@ class Accounts:
 
     async def end_session(self, token: str) -> None:
         """Delete the session server-side (no error if it is already gone)."""
-        await self.store.sessions.delete_one({"_id": tokens.digest(token)})
+        session_id = tokens.digest(token)
+        self._sessions.discard(session_id)
+        await self.store.sessions.delete_one({"_id": session_id})
 
     async def session_user_id(self, token: str) -> str:
         """The user behind a cookie value; 401 `Not authenticated` or `Session expired`."""
-        session = await self.store.sessions.find_one({"_id": tokens.digest(token)})
-        if session is None:
-            raise Unauthorized("Not authenticated")
-        if aware(session["expiresAt"]) <= utcnow():
+        session_id = tokens.digest(token)
+        cached = self._sessions.get(session_id)
+        if cached is None:
+            session = await self.store.sessions.find_one({"_id": session_id}, {"userId": 1, "expiresAt": 1})
+            if session is None:
+                raise Unauthorized("Not authenticated")
+            cached = (str(session["userId"]), aware(session["expiresAt"]))
+            self._sessions.put(session_id, cached)
+        user_id, expires = cached
+        if expires <= utcnow():
             raise Unauthorized("Session expired")
-        return str(session["userId"])
+        return user_id
 
     async def get_user(self, user_id: str) -> Document:
         """The account; 401 when it no longer exists (its credential is stale)."""
-        user = await self.store.users.find_one({"_id": user_id})
+        user = self._users.get(user_id)
         if user is None:
-            raise Unauthorized("Not authenticated")
+            user = await self.store.users.find_one({"_id": user_id}, {"passwordHash": 0})
+            if user is None:
+                raise Unauthorized("Not authenticated")
+            self._users.put(user_id, user)
         return user
 
     async def set_handle(self, user_id: str, body: HandleBody) -> str:
@@ -172,6 +187,8 @@ class Accounts:
             )
         except DuplicateKeyError:
             raise Conflict("That handle is already taken") from None
+        finally:
+            self._users.discard(user_id)
         if updated is None:
             await self.get_user(user_id)
             raise Forbidden("Handle can only be changed once")

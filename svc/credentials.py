@@ -14,6 +14,7 @@ from typing import Any, Literal
 from config.settings import AppKey
 from svc import tokens
 from svc.accounts import Accounts
+from svc.cache import TTLCache
 from svc.clock import utcnow
 from svc.errors import NotFound, Unauthorized
 from svc.store import Store
@@ -40,9 +41,16 @@ class Principal:
 class Credentials:
     """Resolves API keys, sessions, app keys, install tokens and webhook tokens."""
 
-    def __init__(self, store: Store, accounts: Accounts, app_keys: Sequence[AppKey]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        accounts: Accounts,
+        app_keys: Sequence[AppKey],
+        key_cache: TTLCache[str, Principal],
+    ) -> None:
         self.store = store
         self.accounts = accounts
+        self.key_cache = key_cache
         # Compare digests, so every configured key costs the same to test.
         self._app_keys = [(tokens.digest(k.key).encode(), k.install_id) for k in app_keys if k.key]
 
@@ -50,16 +58,22 @@ class Credentials:
         """A personal or org key (`svc_live_…`); 401 `Invalid API key` otherwise."""
         if not tokens.is_api_key(raw):
             raise Unauthorized(INVALID_KEY)
-        doc = await self.store.api_keys.find_one({"keyHash": tokens.digest(raw)})
+        key_hash = tokens.digest(raw)
+        cached = self.key_cache.get(key_hash)
+        if cached is not None:
+            return cached
+        doc = await self.store.api_keys.find_one({"keyHash": key_hash})
         if doc is None:
             raise Unauthorized(INVALID_KEY)
-        return Principal(
+        caller = Principal(
             via="key",
             user_id=doc.get("userId"),
             org_id=doc.get("orgId"),
             key_id=doc["_id"],
             install_id=doc.get("installId"),
         )
+        self.key_cache.put(key_hash, caller)
+        return caller
 
     async def from_session(self, token: str) -> Principal:
         """The `svc_session` cookie; 401 `Not authenticated` or `Session expired`."""

@@ -13,6 +13,7 @@ from pydantic import Field
 from pymongo import DESCENDING
 
 from svc import tokens
+from svc.cache import TTLCache
 from svc.clock import iso, utcnow
 from svc.errors import Conflict, Forbidden, NotFound
 from svc.models import RequestBody
@@ -33,9 +34,11 @@ class CreateKeyBody(RequestBody):
 class ApiKeys:
     """List, create and revoke a user's personal keys."""
 
-    def __init__(self, store: Store, vault: Vault) -> None:
+    def __init__(self, store: Store, vault: Vault, key_cache: TTLCache[str, Any]) -> None:
         self.store = store
         self.vault = vault
+        # Resolved keys by hash (shared with svc.credentials); a revoked key is dropped from it.
+        self.key_cache = key_cache
 
     async def list_for_user(self, user_id: str) -> list[dict[str, Any]]:
         """Newest first, with the full key values (bounded by MAX_KEYS_PER_USER)."""
@@ -67,12 +70,13 @@ class ApiKeys:
 
     async def delete_for_user(self, user_id: str, key_id: str) -> None:
         """Revoke at once; 404 `Key not found`, 403 `Forbidden` for someone else's key."""
-        doc = await self.store.api_keys.find_one({"_id": key_id}, {"userId": 1})
+        doc = await self.store.api_keys.find_one({"_id": key_id}, {"userId": 1, "keyHash": 1})
         if doc is None:
             raise NotFound("Key not found")
         if doc.get("userId") != user_id:
             raise Forbidden("Forbidden")
         await self.store.api_keys.delete_one({"_id": key_id, "userId": user_id})
+        self.key_cache.discard(doc["keyHash"])
 
     async def _check_install_owner(self, user_id: str, install_id: str) -> None:
         install = await self.store.installs.find_one({"_id": install_id}, {"deployedBy": 1})

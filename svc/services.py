@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from config.settings import Settings
 from svc.accounts import Accounts
-from svc.credentials import Credentials
+from svc.cache import TTLCache
+from svc.credentials import Credentials, Principal
 from svc.keys import ApiKeys
 from svc.ports import Runtime
 from svc.ratelimit import RateLimiter
@@ -31,6 +32,7 @@ class Services:
     def build(cls, settings: Settings, store: Store, vault: Vault, runtime: Runtime | None) -> Services:
         """Wire the services for one process."""
         accounts = Accounts(store)
+        key_cache: TTLCache[str, Principal] = TTLCache()
         multiplier = settings.rate_limit_multiplier
         return cls(
             settings=settings,
@@ -38,10 +40,15 @@ class Services:
             vault=vault,
             runtime=runtime,
             accounts=accounts,
-            keys=ApiKeys(store, vault),
-            credentials=Credentials(store, accounts, settings.app_api_keys),
+            keys=ApiKeys(store, vault, key_cache),
+            credentials=Credentials(store, accounts, settings.app_api_keys, key_cache),
             rate_limiter=RateLimiter(store, multiplier) if multiplier is not None else None,
         )
+
+    async def close(self) -> None:
+        """Write out what is held in memory (rate-limit counts) before shut-down."""
+        if self.rate_limiter is not None:
+            await self.rate_limiter.close()
 
     async def health(self) -> dict[str, bool]:
         """Whether the database and the actor runtime answer."""

@@ -101,3 +101,14 @@ async def test_forwarded_for_is_believed_from_trusted_proxies(make_client):
 async def test_health_is_exempt(client):
     statuses = await asyncio.gather(*(client.get("/api/health") for _ in range(310)))
     assert {r.status for r in statuses} == {200}
+
+
+async def test_locally_counted_requests_reach_the_shared_counter(client, store):
+    await hit(client, "/api/nowhere", 5)
+    for _ in range(100):
+        docs = await store.rate_limits.find({}).to_list(10)
+        if sum(doc.get("all", 0) for doc in docs) == 5:
+            break
+        await asyncio.sleep(0.05)
+    assert sum(doc.get("all", 0) for doc in docs) == 5
+    assert all(doc["expiresAt"] for doc in docs), "every counter expires through the TTL index"
