@@ -47,9 +47,10 @@ async def request_context(request: web.Request, handler: web.Handler) -> web.Str
             response = error_response(500, "Internal server error", requestId=request_id)
         if not response.prepared:
             response.headers["X-Request-Id"] = request_id
+        elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
         log.info(
             "%s %s %s", request.method, request.path, response.status,
-            extra={"requestId": request_id, "status": response.status, "ms": round((time.perf_counter() - started) * 1000, 2)},
+            extra={"requestId": request_id, "status": response.status, "ms": elapsed_ms},
         )
         return response
     finally:

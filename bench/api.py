@@ -93,7 +93,8 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as data_dir:
         api_port, bare_port = free_port(), free_port()
         env = {
-            **os.environ, "SVC_DATA_DIR": data_dir, "SVC_RATE_LIMITS": os.environ.get("BENCH_RATE_LIMITS", "1000"),
+            **os.environ, "SVC_DATA_DIR": data_dir,
+            "SVC_RATE_LIMITS": os.environ.get("BENCH_RATE_LIMITS", "1000"),
             "SVC_SECRET_KEYS": Fernet.generate_key().decode(),
         }
         env.pop("SVC_MONGODB_URI", None)
@@ -129,7 +130,9 @@ async def main(args: argparse.Namespace) -> None:
 def print_table(results: list[Result], args: argparse.Namespace) -> None:
     bare = results[0]
     print(f"\n{args.clients} clients x {args.requests} requests each, keep-alive, same machine\n")
-    header = f"{'target':<30} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'x bare (p50)':>13}"
+    header = (
+        f"{'target':<30} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'x bare (p50)':>13}"
+    )
     print(header)
     print("-" * len(header))
     for result in results:
@@ -142,7 +145,9 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=2)
     asyncio.run(main(parser.parse_args()))
