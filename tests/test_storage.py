@@ -105,3 +105,14 @@ async def test_embedded_server_dies_with_a_killed_api(tmp_path, secret_key):
         api.send_signal(signal.SIGKILL)
         api.wait()
     assert await asyncio.to_thread(_wait_for, lambda: not _alive(db_pid), 60), "database outlived the API"
+
+
+async def test_indexes_are_created_at_start_up(client, store):
+    sessions = await store.sessions.index_information()
+    assert any(info.get("expireAfterSeconds") == 0 for info in sessions.values()), "TTL on sessions"
+    keys = await store.api_keys.index_information()
+    assert any(info.get("unique") and info["key"] == [("keyHash", 1)] for info in keys.values())
+    templates = await store["templates"].index_information()
+    assert any(info.get("unique") and info["key"] == [("slug", 1)] for info in templates.values())
+    users = await store.users.index_information()
+    assert any(info.get("unique") and info["key"] == [("handle", 1)] for info in users.values())
