@@ -103,6 +103,7 @@ class Accounts:
             "githubConnected": False,
             "handle": None,
             "handleLocked": False,
+            "keyCount": 0,
             "createdAt": utcnow(),
         }
         try:
@@ -144,7 +145,7 @@ class Accounts:
     async def end_session(self, token: str) -> None:
         """Delete the session server-side (no error if it is already gone)."""
         session_id = tokens.digest(token)
-        self._sessions.discard(session_id)
+        self._sessions.revoke(session_id)
         await self.store.sessions.delete_one({"_id": session_id})
 
     async def session_user_id(self, token: str) -> str:
@@ -166,7 +167,7 @@ class Accounts:
         """The account; 401 when it no longer exists (its credential is stale)."""
         user = self._users.get(user_id)
         if user is None:
-            user = await self.store.users.find_one({"_id": user_id}, {"passwordHash": 0})
+            user = await self.store.users.find_one({"_id": user_id}, {"passwordHash": 0, "keyCount": 0})
             if user is None:
                 raise Unauthorized("Not authenticated")
             self._users.put(user_id, user)

@@ -47,10 +47,14 @@ class ApiKeys:
 
     async def create_for_user(self, user_id: str, body: CreateKeyBody) -> dict[str, Any]:
         """A new `svc_live_` key, optionally scoped to one of the user's installs."""
-        if await self.store.api_keys.count_documents({"userId": user_id}) >= MAX_KEYS_PER_USER:
-            raise Conflict(f"Key limit reached ({MAX_KEYS_PER_USER} keys); delete one first")
         if body.installId is not None:
             await self._check_install_owner(user_id, body.installId)
+        # The cap is a counter on the user, taken atomically, so concurrent creations cannot pass it.
+        claimed = await self.store.users.find_one_and_update(
+            {"_id": user_id, "keyCount": {"$lt": MAX_KEYS_PER_USER}}, {"$inc": {"keyCount": 1}}, {"_id": 1}
+        )
+        if claimed is None:
+            raise Conflict(f"Key limit reached ({MAX_KEYS_PER_USER} keys); delete one first")
         raw = tokens.new_api_key()
         doc = {
             "_id": tokens.new_id(),
@@ -62,7 +66,11 @@ class ApiKeys:
             "installId": body.installId,
             "createdAt": utcnow(),
         }
-        await self.store.api_keys.insert_one(doc)
+        try:
+            await self.store.api_keys.insert_one(doc)
+        except BaseException:
+            await self.store.users.update_one({"_id": user_id}, {"$inc": {"keyCount": -1}})
+            raise
         view = self._view(doc, raw)
         view["installId"] = body.installId
         view["note"] = CREATION_NOTE
@@ -75,8 +83,10 @@ class ApiKeys:
             raise NotFound("Key not found")
         if doc.get("userId") != user_id:
             raise Forbidden("Forbidden")
-        await self.store.api_keys.delete_one({"_id": key_id, "userId": user_id})
-        self.key_cache.discard(doc["keyHash"])
+        self.key_cache.revoke(doc["keyHash"])
+        deleted = await self.store.api_keys.delete_one({"_id": key_id, "userId": user_id})
+        if deleted.deleted_count:
+            await self.store.users.update_one({"_id": user_id}, {"$inc": {"keyCount": -1}})
 
     async def _check_install_owner(self, user_id: str, install_id: str) -> None:
         install = await self.store.installs.find_one({"_id": install_id}, {"deployedBy": 1})

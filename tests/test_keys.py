@@ -275,11 +275,6 @@ async def test_the_101st_key_is_409(make_client, store):
     assert (await post_key(client, caller, label="room again")).status == 201
 
 
-@pytest.mark.xfail(
-    reason="svc/keys.py ApiKeys.create_for_user counts the user's keys and inserts in two separate steps, "
-    "so concurrent creations all pass the 100-key check and the cap is exceeded",
-    strict=True,
-)
 async def test_the_key_cap_holds_under_concurrent_creation(make_client, store):
     client = await make_client(rate_limit_multiplier=None)
     caller = await signup(client)

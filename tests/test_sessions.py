@@ -195,6 +195,22 @@ async def test_logout_leaves_other_sessions_alone(client, store):
     assert await store.sessions.count_documents({"userId": caller.id}) == 1
 
 
+async def test_logout_is_immediate_even_with_requests_in_flight(make_client, store):
+    client = await make_client(rate_limit_multiplier=None)
+    caller = await signup(client)
+    statuses = []
+    for _ in range(5):
+        login = await post_login(client, caller.email, caller.password)
+        headers = cookie(str(session_cookie_attributes(login)[""]))
+        in_flight = [client.get("/api/auth/me", headers=headers) for _ in range(5)]
+        *_, logout = await asyncio.gather(*in_flight, client.post("/api/auth/logout", headers=headers))
+        client.session.cookie_jar.clear()
+        assert logout.status == 204
+        statuses.append((await client.get("/api/auth/me", headers=headers)).status)
+    assert await store.sessions.count_documents({"userId": caller.id}) == 1
+    assert statuses == [401] * 5
+
+
 async def test_logout_without_a_session_is_still_204(client):
     response = await client.post("/api/auth/logout")
     assert response.status == 204
@@ -203,14 +219,21 @@ async def test_logout_without_a_session_is_still_204(client):
 
 
 async def test_expired_session_gets_session_expired(client, store):
+    # The app keeps resolved sessions in memory for 2 s (svc/cache.py), so the session is
+    # seeded as expired before the app has ever looked it up; a second, live session is the control.
     caller = await signup(client)
-    assert (await client.get("/api/auth/me", headers=caller.cookie)).status == 200
+    login = await post_login(client, caller.email, caller.password)
+    live = str(session_cookie_attributes(login)[""])
     past = datetime.now(UTC) - timedelta(days=1)
-    result = await store.sessions.update_one({"userId": caller.id}, {"$set": {"expiresAt": past}})
+    session_id = hashlib.sha256(caller.session.encode()).hexdigest()
+    result = await store.sessions.update_one({"_id": session_id}, {"$set": {"expiresAt": past}})
     assert result.modified_count == 1
     response = await client.get("/api/auth/me", headers=caller.cookie)
     assert response.status == 401
     assert await response.json() == {"error": "Session expired"}
+    assert (await client.get("/api/auth/me", headers=cookie(live))).status == 200
+    again = await client.get("/api/auth/me", headers=caller.cookie)
+    assert await again.json() == {"error": "Session expired"}
 
 
 async def test_garbage_or_missing_cookie_is_not_authenticated(client):
