@@ -13,9 +13,10 @@ from collections.abc import AsyncIterator, Sequence
 from aiohttp import web
 
 from actors.runtime import RayRuntime
-from api.auth import authenticate
-from api.context import PRINCIPAL, SERVICES, SETTINGS
-from api.handlers import accounts, health, installs
+from api.auth import authenticate, optional_key
+from api.bodies import parse_body, parse_query
+from api.context import PRINCIPAL, ROUTE_TABLE, SERVICES, SETTINGS
+from api.handlers import accounts, health, installs, openapi, templates
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config.settings import Settings
@@ -26,8 +27,9 @@ from svc.vault import Vault
 
 log = logging.getLogger(__name__)
 
-ROUTES: tuple[Route, ...] = (*health.routes, *accounts.routes, *installs.routes)
-ROUTE_TABLE = web.AppKey("routes", tuple)
+ROUTES: tuple[Route, ...] = (
+    *health.routes, *accounts.routes, *installs.routes, *templates.routes, *openapi.routes
+)
 STORE = web.AppKey("store", Store)
 RUNTIME = web.AppKey("runtime", RayRuntime)
 
@@ -49,8 +51,16 @@ def guarded(route: Route) -> Handler:
     """The handler behind a check of the route's auth code."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        request[PRINCIPAL] = await authenticate(request, route.auth)
-        return await route.handler(request)
+        if route.optional_key:
+            request[PRINCIPAL] = await optional_key(request)
+        else:
+            request[PRINCIPAL] = await authenticate(request, route.auth)
+        args: list[object] = []
+        if route.query is not None:
+            args.append(parse_query(request, route.query))
+        if route.body is not None:
+            args.append(await parse_body(request, route.body))
+        return await route.handler(request, *args)
 
     handler.__name__ = route.handler.__name__
     handler.__doc__ = route.handler.__doc__

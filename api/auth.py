@@ -51,6 +51,14 @@ async def authenticate(request: web.Request, code: AuthCode) -> Principal | None
     raise AssertionError(f"unknown auth code {code}")
 
 
+async def optional_key(request: web.Request) -> Principal | None:
+    """For public routes that show more to a key holder: the key's caller, if a bearer is sent."""
+    bearer = bearer_token(request)
+    if bearer is None:
+        return None
+    return await services(request).credentials.from_api_key(bearer)
+
+
 async def _session(request: web.Request) -> Principal:
     token = request.cookies.get(SESSION_COOKIE)
     if not token:

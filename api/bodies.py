@@ -38,10 +38,25 @@ async def parse_body(request: web.Request, model: type[M]) -> M:
         raise BadRequest(describe(exc)) from None
 
 
+def parse_query(request: web.Request, model: type[M]) -> M:
+    """Validate the query string (values arrive as text; the model converts them)."""
+    try:
+        return model.model_validate(dict(request.query), strict=False)
+    except ValidationError as exc:
+        raise BadRequest(describe(exc)) from None
+
+
 def describe(exc: ValidationError) -> str:
     """`field: problem` for each failure, naming the field by its JSON path."""
     parts = []
     for error in exc.errors(include_url=False)[:MAX_REPORTED_ERRORS]:
-        location = ".".join(str(part) for part in error["loc"]) or "body"
-        parts.append(f"{location}: {error['msg']}")
+        parts.append(f"{field_path(error['loc'])}: {error['msg']}")
     return "; ".join(parts)
+
+
+def field_path(location: tuple[int | str, ...]) -> str:
+    """`("definition", "agents", 2, "model")` as `definition.agents[2].model`."""
+    path = ""
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "body"

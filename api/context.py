@@ -10,6 +10,7 @@ from svc.services import Services
 
 SETTINGS = web.AppKey("settings", Settings)
 SERVICES = web.AppKey("services", Services)
+ROUTE_TABLE = web.AppKey("routes", tuple)
 
 PRINCIPAL: web.RequestKey[Principal | None] = web.RequestKey("principal", Principal)
 REQUEST_ID = web.RequestKey("request_id", str)

@@ -9,9 +9,11 @@ from svc.accounts import Accounts
 from svc.cache import TTLCache
 from svc.credentials import Credentials, Principal
 from svc.keys import ApiKeys
+from svc.mailer import Mailer
 from svc.ports import Runtime
 from svc.ratelimit import RateLimiter
 from svc.store import Store
+from svc.templates import Templates
 from svc.vault import Vault
 
 
@@ -27,6 +29,8 @@ class Services:
     keys: ApiKeys
     credentials: Credentials
     rate_limiter: RateLimiter | None
+    mailer: Mailer
+    templates: Templates
 
     @classmethod
     def build(cls, settings: Settings, store: Store, vault: Vault, runtime: Runtime | None) -> Services:
@@ -34,6 +38,7 @@ class Services:
         accounts = Accounts(store)
         key_cache: TTLCache[str, Principal] = TTLCache()
         multiplier = settings.rate_limit_multiplier
+        mailer = Mailer(store, settings.smtp_url)
         return cls(
             settings=settings,
             store=store,
@@ -43,6 +48,8 @@ class Services:
             keys=ApiKeys(store, vault, key_cache),
             credentials=Credentials(store, accounts, settings.app_api_keys, key_cache),
             rate_limiter=RateLimiter(store, multiplier) if multiplier is not None else None,
+            mailer=mailer,
+            templates=Templates(store, mailer),
         )
 
     async def close(self) -> None:

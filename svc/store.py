@@ -67,10 +67,21 @@ INDEXES: dict[str, list[Index]] = {
     ],
     "install_tokens": [Index([("installId", ASCENDING)])],
     "rate_limits": [Index([("expiresAt", ASCENDING)], ttl_seconds=0)],
-    "templates": [Index([("slug", ASCENDING)], unique=True)],
+    # Slugs are unique among templates; a version draft shares its parent's slug, and a
+    # parent has at most one version draft.
+    "templates": [
+        Index([("slug", ASCENDING)], unique=True, partial={"kind": "template"}, name="slug_unique"),
+        Index([("parentTemplateId", ASCENDING)], unique=True, partial={"kind": "version_draft"},
+              name="one_version_draft"),
+        Index([("kind", ASCENDING), ("status", ASCENDING), ("publishedAt", DESCENDING), ("_id", DESCENDING)]),
+        Index([("owner.kind", ASCENDING), ("owner.id", ASCENDING)]),
+    ],
+    "template_versions": [Index([("templateId", ASCENDING), ("version", DESCENDING)], unique=True)],
     "installs": [
         Index([("webhookTokenHash", ASCENDING)], unique=True, partial={"webhookTokenHash": STRING}),
+        Index([("templateId", ASCENDING), ("status", ASCENDING)]),
     ],
+    "outbox": [Index([("createdAt", DESCENDING)])],
     "org_members": [Index([("userId", ASCENDING), ("joinedAt", ASCENDING)])],
 }
 

@@ -7,8 +7,7 @@ import re
 import pytest
 from aiohttp import web
 
-from api.app import ROUTE_TABLE
-from api.context import SERVICES, principal
+from api.context import ROUTE_TABLE, SERVICES, principal
 from api.routing import AuthCode, Route
 from svc import tokens
 from tests.conftest import app_store, bearer, create_key, signup

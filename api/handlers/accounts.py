@@ -5,7 +5,6 @@ from __future__ import annotations
 from aiohttp import web
 
 from api.auth import SESSION_COOKIE, clear_session_cookie, set_session_cookie
-from api.bodies import parse_body
 from api.context import principal, services, user_id
 from api.routing import RouteTable
 from svc.accounts import SESSION_LIFETIME, HandleBody, LoginBody, SignupBody, public_user
@@ -15,25 +14,25 @@ routes = RouteTable()
 SESSION_MAX_AGE = int(SESSION_LIFETIME.total_seconds())
 
 
-@routes.post("/api/auth/signup", auth="P")
-async def signup(request: web.Request) -> web.Response:
+@routes.post("/api/auth/signup", auth="P", body=SignupBody, status=201)
+async def signup(request: web.Request, body: SignupBody) -> web.Response:
     """Create an account and log it in: 201 {user} and the session cookie."""
-    user, token = await services(request).accounts.signup(await parse_body(request, SignupBody))
+    user, token = await services(request).accounts.signup(body)
     response = web.json_response({"user": public_user(user)}, status=201)
     set_session_cookie(response, request, token, SESSION_MAX_AGE)
     return response
 
 
-@routes.post("/api/auth/login", auth="P")
-async def login(request: web.Request) -> web.Response:
+@routes.post("/api/auth/login", auth="P", body=LoginBody)
+async def login(request: web.Request, body: LoginBody) -> web.Response:
     """Check email and password: 200 {user} and the session cookie."""
-    user, token = await services(request).accounts.login(await parse_body(request, LoginBody))
+    user, token = await services(request).accounts.login(body)
     response = web.json_response({"user": public_user(user)})
     set_session_cookie(response, request, token, SESSION_MAX_AGE)
     return response
 
 
-@routes.post("/api/auth/logout", auth="P")
+@routes.post("/api/auth/logout", auth="P", status=204)
 async def logout(request: web.Request) -> web.Response:
     """Delete the session server-side (if there is one) and clear the cookie: 204."""
     token = request.cookies.get(SESSION_COOKIE)
@@ -50,10 +49,9 @@ async def me(request: web.Request) -> web.Response:
     return web.json_response(public_user(await services(request).accounts.get_user(user_id(request))))
 
 
-@routes.patch("/api/auth/me", auth="S")
-async def set_handle(request: web.Request) -> web.Response:
+@routes.patch("/api/auth/me", auth="S", body=HandleBody)
+async def set_handle(request: web.Request, body: HandleBody) -> web.Response:
     """Set the public handle (once)."""
-    body = await parse_body(request, HandleBody)
     handle = await services(request).accounts.set_handle(user_id(request), body)
     return web.json_response({"ok": True, "handle": handle})
 
@@ -64,14 +62,13 @@ async def list_keys(request: web.Request) -> web.Response:
     return web.json_response({"keys": await services(request).keys.list_for_user(user_id(request))})
 
 
-@routes.post("/api/auth/keys", auth="S")
-async def create_key(request: web.Request) -> web.Response:
+@routes.post("/api/auth/keys", auth="S", body=CreateKeyBody, status=201)
+async def create_key(request: web.Request, body: CreateKeyBody) -> web.Response:
     """A new personal key: 201."""
-    body = await parse_body(request, CreateKeyBody)
     return web.json_response(await services(request).keys.create_for_user(user_id(request), body), status=201)
 
 
-@routes.delete("/api/auth/keys/{id}", auth="S")
+@routes.delete("/api/auth/keys/{id}", auth="S", status=204)
 async def delete_key(request: web.Request) -> web.Response:
     """Revoke a personal key: 204."""
     await services(request).keys.delete_for_user(user_id(request), request.match_info["id"])

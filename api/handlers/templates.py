@@ -1,0 +1,136 @@
+"""Templates: the lifecycle, versions, the public list, pricing and the definition schema."""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+from pydantic import BaseModel, Field
+
+from api.context import PRINCIPAL, principal, services
+from api.routing import RouteTable
+from svc.credentials import Principal
+from svc.definitions import json_schema
+from svc.templates import (
+    LIST_DEFAULT,
+    LIST_MAX,
+    CreateTemplateBody,
+    PricingBody,
+    PublishBody,
+    RollbackBody,
+    UpdateTemplateBody,
+)
+
+routes = RouteTable()
+SCHEMA_BODY = json.dumps(json_schema(), indent=2).encode()
+
+
+class ListQuery(BaseModel):
+    """Query of GET /api/templates."""
+
+    limit: int = Field(default=LIST_DEFAULT, ge=1, le=LIST_MAX)
+    cursor: str | None = Field(default=None, max_length=200)
+
+
+def caller_or_none(request: web.Request) -> Principal | None:
+    """The key holder on a public route, or None."""
+    return request[PRINCIPAL]
+
+
+@routes.get("/api/templates", auth="P", optional_key=True, query=ListQuery)
+async def list_templates(request: web.Request, query: ListQuery) -> web.Response:
+    """Published public templates (and, with a key, the caller's own team ones), newest first."""
+    templates, next_cursor = await services(request).templates.list_published(
+        caller_or_none(request), query.limit, query.cursor
+    )
+    return web.json_response({"templates": templates, "nextCursor": next_cursor})
+
+
+@routes.post("/api/templates", auth="K", body=CreateTemplateBody, status=201)
+async def create_template(request: web.Request, body: CreateTemplateBody) -> web.Response:
+    """Create a template in draft status."""
+    template = await services(request).templates.create(principal(request), body)
+    return web.json_response(template, status=201)
+
+
+@routes.get("/api/templates/{id}", auth="P", optional_key=True)
+async def get_template(request: web.Request) -> web.Response:
+    """One template: a published public one, or any of the caller's own."""
+    template = await services(request).templates.get(caller_or_none(request), request.match_info["id"])
+    return web.json_response(template)
+
+
+@routes.get("/api/templates/{id}/versions", auth="P", optional_key=True)
+async def list_versions(request: web.Request) -> web.Response:
+    """Published versions, newest first, with change logs and semver bumps."""
+    versions = await services(request).templates.versions(caller_or_none(request), request.match_info["id"])
+    return web.json_response({"versions": versions})
+
+
+@routes.patch("/api/templates/{id}", auth="K", body=UpdateTemplateBody)
+async def update_template(request: web.Request, body: UpdateTemplateBody) -> web.Response:
+    """Edit a draft or a version draft (409 on a published template)."""
+    templates = services(request).templates
+    template = await templates.update_draft(principal(request), request.match_info["id"], body)
+    return web.json_response(template)
+
+
+@routes.post("/api/templates/{id}/publish", auth="K", body=PublishBody)
+async def publish_template(request: web.Request, body: PublishBody) -> web.Response:
+    """Publish a draft, or merge a version draft into its parent."""
+    template = await services(request).templates.publish(principal(request), request.match_info["id"], body)
+    return web.json_response(template)
+
+
+@routes.post("/api/templates/{id}/new-version", auth="K", status=201)
+async def new_version(request: web.Request) -> web.Response:
+    """Open a version draft of a published template."""
+    draft = await services(request).templates.new_version(principal(request), request.match_info["id"])
+    return web.json_response(draft, status=201)
+
+
+@routes.post("/api/templates/{id}/rollback", auth="K", body=RollbackBody, status=201)
+async def rollback(request: web.Request, body: RollbackBody) -> web.Response:
+    """Open a version draft preloaded with an earlier version."""
+    draft = await services(request).templates.rollback(principal(request), request.match_info["id"], body)
+    return web.json_response(draft, status=201)
+
+
+@routes.post("/api/templates/{id}/fork", auth="K", status=201)
+async def fork(request: web.Request) -> web.Response:
+    """Copy a published template into a private draft of the caller's."""
+    copy = await services(request).templates.fork(principal(request), request.match_info["id"])
+    return web.json_response(copy, status=201)
+
+
+@routes.post("/api/templates/{id}/archive", auth="K")
+async def archive(request: web.Request) -> web.Response:
+    """Delist a published template; existing installs keep running."""
+    template = await services(request).templates.archive(principal(request), request.match_info["id"])
+    return web.json_response(template)
+
+
+@routes.delete("/api/templates/{id}", auth="K", status=204)
+async def delete_template(request: web.Request) -> web.Response:
+    """Delete a template (409 with canArchive while it has active installs)."""
+    await services(request).templates.delete(principal(request), request.match_info["id"])
+    return web.Response(status=204)
+
+
+@routes.patch("/api/billing/pricing", auth="K", body=PricingBody)
+async def set_pricing(request: web.Request, body: PricingBody) -> web.Response:
+    """Set a template's pricing model and price."""
+    return web.json_response(await services(request).templates.set_pricing(principal(request), body))
+
+
+@routes.get("/api/schema/team/v1.json", auth="P")
+async def team_schema(request: web.Request) -> web.Response:
+    """JSON Schema (draft-07) of a team definition, generated from the models."""
+    return web.Response(
+        body=SCHEMA_BODY,
+        content_type="application/schema+json",
+        headers={
+            "Cache-Control": "public, max-age=86400, immutable",
+            "Access-Control-Allow-Origin": "*",
+        },
+    )
