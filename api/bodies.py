@@ -50,7 +50,8 @@ def describe(exc: ValidationError) -> str:
     """`field: problem` for each failure, naming the field by its JSON path."""
     parts = []
     for error in exc.errors(include_url=False)[:MAX_REPORTED_ERRORS]:
-        parts.append(f"{field_path(error['loc'])}: {error['msg']}")
+        message = error["msg"].removeprefix("Value error, ")
+        parts.append(f"{field_path(error['loc'])}: {message}")
     return "; ".join(parts)
 
 
