@@ -76,7 +76,10 @@ INDEXES: dict[str, list[Index]] = {
         Index([("kind", ASCENDING), ("status", ASCENDING), ("publishedAt", DESCENDING), ("_id", DESCENDING)]),
         Index([("owner.kind", ASCENDING), ("owner.id", ASCENDING)]),
     ],
-    "template_versions": [Index([("templateId", ASCENDING), ("version", DESCENDING)], unique=True)],
+    "template_versions": [
+        Index([("templateId", ASCENDING), ("version", DESCENDING)], unique=True),
+        Index([("fromDraftId", ASCENDING)]),
+    ],
     "installs": [
         Index([("webhookTokenHash", ASCENDING)], unique=True, partial={"webhookTokenHash": STRING}),
         Index([("templateId", ASCENDING), ("status", ASCENDING)]),

@@ -109,6 +109,8 @@ class PricingBody(Pricing):
     pricingModel: PricingModel  # required here
 
 
+NULLABLE_FIELDS = frozenset({"priceUsdCents", "changeLog"})
+
 # Fields a version draft carries and merges into its parent on publish.
 MERGED_FIELDS = (
     "name", "description", "ownerTeam", "visibility", "definition",
@@ -244,8 +246,7 @@ class Templates:
         if doc is None:
             raise NotFound("Template not found")
         if not is_owner(principal, doc):
-            if is_listed(doc) or (doc["kind"] == "template" and doc["status"] == "archived"
-                                  and doc["visibility"] == "public"):
+            if is_listed(doc):
                 raise Forbidden("Only the template's owner can change it")
             raise NotFound("Template not found")
         return doc
@@ -293,15 +294,19 @@ class Templates:
                 f"Template is {doc['status']}; create a version draft (POST /api/templates/{doc['_id']}"
                 "/new-version) and edit that"
             )
-        changes: Document = body.model_dump(exclude_unset=True, exclude={"definition"})
+        sent = body.model_dump(exclude_unset=True, exclude={"definition"})
+        # Only the price and the change log may be cleared with null; other nulls mean "unchanged".
+        changes: Document = {k: v for k, v in sent.items() if v is not None or k in NULLABLE_FIELDS}
         if body.definition is not None:
             check_definition(body.definition)
             changes["definition"] = body.definition.model_dump(mode="json", exclude_none=True)
-        pricing = {**{k: doc[k] for k in ("pricingModel", "priceUsdCents")}, **changes}
-        if "pricingModel" in changes and changes["pricingModel"] == "free" and "priceUsdCents" not in changes:
-            pricing["priceUsdCents"] = changes["priceUsdCents"] = None
+        if changes.get("pricingModel") == "free" and "priceUsdCents" not in changes:
+            changes["priceUsdCents"] = None  # switching to free clears the price
         try:
-            check_pricing(pricing["pricingModel"], pricing["priceUsdCents"])
+            check_pricing(
+                changes.get("pricingModel", doc["pricingModel"]),
+                changes.get("priceUsdCents", doc["priceUsdCents"]),
+            )
         except ValueError as exc:
             raise BadRequest(f"priceUsdCents: {exc}") from None
         changes["updatedAt"] = utcnow()
@@ -331,7 +336,13 @@ class Templates:
 
     async def publish(self, principal: Principal, template_id: str, body: PublishBody) -> dict[str, Any]:
         """Publish a draft, or merge a version draft into its parent."""
-        doc = await self._owned(principal, template_id)
+        try:
+            doc = await self._owned(principal, template_id)
+        except NotFound:
+            # A version draft is deleted once merged; a late publish of it is a conflict, not a 404.
+            if await self._versions.count_documents({"fromDraftId": template_id}, limit=1):
+                raise Conflict("This version draft has already been published") from None
+            raise
         if doc["kind"] == "version_draft":
             return await self._publish_version(doc, body.changeLog)
         if doc["status"] != "draft":
@@ -368,14 +379,17 @@ class Templates:
         )
         if updated is None:
             raise Conflict("This version draft has already been published")
-        await self._snapshot(updated, bump, now)
+        await self._snapshot(updated, bump, now, from_draft=draft["_id"])
         await self._templates.delete_one({"_id": draft["_id"]})
         if bump == "MAJOR":
             await self._notify_major(updated)
         return view(updated)
 
-    async def _snapshot(self, doc: Document, bump: str, when: datetime) -> None:
+    async def _snapshot(
+        self, doc: Document, bump: str, when: datetime, from_draft: str | None = None
+    ) -> None:
         snapshot = {
+            "fromDraftId": from_draft,
             "_id": f"{doc['_id']}:{doc['version']}",
             "templateId": doc["_id"],
             "version": doc["version"],
@@ -391,10 +405,12 @@ class Templates:
         """Tell deployers with active installs that a breaking version is out."""
         installs = await self._installs_of(template["_id"]).to_list(10_000)
         user_ids = {i["deployedBy"] for i in installs if i.get("deployedBy")}
-        emails = {i["deployerEmail"] for i in installs if i.get("deployerEmail")}
-        if user_ids:
-            users = await self.store.users.find({"_id": {"$in": list(user_ids)}}, {"email": 1}).to_list(None)
-            emails |= {user["email"] for user in users}
+        users = await self.store.users.find({"_id": {"$in": list(user_ids)}}, {"email": 1}).to_list(None)
+        account_email = {user["_id"]: user["email"] for user in users}
+        # One address per install: the deploying account's, else the billing email given at install.
+        emails = {
+            account_email.get(i.get("deployedBy")) or i.get("deployerEmail") for i in installs
+        } - {None}
         subject = f"{template['name']} {template['semver']}: a breaking (MAJOR) version is published"
         body = (
             f"Version {template['version']} ({template['semver']}) of {template['name']} "
@@ -460,6 +476,10 @@ class Templates:
             await self._templates.insert_one(draft)
         except DuplicateKeyError:
             raise Conflict("An active version draft already exists for this template") from None
+        # A version published between our read of the parent and the insert makes this draft stale.
+        if not await self._templates.count_documents({"_id": parent["_id"], "version": parent["version"]}):
+            await self._templates.delete_one({"_id": draft["_id"]})
+            raise Conflict("The template changed while the draft was being opened; try again")
         return draft
 
     async def fork(self, principal: Principal, template_id: str) -> dict[str, Any]:
