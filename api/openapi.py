@@ -45,7 +45,7 @@ def build(routes: Iterable[Route], title: str = "svc", version: str = "v1") -> d
             "x-auth": route.auth,
             "parameters": _parameters(route, schemas),
             "responses": {
-                str(route.status): {"description": "success"},
+                str(route.status): _success(route, schemas),
                 "4XX": {
                     "description": "client error",
                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
@@ -64,6 +64,13 @@ def build(routes: Iterable[Route], title: str = "svc", version: str = "v1") -> d
         "paths": paths,
         "components": {"schemas": schemas, "securitySchemes": SCHEMES},
     }
+
+
+def _success(route: Route, schemas: dict[str, Any]) -> dict[str, Any]:
+    if route.response is None:
+        return {"description": "success"}
+    content = {"application/json": {"schema": _ref(route.response, schemas)}}
+    return {"description": "success", "content": content}
 
 
 def _ref(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, str]:

@@ -29,6 +29,7 @@ class Route:
     auth: AuthCode
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
+    response: type[BaseModel] | None = None
     status: int = 200
     optional_key: bool = False
 

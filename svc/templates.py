@@ -16,7 +16,7 @@ import secrets
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pymongo import DESCENDING, ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.cursor import AsyncCursor
@@ -136,8 +136,69 @@ def is_listed(doc: Document) -> bool:
     return doc["kind"] == "template" and doc["status"] == "published" and doc["visibility"] == "public"
 
 
+class TemplateOut(BaseModel):
+    """The Template resource as responses carry it (the OpenAPI schema; tests check responses fit)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    slug: str
+    name: str
+    description: str
+    ownerTeam: str
+    visibility: Visibility
+    status: Literal["draft", "published", "archived"]
+    version: int
+    semver: str
+    publishedAt: str | None
+    changeLog: str | None
+    definition: TeamDefinition
+    pricingModel: PricingModel
+    priceUsdCents: int | None
+    forkable: bool
+    createdAt: str
+    updatedAt: str
+    parentTemplateId: str | None = None
+    forkedFromId: str | None = None
+    parentId: str | None = Field(default=None, description="rollback responses: the published parent")
+    rolledBackFrom: int | None = Field(default=None, description="rollback responses: the version restored")
+    installCount: int | None = Field(default=None, description="archive responses: active installs")
+
+
+class TemplateList(BaseModel):
+    """GET /api/templates."""
+
+    templates: list[TemplateOut]
+    nextCursor: str | None
+
+
+class VersionOut(BaseModel):
+    """One published version in the history."""
+
+    version: int
+    semver: str
+    bump: Literal["INITIAL", "MAJOR", "MINOR", "PATCH"]
+    changeLog: str | None
+    publishedAt: str
+
+
+class VersionList(BaseModel):
+    """GET /api/templates/:id/versions."""
+
+    versions: list[VersionOut]
+
+
+class PricingOut(BaseModel):
+    """PATCH /api/billing/pricing."""
+
+    id: str
+    pricingModel: PricingModel
+    priceUsdCents: int | None
+    envelopeFeePercent: int
+
+
 def view(doc: Document, **extra: Any) -> dict[str, Any]:
-    """The Template resource of the spec."""
+    """The Template resource of the spec (shape: TemplateOut)."""
     out: dict[str, Any] = {
         "id": doc["_id"],
         "slug": doc["slug"],

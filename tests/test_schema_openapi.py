@@ -8,6 +8,7 @@ import jsonschema
 import pytest
 
 from api.context import ROUTE_TABLE
+from svc.templates import PricingOut, TemplateList, TemplateOut, VersionList
 from tests.conftest import bearer, create_key, signup
 
 VALID = {
@@ -103,3 +104,29 @@ async def test_openapi_schemas_resolve(client):
     schemas = document["components"]["schemas"]
     for name in set(re.findall(r"#/components/schemas/([A-Za-z0-9_]+)", text)):
         assert name in schemas, f"dangling reference to {name}"
+
+
+async def test_responses_fit_their_declared_models(make_client):
+    client = await make_client(rate_limit_multiplier=None)
+    caller = await signup(client)
+    key = bearer(await create_key(client, caller))
+    body = {"slug": "fits", "name": "Fits", "visibility": "public", "definition": VALID}
+    created = await (await client.post("/api/templates", json=body, headers=key)).json()
+    TemplateOut.model_validate(created)
+    template_id = created["id"]
+    published = await (await client.post(f"/api/templates/{template_id}/publish", headers=key)).json()
+    TemplateOut.model_validate(published)
+    draft = await (await client.post(f"/api/templates/{template_id}/new-version", headers=key)).json()
+    TemplateOut.model_validate(draft)
+    await client.delete(f"/api/templates/{draft['id']}", headers=key)
+    rollback = await client.post(f"/api/templates/{template_id}/rollback", json={"version": 1}, headers=key)
+    TemplateOut.model_validate(await rollback.json())
+    TemplateList.model_validate(await (await client.get("/api/templates")).json())
+    VersionList.model_validate(await (await client.get(f"/api/templates/{template_id}/versions")).json())
+    fork = await (await client.post(f"/api/templates/{template_id}/fork", headers=key)).json()
+    TemplateOut.model_validate(fork)
+    pricing = {"templateId": template_id, "pricingModel": "per_run", "priceUsdCents": 10}
+    priced = await client.patch("/api/billing/pricing", json=pricing, headers=key)
+    PricingOut.model_validate(await priced.json())
+    archived = await (await client.post(f"/api/templates/{template_id}/archive", headers=key)).json()
+    assert TemplateOut.model_validate(archived).installCount == 0

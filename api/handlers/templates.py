@@ -16,9 +16,13 @@ from svc.templates import (
     LIST_MAX,
     CreateTemplateBody,
     PricingBody,
+    PricingOut,
     PublishBody,
     RollbackBody,
+    TemplateList,
+    TemplateOut,
     UpdateTemplateBody,
+    VersionList,
 )
 
 routes = RouteTable()
@@ -37,7 +41,7 @@ def caller_or_none(request: web.Request) -> Principal | None:
     return request[PRINCIPAL]
 
 
-@routes.get("/api/templates", auth="P", optional_key=True, query=ListQuery)
+@routes.get("/api/templates", auth="P", optional_key=True, query=ListQuery, response=TemplateList)
 async def list_templates(request: web.Request, query: ListQuery) -> web.Response:
     """Published public templates (and, with a key, the caller's own team ones), newest first."""
     templates, next_cursor = await services(request).templates.list_published(
@@ -46,28 +50,28 @@ async def list_templates(request: web.Request, query: ListQuery) -> web.Response
     return web.json_response({"templates": templates, "nextCursor": next_cursor})
 
 
-@routes.post("/api/templates", auth="K", body=CreateTemplateBody, status=201)
+@routes.post("/api/templates", auth="K", body=CreateTemplateBody, status=201, response=TemplateOut)
 async def create_template(request: web.Request, body: CreateTemplateBody) -> web.Response:
     """Create a template in draft status."""
     template = await services(request).templates.create(principal(request), body)
     return web.json_response(template, status=201)
 
 
-@routes.get("/api/templates/{id}", auth="P", optional_key=True)
+@routes.get("/api/templates/{id}", auth="P", optional_key=True, response=TemplateOut)
 async def get_template(request: web.Request) -> web.Response:
     """One template: a published public one, or any of the caller's own."""
     template = await services(request).templates.get(caller_or_none(request), request.match_info["id"])
     return web.json_response(template)
 
 
-@routes.get("/api/templates/{id}/versions", auth="P", optional_key=True)
+@routes.get("/api/templates/{id}/versions", auth="P", optional_key=True, response=VersionList)
 async def list_versions(request: web.Request) -> web.Response:
     """Published versions, newest first, with change logs and semver bumps."""
     versions = await services(request).templates.versions(caller_or_none(request), request.match_info["id"])
     return web.json_response({"versions": versions})
 
 
-@routes.patch("/api/templates/{id}", auth="K", body=UpdateTemplateBody)
+@routes.patch("/api/templates/{id}", auth="K", body=UpdateTemplateBody, response=TemplateOut)
 async def update_template(request: web.Request, body: UpdateTemplateBody) -> web.Response:
     """Edit a draft or a version draft (409 on a published template)."""
     templates = services(request).templates
@@ -75,35 +79,35 @@ async def update_template(request: web.Request, body: UpdateTemplateBody) -> web
     return web.json_response(template)
 
 
-@routes.post("/api/templates/{id}/publish", auth="K", body=PublishBody)
+@routes.post("/api/templates/{id}/publish", auth="K", body=PublishBody, response=TemplateOut)
 async def publish_template(request: web.Request, body: PublishBody) -> web.Response:
     """Publish a draft, or merge a version draft into its parent."""
     template = await services(request).templates.publish(principal(request), request.match_info["id"], body)
     return web.json_response(template)
 
 
-@routes.post("/api/templates/{id}/new-version", auth="K", status=201)
+@routes.post("/api/templates/{id}/new-version", auth="K", status=201, response=TemplateOut)
 async def new_version(request: web.Request) -> web.Response:
     """Open a version draft of a published template."""
     draft = await services(request).templates.new_version(principal(request), request.match_info["id"])
     return web.json_response(draft, status=201)
 
 
-@routes.post("/api/templates/{id}/rollback", auth="K", body=RollbackBody, status=201)
+@routes.post("/api/templates/{id}/rollback", auth="K", body=RollbackBody, status=201, response=TemplateOut)
 async def rollback(request: web.Request, body: RollbackBody) -> web.Response:
     """Open a version draft preloaded with an earlier version."""
     draft = await services(request).templates.rollback(principal(request), request.match_info["id"], body)
     return web.json_response(draft, status=201)
 
 
-@routes.post("/api/templates/{id}/fork", auth="K", status=201)
+@routes.post("/api/templates/{id}/fork", auth="K", status=201, response=TemplateOut)
 async def fork(request: web.Request) -> web.Response:
     """Copy a published template into a private draft of the caller's."""
     copy = await services(request).templates.fork(principal(request), request.match_info["id"])
     return web.json_response(copy, status=201)
 
 
-@routes.post("/api/templates/{id}/archive", auth="K")
+@routes.post("/api/templates/{id}/archive", auth="K", response=TemplateOut)
 async def archive(request: web.Request) -> web.Response:
     """Delist a published template; existing installs keep running."""
     template = await services(request).templates.archive(principal(request), request.match_info["id"])
@@ -117,7 +121,7 @@ async def delete_template(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-@routes.patch("/api/billing/pricing", auth="K", body=PricingBody)
+@routes.patch("/api/billing/pricing", auth="K", body=PricingBody, response=PricingOut)
 async def set_pricing(request: web.Request, body: PricingBody) -> web.Response:
     """Set a template's pricing model and price."""
     return web.json_response(await services(request).templates.set_pricing(principal(request), body))
