@@ -58,6 +58,7 @@ class Settings(BaseModel):
     app_api_keys: tuple[AppKey, ...] = ()
     billing_cron_schedule: str = "0 0 1 * *"
     max_body_bytes: int = 2 * 1024 * 1024
+    disabled_plugins: tuple[str, ...] = ()
 
     @property
     def cookie_secure(self) -> bool:
@@ -102,6 +103,9 @@ class Settings(BaseModel):
             "smtp_url": get("SVC_SMTP_URL"),
             "app_api_keys": parse_app_keys(get("APP_API_KEYS")),
             "billing_cron_schedule": get("BILLING_CRON_SCHEDULE") or "0 0 1 * *",
+            "disabled_plugins": tuple(
+                name.strip() for name in (get("SVC_DISABLED_PLUGINS") or "").split(",") if name.strip()
+            ),
         }
         values.update(overrides)
         return cls.model_validate(values)

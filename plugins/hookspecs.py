@@ -1,0 +1,90 @@
+"""The plugin contract: every hook a plugin may implement.
+
+A plugin is a module (or object) with functions marked `@hookimpl` whose names
+and parameters match the specs below; it may implement any subset. Third-party
+plugins ship a package with an entry point in group `svc.plugins`. A hook may be
+a plain function or a coroutine function; the host awaits coroutines. Every
+platform hook receives the platform id first: answer None when it is not yours,
+so the next plugin is asked (`firstresult`). See docs/plugins.md for the guide.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+from plugins.types import (
+    DeprovisionContext,
+    DeprovisionResult,
+    InvokeContext,
+    InvokeResult,
+    PlatformInfo,
+    PollContext,
+    ProviderInfo,
+    ProvisionContext,
+    ProvisionResult,
+    RunReport,
+)
+
+PROJECT = "svc"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+# ---------------------------------------------------------------------------------------
+# Platforms
+# ---------------------------------------------------------------------------------------
+
+
+@hookspec
+def svc_platforms() -> list[PlatformInfo]:
+    """Called at start-up: the platforms this plugin provides (every plugin's lists are joined)."""
+
+
+@hookspec(firstresult=True)
+def svc_validate_install(
+    platform: str, fields: dict[str, Any], definition: dict[str, Any]
+) -> list[str] | None:
+    """Called before provisioning: problems with the install for your platform (empty list: none).
+
+    `fields` holds the install body's platform fields (credentials, model, companyId, ...);
+    `definition` is the team definition. Return None when `platform` is not yours.
+    """
+
+
+@hookspec(firstresult=True)
+def svc_provision(platform: str, context: ProvisionContext) -> ProvisionResult | None:
+    """Called on POST /api/installs: create the team upstream; return what was created.
+
+    Raise `PlatformError` on an upstream failure, after deleting whatever this call
+    created (nothing is stored for a failed install). Return None when not yours.
+    """
+
+
+@hookspec(firstresult=True)
+def svc_deprovision(platform: str, context: DeprovisionContext) -> DeprovisionResult | None:
+    """Called on DELETE /api/installs/:id: remove what provisioning created.
+
+    Report agents that could not be deleted in `warnings`; raise `PlatformError` with
+    `denied=True` when the stored credentials may not delete. Return None when not yours.
+    """
+
+
+@hookspec(firstresult=True)
+def svc_invoke(platform: str, context: InvokeContext) -> InvokeResult | None:
+    """Called on POST /api/installs/:id/invoke: send one input to the team and return its reply."""
+
+
+@hookspec(firstresult=True)
+def svc_poll_runs(platform: str, context: PollContext) -> list[RunReport] | None:
+    """Called by the run poller for platforms without push reporting: runs since `context.since`."""
+
+
+# ---------------------------------------------------------------------------------------
+# LLM providers
+# ---------------------------------------------------------------------------------------
+
+
+@hookspec
+def svc_llm_providers() -> list[ProviderInfo]:
+    """Called at start-up: the LLM providers this plugin serves and their catalogue models."""

@@ -1,0 +1,133 @@
+"""The plugin manager and its typed façade.
+
+Built-in plugins are registered by module name, third-party ones are loaded from
+the `svc.plugins` entry-point group, and any of them can be switched off by name
+(SVC_DISABLED_PLUGINS). `check_pending()` refuses to start with a hook
+implementation that matches no spec (a typo would otherwise be ignored). Callers
+use the methods of `Plugins`, never `pm.hook`; coroutine results are awaited,
+and for `firstresult` hooks the first non-None *awaited* answer wins.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import pluggy
+
+from plugins import hookspecs
+from plugins.types import (
+    DeprovisionContext,
+    DeprovisionResult,
+    InvokeContext,
+    InvokeResult,
+    PlatformInfo,
+    PollContext,
+    ProviderInfo,
+    ProvisionContext,
+    ProvisionResult,
+    RunReport,
+)
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "svc.plugins"
+BUILTINS = (
+    "plugins.builtin.svc_platform",
+    "plugins.builtin.orch_a",
+    "plugins.builtin.orch_b",
+    "plugins.builtin.orch_c",
+)
+
+
+class PluginError(RuntimeError):
+    """The plugins are inconsistent (duplicate platform ids, a platform nobody drives)."""
+
+
+class Plugins:
+    """The loaded plugins, behind typed methods."""
+
+    def __init__(self, disabled: Iterable[str] = (), builtins: Iterable[str] = BUILTINS) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        disabled = set(disabled)
+        for name in disabled:
+            self.pm.set_blocked(name)
+        for name in builtins:
+            if name not in disabled:
+                self.pm.register(importlib.import_module(name), name=name)
+        loaded = self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        self.pm.check_pending()
+        self._platforms: dict[str, PlatformInfo] = {}
+        for info in (p for result in self.pm.hook.svc_platforms() for p in result):
+            if info.id in self._platforms:
+                raise PluginError(f"platform {info.id!r} is provided by two plugins")
+            self._platforms[info.id] = info
+        log.info(
+            "plugins loaded",
+            extra={"plugins": sorted(n for n, _ in self.pm.list_name_plugin()), "entryPoints": loaded,
+                   "platforms": sorted(self._platforms)},
+        )
+
+    # ---- platforms -------------------------------------------------------------------
+
+    def platforms(self) -> list[PlatformInfo]:
+        """Every platform, in registration order."""
+        return list(self._platforms.values())
+
+    def platform(self, platform_id: str) -> PlatformInfo | None:
+        """One platform by id."""
+        return self._platforms.get(platform_id)
+
+    async def validate_install(
+        self, platform: str, fields: dict[str, Any], definition: dict[str, Any]
+    ) -> list[str]:
+        """The driver's objections to an install (empty when it has none)."""
+        problems = await self._first("svc_validate_install", platform=platform, fields=fields,
+                                     definition=definition)
+        return list(problems or [])
+
+    async def provision(self, platform: str, context: ProvisionContext) -> ProvisionResult:
+        """Create the team upstream."""
+        return await self._required("svc_provision", platform=platform, context=context)
+
+    async def deprovision(self, platform: str, context: DeprovisionContext) -> DeprovisionResult:
+        """Remove the team upstream."""
+        return await self._required("svc_deprovision", platform=platform, context=context)
+
+    async def invoke(self, platform: str, context: InvokeContext) -> InvokeResult:
+        """Send one input to a provisioned team."""
+        return await self._required("svc_invoke", platform=platform, context=context)
+
+    async def poll_runs(self, platform: str, context: PollContext) -> list[RunReport]:
+        """Runs found upstream since a time (empty when the platform pushes its runs)."""
+        return list(await self._first("svc_poll_runs", platform=platform, context=context) or [])
+
+    # ---- LLM providers ---------------------------------------------------------------
+
+    def providers(self) -> list[ProviderInfo]:
+        """Every LLM provider the plugins declare."""
+        return [p for result in self.pm.hook.svc_llm_providers() for p in result]
+
+    # ---- calling ---------------------------------------------------------------------
+
+    async def _first(self, name: str, **kwargs: Any) -> Any:
+        """Call implementations newest first; the first non-None (awaited) answer wins."""
+        caller = getattr(self.pm.hook, name)
+        for impl in reversed(caller.get_hookimpls()):
+            args = {arg: kwargs[arg] for arg in impl.argnames}
+            result = impl.function(**args)
+            if inspect.isawaitable(result):
+                result = await result
+            if result is not None:
+                return result
+        return None
+
+    async def _required(self, name: str, **kwargs: Any) -> Any:
+        result = await self._first(name, **kwargs)
+        if result is None:
+            raise PluginError(f"no plugin answered {name} for platform {kwargs.get('platform')!r}")
+        return result

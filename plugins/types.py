@@ -1,0 +1,199 @@
+"""The data that crosses the plugin boundary (public: third-party plugins import these).
+
+Plain frozen dataclasses, so a plugin needs nothing beyond this package to use
+them. Drivers raise `PlatformError` for upstream failures; the core turns it into
+a 502 carrying the upstream status and a short detail (never credentials).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "CredentialField",
+    "DeployedAgent",
+    "DeprovisionContext",
+    "DeprovisionResult",
+    "InvokeContext",
+    "InvokeResult",
+    "PlatformCapabilities",
+    "PlatformError",
+    "PlatformInfo",
+    "PollContext",
+    "ProviderInfo",
+    "ProvisionContext",
+    "ProvisionResult",
+    "RunReport",
+]
+
+# Install body fields a platform may accept beyond templateId, platform and the billing fields.
+OPTIONAL_FIELDS = (
+    "credentials", "variables", "secrets", "model",
+    "companyId", "companyName", "adapterType", "webhookUrl", "cwd",
+)
+
+
+@dataclass(frozen=True)
+class CredentialField:
+    """One credential a deployer supplies for a platform."""
+
+    key: str
+    label: str
+    type: Literal["text", "password"] = "text"
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class PlatformCapabilities:
+    """What the platform can do; shown in GET /api/platforms."""
+
+    maxHierarchyDepth: int | None = None
+    supportedModels: tuple[str, ...] | None = None
+    billingCompleteness: Literal["full", "none"] = "full"
+    provisioningModel: str = "rest"
+
+
+@dataclass(frozen=True)
+class PlatformInfo:
+    """A platform a plugin provides. `accepts` names the optional install fields it takes."""
+
+    id: str
+    label: str
+    credential_fields: tuple[CredentialField, ...] = ()
+    capabilities: PlatformCapabilities = field(default_factory=PlatformCapabilities)
+    accepts: frozenset[str] = frozenset({"credentials", "variables"})
+    listed: bool = True
+
+
+@dataclass(frozen=True)
+class DeployedAgent:
+    """An agent as provisioned upstream."""
+
+    key: str
+    externalId: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ProvisionContext:
+    """Everything a driver needs to provision one install.
+
+    `definition` is the pinned team definition with install variables already
+    interpolated into prompts. `install_token` is the `svc_install_…` token the
+    platform should present to POST /api/runs/ingest. `runtime_webhook_url` and
+    `webhook_secret` configure `http` agents that call our managed runtime.
+    """
+
+    install_id: str
+    platform: str
+    template: dict[str, Any]
+    definition: dict[str, Any]
+    credentials: dict[str, str]
+    secrets: dict[str, str]
+    options: dict[str, Any]
+    install_token: str
+    runtime_webhook_url: str
+    webhook_secret: str
+    ingest_url: str
+    allow_private: bool = False
+
+
+@dataclass(frozen=True)
+class ProvisionResult:
+    """What provisioning created. `state` is kept (encrypted) for deprovisioning."""
+
+    deployed_agents: tuple[DeployedAgent, ...]
+    platform_data: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    state: dict[str, Any] = field(default_factory=dict)
+    company_id: str | None = None
+
+
+@dataclass(frozen=True)
+class DeprovisionContext:
+    """One install to remove upstream."""
+
+    install_id: str
+    platform: str
+    credentials: dict[str, str]
+    deployed_agents: tuple[DeployedAgent, ...]
+    state: dict[str, Any]
+    options: dict[str, Any]
+    allow_private: bool = False
+
+
+@dataclass(frozen=True)
+class DeprovisionResult:
+    """How many agents were deleted upstream, and what could not be."""
+
+    deleted_agents: int
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class InvokeContext:
+    """One proxied invocation of a provisioned team."""
+
+    install_id: str
+    platform: str
+    credentials: dict[str, str]
+    state: dict[str, Any]
+    input_text: str
+    session_id: str | None
+    allow_private: bool = False
+
+
+@dataclass(frozen=True)
+class InvokeResult:
+    """The reply of an invocation and its token counts."""
+
+    text: str
+    session_id: str
+    agent_name: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class PollContext:
+    """One poll of a platform's run history since a time."""
+
+    install_id: str
+    platform: str
+    credentials: dict[str, str]
+    deployed_agents: tuple[DeployedAgent, ...]
+    since: str | None
+    allow_private: bool = False
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """One run found upstream (the same fields as the ingest body)."""
+
+    platformAgentId: str
+    runId: str
+    status: Literal["completed", "failed"]
+    inputTokens: int | None = None
+    outputTokens: int | None = None
+    errorMessage: str | None = None
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """An LLM provider and the catalogue models it serves."""
+
+    id: str
+    label: str
+    wire_format: str
+    models: tuple[str, ...]
+
+
+class PlatformError(Exception):
+    """An upstream platform refused or failed. `detail` must not contain credentials."""
+
+    def __init__(self, detail: str, upstream_status: int | None = None, *, denied: bool = False) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.upstream_status = upstream_status
+        self.denied = denied

@@ -1,0 +1,107 @@
+"""The egress guard: outbound HTTP to URLs a caller or an agent controls.
+
+Modelled on Smokescreen: resolve the host, refuse if any address is internal,
+then connect to the vetted address (never resolving the name again, so DNS
+rebinding cannot switch it), and vet every redirect hop the same way (each hop
+passes through the transport). Decimal, octal and hex spellings of addresses
+resolve to the same addresses and are judged as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from typing import Any
+
+import httpx
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Beyond what `is_global` excludes: IPv6 forms that embed an IPv4 address.
+EMBEDDING_V6 = (
+    ipaddress.ip_network("64:ff9b::/96"),  # NAT64
+    ipaddress.ip_network("64:ff9b:1::/48"),  # local-use NAT64
+    ipaddress.ip_network("2002::/16"),  # 6to4
+    ipaddress.ip_network("2001::/32"),  # Teredo
+)
+ALLOWED_SCHEMES = frozenset({"http", "https"})
+DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+
+
+class EgressDenied(Exception):
+    """The destination is not allowed; the message is safe to show."""
+
+
+def denial_reason(ip: IPAddress) -> str | None:
+    """Why an address may not be reached, or None when it is a public address."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return denial_reason(ip.ipv4_mapped)
+        if any(ip in network for network in EMBEDDING_V6):
+            return "an IPv6 address embedding IPv4"
+    if ip.is_loopback:
+        return "a loopback address"
+    if ip.is_link_local:
+        return "a link-local or metadata address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip.is_unspecified:
+        return "an unspecified address"
+    if ip.is_private or not ip.is_global:
+        return "a private or reserved address"
+    return None
+
+
+async def resolve(host: str, port: int) -> list[IPAddress]:
+    """Every address the host resolves to (an address literal resolves to itself)."""
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        raise EgressDenied(f"cannot resolve host {host!r}") from None
+    return list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
+
+
+async def vet(url: httpx.URL, allow_private: bool) -> IPAddress:
+    """The address to connect to for the URL; EgressDenied when it is not allowed."""
+    if url.scheme not in ALLOWED_SCHEMES:
+        raise EgressDenied(f"scheme {url.scheme!r} is not allowed (http or https only)")
+    if not url.host:
+        raise EgressDenied("the URL has no host")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    addresses = await resolve(url.host, port)
+    if not allow_private:
+        for address in addresses:
+            reason = denial_reason(address)
+            if reason is not None:
+                raise EgressDenied(f"{url.host} resolves to {reason}")
+    return addresses[0]
+
+
+class EgressTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that vets each request's destination and connects to the vetted IP."""
+
+    def __init__(self, allow_private: bool, inner: httpx.AsyncBaseTransport | None = None) -> None:
+        self.allow_private = allow_private
+        self._inner = inner or httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Vet, pin the address, forward."""
+        host = request.url.host
+        address = await vet(request.url, self.allow_private)
+        request.url = request.url.copy_with(host=str(address))
+        if request.url.scheme == "https":
+            request.extensions = {**request.extensions, "sni_hostname": host}
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        await self._inner.aclose()
+
+
+def egress_client(allow_private: bool, **options: Any) -> httpx.AsyncClient:
+    """An httpx client whose every request (and redirect hop) passes the guard."""
+    options.setdefault("timeout", DEFAULT_TIMEOUT)
+    options.setdefault("follow_redirects", False)
+    return httpx.AsyncClient(transport=EgressTransport(allow_private), **options)
