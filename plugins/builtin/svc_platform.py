@@ -32,7 +32,9 @@ def svc_platforms() -> list[PlatformInfo]:
 
 
 @hookimpl
-def svc_validate_install(platform: str, fields: dict[str, Any], definition: dict[str, Any]) -> list[str] | None:
+def svc_validate_install(
+    platform: str, fields: dict[str, Any], definition: dict[str, Any]
+) -> list[str] | None:
     """Nothing to check: secrets come after install, the runtime reads the definition."""
     return [] if platform == PLATFORM else None
 
