@@ -13,16 +13,18 @@ from collections.abc import AsyncIterator, Sequence
 from aiohttp import web
 
 from actors.runtime import RayRuntime
-from api.auth import authenticate, optional_key
+from api.auth import authenticate, bearer_token, optional_key
 from api.bodies import parse_body, parse_query
 from api.context import PRINCIPAL, ROUTE_TABLE, SERVICES, SETTINGS
 from api.handlers import accounts, health, installs, openapi, templates
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config.settings import Settings
+from plugins.manager import Plugins
 from svc.embedded import EmbeddedMongo
 from svc.services import Services
 from svc.store import Store
+from svc.tokens import is_api_key
 from svc.vault import Vault
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,8 @@ def guarded(route: Route) -> Handler:
     async def handler(request: web.Request) -> web.StreamResponse:
         if route.optional_key:
             request[PRINCIPAL] = await optional_key(request)
+        elif route.key_fallback and is_api_key(bearer_token(request) or ""):
+            request[PRINCIPAL] = await authenticate(request, "K")
         else:
             request[PRINCIPAL] = await authenticate(request, route.auth)
         args: list[object] = []
@@ -102,7 +106,8 @@ async def domain_services(app: web.Application) -> AsyncIterator[None]:
     """Wire the domain services on top of the store and the runtime."""
     settings = app[SETTINGS]
     vault = Vault.from_settings(settings.secret_keys, settings.data_dir)
-    services = app[SERVICES] = Services.build(settings, app[STORE], vault, app[RUNTIME])
+    plugins = Plugins(disabled=settings.disabled_plugins)
+    services = app[SERVICES] = Services.build(settings, app[STORE], vault, app[RUNTIME], plugins)
     try:
         yield
     finally:

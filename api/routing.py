@@ -32,6 +32,8 @@ class Route:
     response: type[BaseModel] | None = None
     status: int = 200
     optional_key: bool = False
+    # An AK route that also takes a personal or org key (whoami: svc installs link their key).
+    key_fallback: bool = False
 
     @property
     def summary(self) -> str:

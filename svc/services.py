@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from config.settings import Settings
+from plugins.manager import Plugins
 from svc.accounts import Accounts
 from svc.cache import TTLCache
 from svc.credentials import Credentials, Principal
+from svc.installs import Installs
 from svc.keys import ApiKeys
 from svc.mailer import Mailer
 from svc.ports import Runtime
@@ -31,14 +33,19 @@ class Services:
     rate_limiter: RateLimiter | None
     mailer: Mailer
     templates: Templates
+    plugins: Plugins
+    installs: Installs
 
     @classmethod
-    def build(cls, settings: Settings, store: Store, vault: Vault, runtime: Runtime | None) -> Services:
+    def build(
+        cls, settings: Settings, store: Store, vault: Vault, runtime: Runtime | None, plugins: Plugins
+    ) -> Services:
         """Wire the services for one process."""
         accounts = Accounts(store)
         key_cache: TTLCache[str, Principal] = TTLCache()
         multiplier = settings.rate_limit_multiplier
         mailer = Mailer(store, settings.smtp_url)
+        credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
         return cls(
             settings=settings,
             store=store,
@@ -46,10 +53,12 @@ class Services:
             runtime=runtime,
             accounts=accounts,
             keys=ApiKeys(store, vault, key_cache),
-            credentials=Credentials(store, accounts, settings.app_api_keys, key_cache),
+            credentials=credentials,
             rate_limiter=RateLimiter(store, multiplier) if multiplier is not None else None,
             mailer=mailer,
             templates=Templates(store, mailer),
+            plugins=plugins,
+            installs=Installs(store, vault, plugins, credentials, key_cache, settings),
         )
 
     async def close(self) -> None:

@@ -1,24 +1,119 @@
-"""Install endpoints that stand on credentials alone (the rest arrive with installs)."""
+"""Installs: create, list, configure, remove; platforms; the secret vault look-up; whoami."""
 
 from __future__ import annotations
 
 from aiohttp import web
+from pydantic import BaseModel, Field
 
-from api.context import principal
+from api.bodies import read_json
+from api.context import principal, services, user_id
 from api.errors import error_response
 from api.routing import RouteTable
+from svc.installs import CreateInstallBody
 
 routes = RouteTable()
 
 
-@routes.get("/api/installs/whoami", auth="AK")
+class KnownSecretsQuery(BaseModel):
+    """Query of GET /api/secrets/known."""
+
+    companyId: str = Field(min_length=1, max_length=200)
+    keys: str = Field(min_length=1, max_length=10_000, description="comma-separated secret names")
+
+
+class DeleteQuery(BaseModel):
+    """Query of DELETE /api/installs/:id."""
+
+    removeUpstream: bool = Field(
+        default=False, description="also delete the agents upstream on platforms other than orchC"
+    )
+
+
+@routes.get("/api/platforms", auth="P")
+async def list_platforms(request: web.Request) -> web.Response:
+    """The platforms installs can target (the managed runtime `svc` is not listed)."""
+    platforms = [
+        {
+            "id": p.id,
+            "label": p.label,
+            "credentialFields": [vars(field) for field in p.credential_fields],
+            "capabilities": {
+                **vars(p.capabilities),
+                "supportedModels": list(p.capabilities.supportedModels)
+                if p.capabilities.supportedModels is not None
+                else None,
+            },
+        }
+        for p in services(request).plugins.platforms()
+        if p.listed
+    ]
+    return web.json_response({"platforms": platforms})
+
+
+@routes.post("/api/installs", auth="K", body=CreateInstallBody, status=201)
+async def create_install(request: web.Request, body: CreateInstallBody) -> web.Response:
+    """Install a published template onto a platform."""
+    return web.json_response(await services(request).installs.create(principal(request), body), status=201)
+
+
+@routes.get("/api/installs", auth="K")
+async def list_installs(request: web.Request) -> web.Response:
+    """The caller's installs, newest first."""
+    return web.json_response({"installs": await services(request).installs.list(principal(request))})
+
+
+@routes.get("/api/installs/mine", auth="S")
+async def my_installs(request: web.Request) -> web.Response:
+    """Managed installs the user deployed or reaches through an org, with what is missing."""
+    return web.json_response(await services(request).installs.mine(user_id(request)))
+
+
+@routes.get("/api/installs/whoami", auth="AK", key_fallback=True)
 async def whoami(request: web.Request) -> web.Response:
-    """The install an application key is scoped to; 400 with a hint for an unscoped key."""
+    """The install an application key (or a key linked to an install) is scoped to."""
     install_id = principal(request).install_id
     if install_id is None:
         return error_response(
             400,
             "key not linked to a pipeline install",
-            hint="Scope the key as <installId>:<key> in APP_API_KEYS",
+            hint="Scope the key as <installId>:<key> in APP_API_KEYS, "
+            "or use the key that created an svc install",
         )
     return web.json_response({"installId": install_id})
+
+
+@routes.patch("/api/installs/{installId}/variables", auth="K")
+async def set_variables(request: web.Request) -> web.Response:
+    """Merge install variables (flat, or wrapped in `variables`)."""
+    install_id = request.match_info["installId"]
+    updated = await services(request).installs.set_variables(
+        principal(request), install_id, await read_json(request)
+    )
+    return web.json_response({"ok": True, "installId": install_id, "updatedKeys": updated})
+
+
+@routes.patch("/api/installs/{installId}/secrets", auth="K")
+async def set_secrets(request: web.Request) -> web.Response:
+    """Merge install secrets (flat, or wrapped in `secrets`); stored encrypted."""
+    install_id = request.match_info["installId"]
+    updated = await services(request).installs.set_secrets(
+        principal(request), install_id, await read_json(request)
+    )
+    return web.json_response({"ok": True, "installId": install_id, "updatedKeys": updated})
+
+
+@routes.delete("/api/installs/{installId}", auth="K", query=DeleteQuery)
+async def delete_install(request: web.Request, query: DeleteQuery) -> web.Response:
+    """Cancel an install (orchC: delete its agents and aliases and forget its credentials)."""
+    result = await services(request).installs.delete(
+        principal(request), request.match_info["installId"], query.removeUpstream
+    )
+    return web.json_response(result)
+
+
+@routes.get("/api/secrets/known", auth="K", query=KnownSecretsQuery)
+async def known_secrets(request: web.Request, query: KnownSecretsQuery) -> web.Response:
+    """Which of these secret names the vault already holds for the company."""
+    keys = [key.strip() for key in query.keys.split(",") if key.strip()]
+    known = await services(request).installs.known_secrets(principal(request), query.companyId, keys)
+    return web.json_response({"known": known})
