@@ -62,7 +62,8 @@ class Plugins:
         loaded = self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
         self.pm.check_pending()
         self._platforms: dict[str, PlatformInfo] = {}
-        for info in (p for result in self.pm.hook.svc_platforms() for p in result):
+        # pluggy calls the newest registration first; list platforms in registration order.
+        for info in (p for result in reversed(self.pm.hook.svc_platforms()) for p in result):
             if info.id in self._platforms:
                 raise PluginError(f"platform {info.id!r} is provided by two plugins")
             self._platforms[info.id] = info
@@ -110,7 +111,7 @@ class Plugins:
 
     def providers(self) -> list[ProviderInfo]:
         """Every LLM provider the plugins declare."""
-        return [p for result in self.pm.hook.svc_llm_providers() for p in result]
+        return [p for result in reversed(self.pm.hook.svc_llm_providers()) for p in result]
 
     # ---- calling ---------------------------------------------------------------------
 
