@@ -24,6 +24,7 @@ from plugins.types import (
     OPTIONAL_FIELDS,
     DeployedAgent,
     DeprovisionContext,
+    InvokeContext,
     PlatformError,
     PlatformInfo,
     ProvisionContext,
@@ -35,6 +36,7 @@ from svc.credentials import Credentials, Principal
 from svc.definitions import VARIABLE_REFERENCE
 from svc.errors import BadGateway, BadRequest, Conflict, NotFound
 from svc.models import RequestBody
+from svc.runs import InvokeBody, Runs, SelfReportBody
 from svc.store import Document, Store
 from svc.templates import is_owner, owner_of
 from svc.vault import Vault
@@ -107,6 +109,7 @@ class Installs:
         credentials: Credentials,
         key_cache: TTLCache[str, Principal],
         settings: Settings,
+        runs: Runs,
     ) -> None:
         self.store = store
         self.vault = vault
@@ -114,6 +117,7 @@ class Installs:
         self.credentials = credentials
         self.key_cache = key_cache
         self.settings = settings
+        self.runs = runs
 
     # ---- creating --------------------------------------------------------------------
 
@@ -453,6 +457,69 @@ class Installs:
         )
         await self._remember_secrets(principal, doc.get("companyId"), values)
         return sorted(values)
+
+    # ---- running on the platform -----------------------------------------------------
+
+    async def invoke(self, principal: Principal, install_id: str, body: InvokeBody) -> dict[str, Any]:
+        """Proxy one input to an orchC team; record the run's count, tokens and outcome."""
+        doc = await self.owned(principal, install_id)
+        if doc["platform"] != "orchC":
+            raise BadRequest(
+                f"invoke is only available for platform orchC (this install is {doc['platform']})"
+            )
+        if doc["status"] == "cancelled":
+            raise Conflict("Install is cancelled")
+        context = InvokeContext(
+            install_id=install_id,
+            platform=doc["platform"],
+            credentials=self._decrypt_json(doc.get("credentialsEncrypted")),
+            state=self._decrypt_json(doc.get("platformStateEncrypted")),
+            input_text=body.inputText,
+            session_id=body.sessionId,
+            allow_private=self.settings.egress_allow_private,
+        )
+        supervisor = next(iter(doc.get("deployedAgents") or []), {}).get("key")
+        try:
+            result = await self.plugins.invoke(doc["platform"], context)
+        except PlatformError as exc:
+            await self.runs.record(
+                doc, agent_key=supervisor, status="failed", source="invoke", error_message=exc.detail
+            )
+            raise BadGateway(exc.detail, upstreamStatus=exc.upstream_status) from None
+        run_id = await self.runs.record(
+            doc,
+            agent_key=supervisor,
+            status="completed",
+            source="invoke",
+            input_tokens=result.input_tokens,
+            output_tokens=result.output_tokens,
+        )
+        return {
+            "ok": True,
+            "runId": run_id,
+            "sessionId": result.session_id,
+            "agentName": result.agent_name,
+            "text": result.text,
+            "inputTokens": result.input_tokens,
+            "outputTokens": result.output_tokens,
+        }
+
+    async def report_run(self, principal: Principal, install_id: str, body: SelfReportBody) -> str:
+        """A run the deployer made directly on the platform (orchC self-report)."""
+        doc = await self.owned(principal, install_id)
+        keys = {agent["key"] for agent in doc["definition"]["agents"]}
+        if body.agentKey not in keys:
+            raise BadRequest(f"agentKey: no agent {body.agentKey!r} in this install")
+        return await self.runs.record(
+            doc,
+            agent_key=body.agentKey,
+            status=body.status,
+            source="self_report",
+            input_tokens=body.inputTokens,
+            output_tokens=body.outputTokens,
+            error_message=body.errorMessage,
+            run_id=body.runId,
+        )
 
     # ---- removing --------------------------------------------------------------------
 

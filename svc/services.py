@@ -14,6 +14,7 @@ from svc.keys import ApiKeys
 from svc.mailer import Mailer
 from svc.ports import Runtime
 from svc.ratelimit import RateLimiter
+from svc.runs import Runs
 from svc.store import Store
 from svc.templates import Templates
 from svc.vault import Vault
@@ -58,7 +59,7 @@ class Services:
             mailer=mailer,
             templates=Templates(store, mailer),
             plugins=plugins,
-            installs=Installs(store, vault, plugins, credentials, key_cache, settings),
+            installs=Installs(store, vault, plugins, credentials, key_cache, settings, Runs(store)),
         )
 
     async def close(self) -> None:

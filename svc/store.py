@@ -85,6 +85,17 @@ INDEXES: dict[str, list[Index]] = {
         Index([("templateId", ASCENDING), ("status", ASCENDING)]),
     ],
     "outbox": [Index([("createdAt", DESCENDING)])],
+    "runs": [
+        Index([("installId", ASCENDING), ("runId", ASCENDING)], unique=True),
+        Index([("templateId", ASCENDING), ("createdAt", DESCENDING)]),
+    ],
+    "vault_secrets": [
+        Index(
+            [("owner.kind", ASCENDING), ("owner.id", ASCENDING), ("companyId", ASCENDING),
+             ("key", ASCENDING)],
+            unique=True,
+        ),
+    ],
     "org_members": [Index([("userId", ASCENDING), ("joinedAt", ASCENDING)])],
 }
 

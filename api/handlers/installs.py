@@ -10,6 +10,7 @@ from api.context import principal, services, user_id
 from api.errors import error_response
 from api.routing import RouteTable
 from svc.installs import CreateInstallBody
+from svc.runs import InvokeBody, SelfReportBody
 
 routes = RouteTable()
 
@@ -109,6 +110,24 @@ async def delete_install(request: web.Request, query: DeleteQuery) -> web.Respon
         principal(request), request.match_info["installId"], query.removeUpstream
     )
     return web.json_response(result)
+
+
+@routes.post("/api/installs/{installId}/invoke", auth="K", body=InvokeBody)
+async def invoke(request: web.Request, body: InvokeBody) -> web.Response:
+    """Send one input to an orchC team through the service (counts and tokens are recorded)."""
+    result = await services(request).installs.invoke(
+        principal(request), request.match_info["installId"], body
+    )
+    return web.json_response(result)
+
+
+@routes.post("/api/installs/{installId}/runs", auth="K", body=SelfReportBody)
+async def report_run(request: web.Request, body: SelfReportBody) -> web.Response:
+    """Record a run made directly on the platform (deduplicated by runId)."""
+    run_id = await services(request).installs.report_run(
+        principal(request), request.match_info["installId"], body
+    )
+    return web.json_response({"ok": True, "runId": run_id})
 
 
 @routes.get("/api/secrets/known", auth="K", query=KnownSecretsQuery)
