@@ -130,7 +130,11 @@ class Installs:
         variables = self._check_variables(definition, body.variables or {})
         install_secrets = self._check_secret_names(body.secrets or {})
         company_id = body.companyId
-        install_secrets = {**await self._vault_prefill(principal, company_id, definition), **install_secrets}
+        # A re-install into the same company (or, without companies, by the same owner) is pre-filled;
+        # a company created by this install starts empty.
+        if "companyName" not in fields:
+            prefilled = await self._vault_prefill(principal, company_id, definition)
+            install_secrets = {**prefilled, **install_secrets}
         problems = await self.plugins.validate_install(platform.id, fields, definition)
         if problems:
             raise BadRequest("; ".join(problems))
@@ -295,11 +299,11 @@ class Installs:
         await self.store.install_tokens.delete_many({"installId": install_id})
 
     async def _link_key(self, principal: Principal, install_id: str) -> None:
-        """Scope the creating key to the new install (spec: so whoami resolves), if it was unscoped."""
-        if principal.via != "key" or principal.key_id is None or principal.install_id is not None:
+        """Link the creating key to the new install (spec: so whoami resolves); it then reaches only it."""
+        if principal.via != "key" or principal.key_id is None:
             return
         doc = await self.store.api_keys.find_one_and_update(
-            {"_id": principal.key_id, "installId": None}, {"$set": {"installId": install_id}}
+            {"_id": principal.key_id}, {"$set": {"installId": install_id}}
         )
         if doc is not None:
             self.key_cache.discard(doc["keyHash"])

@@ -217,3 +217,29 @@ async def test_upstream_failure_over_http_is_502_and_stores_nothing(make_client,
     assert await store.installs.count_documents({}) == 0
     assert await store.install_tokens.count_documents({}) == 0
     assert fake.companies == {}
+
+
+async def test_vault_prefills_a_reinstall_into_the_same_company_only(make_client, fake):
+    client = await make_client(rate_limit_multiplier=None)
+    caller = await signup(client)
+    key = await create_key(client, caller)
+    team = definition(agent("lead"), requiredSecrets=["CRM_TOKEN"])
+    template = await publish_template(client, key, visibility="public", definition=team)
+    fake.companies["c1"] = {"id": "c1", "name": "Acme"}
+    credentials = {"orchABaseUrl": fake.base_url, "orchAApiKey": fake.api_key}
+
+    async def install(**fields):
+        body = {"templateId": template["id"], "credentials": credentials, **fields}
+        response = await client.post("/api/installs", json=body, headers=bearer(key))
+        assert response.status == 201, await response.text()
+        agent_id = (await response.json())["deployedAgents"][0]["externalId"]
+        return fake.agents[agent_id]["adapterConfig"]["env"]
+
+    assert (await install(companyId="c1", secrets={"CRM_TOKEN": "from-first"}))["CRM_TOKEN"] == "from-first"
+    assert (await install(companyId="c1"))["CRM_TOKEN"] == "from-first", "re-install is pre-filled"
+    assert "CRM_TOKEN" not in await install(companyName="Fresh Co"), "a new company starts empty"
+    known = await client.get("/api/secrets/known?companyId=c1&keys=CRM_TOKEN,OTHER", headers=bearer(key))
+    assert (await known.json()) == {"known": ["CRM_TOKEN"]}
+    other = await create_key(client, await signup(client))
+    known = await client.get("/api/secrets/known?companyId=c1&keys=CRM_TOKEN", headers=bearer(other))
+    assert (await known.json()) == {"known": []}, "another owner sees nothing of this vault"
