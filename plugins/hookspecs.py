@@ -10,11 +10,14 @@ so the next plugin is asked (`firstresult`). See docs/plugins.md for the guide.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pluggy
 
 from plugins.types import (
+    CompletionRequest,
+    CompletionResponse,
     DeprovisionContext,
     DeprovisionResult,
     InvokeContext,
@@ -25,6 +28,7 @@ from plugins.types import (
     ProvisionContext,
     ProvisionResult,
     RunReport,
+    StreamChunk,
 )
 
 PROJECT = "svc"
@@ -88,3 +92,19 @@ def svc_poll_runs(platform: str, context: PollContext) -> list[RunReport] | None
 @hookspec
 def svc_llm_providers() -> list[ProviderInfo]:
     """Called at start-up: the LLM providers this plugin serves and their catalogue models."""
+
+
+@hookspec(firstresult=True)
+def svc_llm_complete(provider: str, request: CompletionRequest) -> CompletionResponse | None:
+    """Called for one model call (with tools): the whole answer. Return None when not yours.
+
+    Raise `ProviderError` on failure, after your own retries of 429 and 5xx answers.
+    """
+
+
+@hookspec(firstresult=True)
+def svc_llm_stream(provider: str, request: CompletionRequest) -> AsyncIterator[StreamChunk] | None:
+    """Called for a streamed model call: an async iterator of chunks, the last with `done`.
+
+    Return None when the provider is not yours.
+    """

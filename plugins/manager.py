@@ -13,23 +13,27 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import pluggy
 
 from plugins import hookspecs
 from plugins.types import (
+    CompletionRequest,
+    CompletionResponse,
     DeprovisionContext,
     DeprovisionResult,
     InvokeContext,
     InvokeResult,
     PlatformInfo,
     PollContext,
+    ProviderError,
     ProviderInfo,
     ProvisionContext,
     ProvisionResult,
     RunReport,
+    StreamChunk,
 )
 
 log = logging.getLogger(__name__)
@@ -112,6 +116,20 @@ class Plugins:
     def providers(self) -> list[ProviderInfo]:
         """Every LLM provider the plugins declare."""
         return [p for result in reversed(self.pm.hook.svc_llm_providers()) for p in result]
+
+    async def complete(self, provider: str, request: CompletionRequest) -> CompletionResponse:
+        """One model call through the provider's plugin."""
+        result = await self._first("svc_llm_complete", provider=provider, request=request)
+        if result is None:
+            raise ProviderError(f"no plugin serves provider {provider!r}")
+        return result
+
+    async def stream(self, provider: str, request: CompletionRequest) -> AsyncIterator[StreamChunk]:
+        """A streamed model call through the provider's plugin."""
+        result = await self._first("svc_llm_stream", provider=provider, request=request)
+        if result is None:
+            raise ProviderError(f"no plugin streams provider {provider!r}")
+        return result
 
     # ---- calling ---------------------------------------------------------------------
 

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "ChatMessage",
+    "CompletionRequest",
+    "CompletionResponse",
     "CredentialField",
     "DeployedAgent",
     "DeprovisionContext",
@@ -21,10 +24,14 @@ __all__ = [
     "PlatformError",
     "PlatformInfo",
     "PollContext",
+    "ProviderError",
     "ProviderInfo",
     "ProvisionContext",
     "ProvisionResult",
     "RunReport",
+    "StreamChunk",
+    "ToolCall",
+    "ToolSpec",
 ]
 
 # Install body fields a platform may accept beyond templateId, platform and the billing fields.
@@ -187,6 +194,86 @@ class ProviderInfo:
     label: str
     wire_format: str
     models: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the model may call; `parameters` is a JSON Schema object."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call the model asked for."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One turn of a conversation, in a provider-neutral form.
+
+    `assistant` turns may carry `tool_calls`; a `tool` turn answers the call
+    `tool_call_id` (named `name`) with `content`.
+    """
+
+    role: Literal["user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """One model call. `model` is the catalogue id, `upstream_model` the provider's own name."""
+
+    model: str
+    upstream_model: str
+    system: str
+    messages: tuple[ChatMessage, ...]
+    api_key: str
+    base_url: str
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int = 2048
+    temperature: float | None = None
+    timeout_s: float = 60.0
+    max_retries: int = 3
+
+
+@dataclass(frozen=True)
+class CompletionResponse:
+    """The model's answer: text and/or tool calls, and the upstream token counts."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    input_tokens: int = 0
+    output_tokens: int = 0
+    stop_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    """A piece of a streamed answer; the last one has `done` and the whole `response`."""
+
+    text: str = ""
+    done: bool = False
+    response: CompletionResponse | None = None
+
+
+class ProviderError(Exception):
+    """A provider refused or failed; `detail` is safe to show (never the key)."""
+
+    def __init__(self, detail: str, status: int | None = None, *, retryable: bool = False) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.status = status
+        self.retryable = retryable
 
 
 class PlatformError(Exception):
