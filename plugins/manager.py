@@ -44,6 +44,7 @@ BUILTINS = (
     "plugins.builtin.orch_a",
     "plugins.builtin.orch_b",
     "plugins.builtin.orch_c",
+    "plugins.builtin.providers",
 )
 
 
