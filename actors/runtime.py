@@ -1,4 +1,4 @@
-"""Connects the process to Ray: a local instance, or a cluster at SVC_RAY_ADDRESS.
+"""Connects the process to Ray, and runs installs' work in their actors.
 
 Every `ray.*` call of the API process goes through `RayRuntime`, so the rest of
 the code sees only the `svc.ports.Runtime` protocol. Workers get the database
@@ -9,21 +9,39 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+from actors.install_actor import InstallActor
+from config.settings import Settings
+from svc.ports import RuntimeFailure
 
 log = logging.getLogger(__name__)
 
 PING_TIMEOUT_S = 5.0
+NAMESPACE = "svc"
+
+
+def actor_name(install_id: str) -> str:
+    """The Ray name of an install's actor."""
+    return f"install:{install_id}"
 
 
 class RayRuntime:
     """Owns this process's Ray connection (and the local Ray it may have started)."""
 
-    def __init__(self, address: str | None, mongodb_uri: str) -> None:
+    def __init__(
+        self, address: str | None, mongodb_uri: str, settings: Settings | None = None,
+        vault_keys: list[str] | None = None,
+    ) -> None:
         self.address = address
         self.mongodb_uri = mongodb_uri
+        self.settings = settings
+        self.vault_keys = vault_keys or []
         self._owned = False
+        self._background: set[asyncio.Task[Any]] = set()
 
     def start(self) -> None:
         """Connect (joining a Ray this process already has, if any).
@@ -36,7 +54,7 @@ class RayRuntime:
             return
         ray.init(
             address=self.address,
-            namespace="svc",
+            namespace=NAMESPACE,
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,
@@ -55,6 +73,40 @@ class RayRuntime:
             log.warning("Ray ping failed: %s", type(exc).__name__)
             return False
         return bool(resources)
+
+    def _actor(self, install_id: str) -> Any:
+        assert self.settings is not None, "the runtime needs settings to start actors"
+        return InstallActor.options(  # type: ignore[attr-defined]
+            name=actor_name(install_id), namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
+        ).remote(install_id, self.settings, self.mongodb_uri, self.vault_keys)
+
+    async def run(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Run in the install's actor (created on demand) and wait; RuntimeFailure if it dies."""
+        actor = await asyncio.to_thread(self._actor, install_id)
+        try:
+            return await actor.run.remote(payload)
+        except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
+            log.warning("install actor failed during a run: %s", type(exc).__name__)
+            raise RuntimeFailure("The install's worker stopped during the run") from None
+
+    async def submit(self, install_id: str, payload: dict[str, Any]) -> None:
+        """Start a run in the install's actor without waiting for it."""
+        actor = await asyncio.to_thread(self._actor, install_id)
+        task = asyncio.ensure_future(actor.run.remote(payload))
+        self._background.add(task)
+        task.add_done_callback(self._settled)
+
+    def _settled(self, task: asyncio.Future[Any]) -> None:
+        self._background.discard(task)  # type: ignore[arg-type]
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("queued run ended with %s", type(task.exception()).__name__)
+
+    def actor_handle(self, install_id: str) -> Any:
+        """The install's actor if it exists (tests and operators), else None."""
+        try:
+            return ray.get_actor(actor_name(install_id), namespace=NAMESPACE)
+        except ValueError:
+            return None
 
     def stop(self) -> None:
         """Disconnect, stopping the local Ray if this object started it."""

@@ -16,7 +16,7 @@ from actors.runtime import RayRuntime
 from api.auth import authenticate, bearer_token, optional_key
 from api.bodies import parse_body, parse_query
 from api.context import PRINCIPAL, ROUTE_TABLE, SERVICES, SETTINGS
-from api.handlers import accounts, health, installs, openapi, templates
+from api.handlers import accounts, health, installs, openapi, runtime, templates
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config.settings import Settings
@@ -30,10 +30,11 @@ from svc.vault import Vault
 log = logging.getLogger(__name__)
 
 ROUTES: tuple[Route, ...] = (
-    *health.routes, *accounts.routes, *installs.routes, *templates.routes, *openapi.routes
+    *health.routes, *accounts.routes, *installs.routes, *templates.routes, *runtime.routes, *openapi.routes
 )
 STORE = web.AppKey("store", Store)
 RUNTIME = web.AppKey("runtime", RayRuntime)
+VAULT = web.AppKey("vault", Vault)
 
 
 def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web.Application:
@@ -93,7 +94,8 @@ async def database(app: web.Application) -> AsyncIterator[None]:
 async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
     """Join or start Ray; workers learn the database URI through their environment."""
     settings = app[SETTINGS]
-    runtime = RayRuntime(settings.ray_address, app[STORE].uri)
+    vault = app[VAULT] = Vault.from_settings(settings.secret_keys, settings.data_dir)
+    runtime = RayRuntime(settings.ray_address, app[STORE].uri, settings, vault.keys)
     runtime.start()
     app[RUNTIME] = runtime
     try:
@@ -105,9 +107,8 @@ async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
 async def domain_services(app: web.Application) -> AsyncIterator[None]:
     """Wire the domain services on top of the store and the runtime."""
     settings = app[SETTINGS]
-    vault = Vault.from_settings(settings.secret_keys, settings.data_dir)
     plugins = Plugins(disabled=settings.disabled_plugins)
-    services = app[SERVICES] = Services.build(settings, app[STORE], vault, app[RUNTIME], plugins)
+    services = app[SERVICES] = Services.build(settings, app[STORE], app[VAULT], app[RUNTIME], plugins)
     try:
         yield
     finally:

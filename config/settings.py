@@ -59,6 +59,7 @@ class Settings(BaseModel):
     billing_cron_schedule: str = "0 0 1 * *"
     max_body_bytes: int = 2 * 1024 * 1024
     disabled_plugins: tuple[str, ...] = ()
+    actor_idle_seconds: float = 300.0
 
     @property
     def cookie_secure(self) -> bool:
@@ -103,6 +104,7 @@ class Settings(BaseModel):
             "smtp_url": get("SVC_SMTP_URL"),
             "app_api_keys": parse_app_keys(get("APP_API_KEYS")),
             "billing_cron_schedule": get("BILLING_CRON_SCHEDULE") or "0 0 1 * *",
+            "actor_idle_seconds": float(get("SVC_ACTOR_IDLE_SECONDS") or 300),
             "disabled_plugins": tuple(
                 name.strip() for name in (get("SVC_DISABLED_PLUGINS") or "").split(",") if name.strip()
             ),

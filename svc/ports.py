@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
+
+
+class RuntimeFailure(Exception):
+    """The runtime could not carry out a run (its worker died, or it is unavailable)."""
 
 
 class Runtime(Protocol):
@@ -10,4 +14,12 @@ class Runtime(Protocol):
 
     async def ping(self) -> bool:
         """True when the runtime answers."""
+        ...
+
+    async def run(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Run in the install's actor and wait for the outcome; RuntimeFailure if the actor dies."""
+        ...
+
+    async def submit(self, install_id: str, payload: dict[str, Any]) -> None:
+        """Start a run in the install's actor without waiting."""
         ...

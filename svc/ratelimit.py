@@ -62,6 +62,10 @@ RULES: tuple[Rule, ...] = (
         "public_generate", 5, 60 * 60,
         lambda method, path: method == "POST" and path == "/api/templates/generate/public",
     ),
+    Rule(
+        "runtime_test", 20, 60 * 60,
+        lambda method, path: method == "POST" and path == "/api/runtime/webhook/test",
+    ),
 )
 
 

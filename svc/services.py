@@ -11,10 +11,13 @@ from svc.cache import TTLCache
 from svc.credentials import Credentials, Principal
 from svc.installs import Installs
 from svc.keys import ApiKeys
+from svc.llm import LLM
 from svc.mailer import Mailer
 from svc.ports import Runtime
 from svc.ratelimit import RateLimiter
 from svc.runs import Runs
+from svc.runs_exec import RunService
+from svc.security_log import SecurityLog
 from svc.store import Store
 from svc.templates import Templates
 from svc.vault import Vault
@@ -36,6 +39,9 @@ class Services:
     templates: Templates
     plugins: Plugins
     installs: Installs
+    llm: LLM
+    run_service: RunService
+    security_log: SecurityLog
 
     @classmethod
     def build(
@@ -47,6 +53,7 @@ class Services:
         multiplier = settings.rate_limit_multiplier
         mailer = Mailer(store, settings.smtp_url)
         credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
+        installs = Installs(store, vault, plugins, credentials, key_cache, settings, Runs(store))
         return cls(
             settings=settings,
             store=store,
@@ -59,7 +66,10 @@ class Services:
             mailer=mailer,
             templates=Templates(store, mailer),
             plugins=plugins,
-            installs=Installs(store, vault, plugins, credentials, key_cache, settings, Runs(store)),
+            installs=installs,
+            llm=LLM(plugins, settings),
+            run_service=RunService(store, installs, runtime),
+            security_log=SecurityLog(store),
         )
 
     async def close(self) -> None:

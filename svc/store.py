@@ -83,6 +83,14 @@ INDEXES: dict[str, list[Index]] = {
     "installs": [
         Index([("webhookTokenHash", ASCENDING)], unique=True, partial={"webhookTokenHash": STRING}),
         Index([("templateId", ASCENDING), ("status", ASCENDING)]),
+        Index([("deployedAgents.externalId", ASCENDING)]),
+        Index([("owner.kind", ASCENDING), ("owner.id", ASCENDING), ("createdAt", DESCENDING)]),
+    ],
+    "pipeline_runs": [Index([("installId", ASCENDING), ("status", ASCENDING)])],
+    "agent_runs": [Index([("installId", ASCENDING), ("createdAt", DESCENDING)])],
+    "security_requests": [
+        Index([("installId", ASCENDING), ("createdAt", DESCENDING)]),
+        Index([("createdAt", ASCENDING)], ttl_seconds=30 * 24 * 3600, name="security_requests_ttl"),
     ],
     "outbox": [Index([("createdAt", DESCENDING)])],
     "runs": [

@@ -29,6 +29,7 @@ class Vault:
     def __init__(self, keys: Sequence[str]) -> None:
         if not keys:
             raise ValueError("the vault needs at least one Fernet key")
+        self.keys = list(keys)  # handed to actors, which decrypt install secrets
         self._fernet = MultiFernet([Fernet(key.encode()) for key in keys])
 
     @classmethod

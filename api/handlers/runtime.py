@@ -1,0 +1,75 @@
+"""The managed runtime: sync runs, the webhook trigger, orchA heartbeats, the security log."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from api.context import principal, services
+from api.errors import error_response
+from api.routing import RouteTable
+from plugins.types import ProviderError
+from svc.agent_loop import RunScope, TeamRunner
+from svc.policy import read_back
+from svc.runs_exec import HeartbeatBody, RunBody, RuntimeTestBody, WebhookBody
+
+routes = RouteTable()
+HEARTBEAT_SECRET_HEADER = "X-Svc-Webhook-Secret"
+TEST_MODEL = "providerA:small"
+
+
+@routes.post("/api/installs/{installId}/run", auth="K", body=RunBody)
+async def run(request: web.Request, body: RunBody) -> web.Response:
+    """Run the team on a task and answer when it has finished."""
+    result = await services(request).run_service.run(
+        principal(request), request.match_info["installId"], body
+    )
+    return web.json_response(result)
+
+
+@routes.post("/api/webhook/{token}", auth="T", body=WebhookBody)
+async def webhook_trigger(request: web.Request, body: WebhookBody) -> web.Response:
+    """Queue a run; the result is POSTed to callbackUrl when given."""
+    result = await services(request).run_service.trigger(principal(request).install_id or "", body)
+    return web.json_response(result)
+
+
+@routes.post("/api/runtime/webhook", auth="P", body=HeartbeatBody)
+async def runtime_webhook(request: web.Request, body: HeartbeatBody) -> web.Response:
+    """An orchA heartbeat for an `http` agent: run its loop, answer like a deployer webhook."""
+    secret = request.headers.get(HEARTBEAT_SECRET_HEADER) or request.query.get("secret")
+    return web.json_response(await services(request).run_service.heartbeat(body, secret))
+
+
+@routes.post("/api/runtime/webhook/test", auth="P", body=RuntimeTestBody)
+async def runtime_webhook_test(request: web.Request, body: RuntimeTestBody) -> web.Response:
+    """Run a system prompt on a task once (no install, no private addresses)."""
+    svc = services(request)
+    runner = TeamRunner(svc.llm, svc.security_log)
+    scope = RunScope("runtime-test", "runtime-test", {}, False, svc.settings.judge_model)
+    agent = {"key": "test", "name": "Test agent", "model": TEST_MODEL, "prompt": body.systemPrompt}
+    try:
+        result = await runner.run_agent(scope, agent, body.task)
+    except ProviderError as exc:
+        return error_response(502, exc.detail)
+    if result.status != "completed":
+        return error_response(502, result.error or "The run failed")
+    return web.json_response({"response": result.response})
+
+
+@routes.get("/api/installs/{id}/security/requests", auth="K/S")
+async def security_requests(request: web.Request) -> web.Response:
+    """The install's last 200 outbound agent requests, newest first."""
+    svc = services(request)
+    install = await svc.installs.owned(principal(request), request.match_info["id"])
+    return web.json_response({"requests": await svc.security_log.latest(install["_id"])})
+
+
+@routes.get("/api/installs/{id}/policies", auth="K/S")
+async def policies(request: web.Request) -> web.Response:
+    """Each agent's access policy in the read-back form (null without one)."""
+    install = await services(request).installs.owned(principal(request), request.match_info["id"])
+    agents = [
+        {"key": a["key"], "name": a["name"], "policy": read_back(a.get("accessPolicy"))}
+        for a in install["definition"]["agents"]
+    ]
+    return web.json_response({"agents": agents})

@@ -1,0 +1,66 @@
+"""Model calls by catalogue id: pick the provider plugin, its upstream name, key and endpoint."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+from config.catalogue import UPSTREAM
+from config.settings import Settings
+from plugins.manager import Plugins
+from plugins.types import (
+    ChatMessage,
+    CompletionRequest,
+    CompletionResponse,
+    ProviderError,
+    StreamChunk,
+    ToolSpec,
+)
+
+DEFAULT_BASE_URLS = {
+    "providerA": "https://api.anthropic.com",
+    "providerB": "https://api.openai.com/v1",
+    "providerC": "https://generativelanguage.googleapis.com",
+}
+
+
+class LLM:
+    """Calls models through the provider plugins with the keys and endpoints from settings."""
+
+    def __init__(self, plugins: Plugins, settings: Settings) -> None:
+        self.plugins = plugins
+        self.settings = settings
+
+    def request(
+        self, model: str, system: str, messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (), max_tokens: int = 2048, timeout_s: float = 60.0,
+    ) -> tuple[str, CompletionRequest]:
+        """The provider id and the request for a catalogue model."""
+        provider, _, _ = model.partition(":")
+        config = self.settings.providers.get(provider)
+        if config is None or not config.api_key:
+            raise ProviderError(
+                f"{provider} is not configured (set SVC_{provider.upper()}_API_KEY)", status=None
+            )
+        upstream = UPSTREAM.get(model)
+        if upstream is None:
+            raise ProviderError(f"unknown model {model!r}")
+        return provider, CompletionRequest(
+            model=model, upstream_model=upstream, system=system, messages=tuple(messages),
+            api_key=config.api_key, base_url=(config.base_url or DEFAULT_BASE_URLS[provider]).rstrip("/"),
+            tools=tuple(tools), max_tokens=max_tokens, timeout_s=timeout_s,
+        )
+
+    async def complete(
+        self, model: str, system: str, messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (), max_tokens: int = 2048, timeout_s: float = 60.0,
+    ) -> CompletionResponse:
+        """One call, the whole answer."""
+        provider, request = self.request(model, system, messages, tools, max_tokens, timeout_s)
+        return await self.plugins.complete(provider, request)
+
+    async def stream(
+        self, model: str, system: str, messages: Sequence[ChatMessage], max_tokens: int = 4096
+    ) -> AsyncIterator[StreamChunk]:
+        """A streamed call."""
+        provider, request = self.request(model, system, messages, (), max_tokens)
+        return await self.plugins.stream(provider, request)
