@@ -57,6 +57,11 @@ class InstallActor:
                 self._watcher = asyncio.create_task(self._evict_when_idle())
         return self.runner
 
+    async def ready(self) -> bool:
+        """Answer once connected and recovered (the runtime calls it before handing over a run)."""
+        await self._runner()
+        return True
+
     async def run(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Run and wait for the outcome."""
         runner = await self._runner()

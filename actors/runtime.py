@@ -21,6 +21,7 @@ from svc.ports import RuntimeFailure
 log = logging.getLogger(__name__)
 
 PING_TIMEOUT_S = 5.0
+READY_ATTEMPTS = 30
 NAMESPACE = "svc"
 
 
@@ -80,9 +81,22 @@ class RayRuntime:
             name=actor_name(install_id), namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
         ).remote(install_id, self.settings, self.mongodb_uri, self.vault_keys)
 
+    async def _ready_actor(self, install_id: str) -> Any:
+        """The install's actor once it answers; waits out a restart, replaces a dead one."""
+        delay = 0.1
+        for _ in range(READY_ATTEMPTS):
+            actor = await asyncio.to_thread(self._actor, install_id)
+            try:
+                await actor.ready.remote()
+                return actor
+            except (ActorUnavailableError, ActorDiedError, RayActorError):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        raise RuntimeFailure("The install's worker could not be started")
+
     async def run(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         """Run in the install's actor (created on demand) and wait; RuntimeFailure if it dies."""
-        actor = await asyncio.to_thread(self._actor, install_id)
+        actor = await self._ready_actor(install_id)
         try:
             return await actor.run.remote(payload)
         except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
@@ -91,7 +105,7 @@ class RayRuntime:
 
     async def submit(self, install_id: str, payload: dict[str, Any]) -> None:
         """Start a run in the install's actor without waiting for it."""
-        actor = await asyncio.to_thread(self._actor, install_id)
+        actor = await self._ready_actor(install_id)
         task = asyncio.ensure_future(actor.run.remote(payload))
         self._background.add(task)
         task.add_done_callback(self._settled)

@@ -1,0 +1,178 @@
+"""Webhook triggers with signed callbacks, orchA heartbeats, and the actor's life: crash, recovery, eviction."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import ray
+from aiohttp import web
+
+from svc.runs_exec import sign
+from tests.conftest import bearer, create_key, signup
+from tests.fakes.orch_a import FakePaperclip
+from tests.runtime_helpers import member, provider_settings, start_llm, svc_install
+from tests.templates_helpers import publish_template
+
+
+async def make(make_client, aiohttp_server, **overrides):
+    llm, url = await start_llm(aiohttp_server)
+    client = await make_client(rate_limit_multiplier=None, providers=provider_settings(url), **overrides)
+    return client, llm
+
+
+async def webhook_token(client, caller):
+    mine = await (await client.get("/api/installs/mine", headers=caller.cookie)).json()
+    return mine[0]["webhookToken"]
+
+
+async def wait_for(predicate, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def test_webhook_queues_runs_and_posts_a_signed_callback(make_client, aiohttp_server, store):
+    client, llm = await make(make_client, aiohttp_server)
+    received: list[tuple[bytes, str]] = []
+
+    async def callback(request: web.Request) -> web.Response:
+        received.append((await request.read(), request.headers["Svc-Signature"]))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", callback)
+    hook = await aiohttp_server(app)
+    caller, _, install_id = await svc_install(client, [member("lead")])
+    token = await webhook_token(client, caller)
+    llm.script(text="webhook result", input_tokens=7, output_tokens=3)
+    response = await client.post(
+        f"/api/webhook/{token}",
+        json={"inputText": "from a webhook", "callbackUrl": f"{hook.make_url('/hook')}"},
+    )
+    assert response.status == 200
+    queued = await response.json()
+    assert queued["status"] == "queued"
+    assert await wait_for(lambda: asyncio.sleep(0, result=bool(received)))
+    raw, signature = received[0]
+    body = json.loads(raw)
+    assert body == {
+        "runId": queued["runId"],
+        "installId": install_id,
+        "status": "completed",
+        "response": "webhook result",
+        "inputTokens": 7,
+        "outputTokens": 3,
+    }
+    stamp = int(signature.split(",")[0][2:])
+    assert signature == sign(raw, token, stamp), "HMAC-SHA256 of '<t>.<body>' keyed by the webhook token"
+    assert llm.requests[0].body["messages"][0]["content"] == "from a webhook"
+
+
+async def test_webhook_errors(make_client, aiohttp_server, store):
+    client, _ = await make(make_client, aiohttp_server)
+    response = await client.post("/api/webhook/not-a-token", json={})
+    assert response.status == 404 and await response.json() == {"error": "Webhook token not found"}
+    caller, _, install_id = await svc_install(client, [member("lead")])
+    token = await webhook_token(client, caller)
+    assert (await client.post(f"/api/webhook/{token}", json={"inputText": "x" * 100_001})).status == 400
+    await store.installs.update_one({"_id": install_id}, {"$set": {"status": "pending"}})
+    response = await client.post(f"/api/webhook/{token}", json={})
+    assert response.status == 409
+    assert await response.json() == {"error": "Install is not ready (status: pending)"}
+
+
+async def test_orch_a_heartbeat_runs_the_http_agent(make_client, aiohttp_server):
+    client, llm = await make(make_client, aiohttp_server)
+    paperclip = FakePaperclip()
+    server = await aiohttp_server(paperclip.app())
+    caller = await signup(client)
+    key = await create_key(client, caller)
+    team = {"agents": [member("lead", adapterType="http")]}
+    template = await publish_template(client, key, visibility="public", definition=team)
+    paperclip.companies["c1"] = {"id": "c1", "name": "Acme"}
+    body = {
+        "templateId": template["id"],
+        "companyId": "c1",
+        "credentials": {
+            "orchABaseUrl": str(server.make_url("")).rstrip("/"),
+            "orchAApiKey": paperclip.api_key,
+        },
+    }
+    install = await (await client.post("/api/installs", json=body, headers=bearer(key))).json()
+    agent_id = install["deployedAgents"][0]["externalId"]
+    config = paperclip.agents[agent_id]["adapterConfig"]
+    assert config["url"].endswith("/api/runtime/webhook")
+    heartbeat = {
+        "runId": "hb-1",
+        "agentId": agent_id,
+        "companyId": "c1",
+        "context": {"taskId": "t-9", "wakeReason": "assignment"},
+    }
+    refused = await client.post(
+        "/api/runtime/webhook", json=heartbeat, headers={"X-Svc-Webhook-Secret": "wrong"}
+    )
+    assert refused.status == 401
+    llm.script(text="heartbeat handled")
+    response = await client.post("/api/runtime/webhook", json=heartbeat, headers=config["headers"])
+    assert response.status == 200, await response.text()
+    assert await response.json() == {
+        "runId": "hb-1",
+        "agentId": agent_id,
+        "companyId": "c1",
+        "agentName": "Lead",
+        "response": "heartbeat handled",
+    }
+    assert "assignment" in llm.requests[0].body["messages"][0]["content"]
+
+
+async def test_a_run_survives_its_actor_being_killed(make_client, aiohttp_server, store):
+    client, llm = await make(make_client, aiohttp_server)
+    _, key, install_id = await svc_install(client, [member("lead")])
+    llm.script(text="warm")
+    await client.post(f"/api/installs/{install_id}/run", json={"task": "warm up"}, headers=key)
+    llm.latency_s = 5.0
+    running = asyncio.ensure_future(
+        client.post(f"/api/installs/{install_id}/run", json={"task": "slow"}, headers=key)
+    )
+    assert await wait_for(
+        lambda: store["pipeline_runs"].count_documents({"installId": install_id, "status": "running"})
+    )
+    actor = ray.get_actor(f"install:{install_id}", namespace="svc")
+    await asyncio.to_thread(ray.kill, actor, no_restart=False)
+    response = await running
+    result = await response.json()
+    assert result["status"] == "failed" and "stopped during the run" in result["errorMessage"]
+    run = await store["pipeline_runs"].find_one({"_id": result["runId"]})
+    assert run["status"] == "failed"
+    llm.latency_s = 0.0
+    llm.script(text="after the crash")
+    again = await (
+        await client.post(f"/api/installs/{install_id}/run", json={"task": "again"}, headers=key)
+    ).json()
+    assert again["status"] == "completed" and again["response"] == "after the crash"
+
+
+async def test_idle_actors_exit(make_client, aiohttp_server):
+    client, llm = await make(make_client, aiohttp_server, actor_idle_seconds=1.0)
+    _, key, install_id = await svc_install(client, [member("lead")])
+    await client.post(f"/api/installs/{install_id}/run", json={"task": "once"}, headers=key)
+
+    async def gone() -> bool:
+        try:
+            await asyncio.to_thread(ray.get_actor, f"install:{install_id}", namespace="svc")
+        except ValueError:
+            return True
+        return False
+
+    assert not await gone()
+    assert await wait_for(gone, timeout_s=30)
+    llm.script(text="woken again")
+    result = await (
+        await client.post(f"/api/installs/{install_id}/run", json={"task": "x"}, headers=key)
+    ).json()
+    assert result["response"] == "woken again", "a new actor starts on demand"
