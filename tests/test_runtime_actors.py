@@ -1,4 +1,4 @@
-"""Webhook triggers with signed callbacks, orchA heartbeats, and the actor's life: crash, recovery, eviction."""
+"""Webhook triggers and signed callbacks, orchA heartbeats, and actor life: crash, recovery, eviction."""
 
 from __future__ import annotations
 
