@@ -17,7 +17,7 @@ from typing import Any
 import ray
 
 from config.settings import Settings
-from plugins.manager import Plugins
+from plugins.manager import PROVIDER_BUILTINS, Plugins
 from svc.llm import LLM
 from svc.runs_exec import InstallRunner
 from svc.store import Store
@@ -46,7 +46,7 @@ class InstallActor:
         async with self._ready:
             if self.runner is None:
                 store = Store.connect(self.mongodb_uri)
-                plugins = Plugins(disabled=self.settings.disabled_plugins)
+                plugins = Plugins(disabled=self.settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
                 self.runner = InstallRunner(
                     store, Vault(self.vault_keys), LLM(plugins, self.settings),
                     self.settings.judge_model, self.settings.egress_allow_private,

@@ -46,6 +46,8 @@ BUILTINS = (
     "plugins.builtin.orch_c",
     "plugins.builtin.providers",
 )
+# What install actors load: they call models, never platform drivers (which import boto3).
+PROVIDER_BUILTINS = ("plugins.builtin.providers",)
 
 
 class PluginError(RuntimeError):
