@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import ray
@@ -43,6 +44,8 @@ class RayRuntime:
         self.vault_keys = vault_keys or []
         self._owned = False
         self._background: set[asyncio.Task[Any]] = set()
+        # Handles of actors that answered recently, so a warm run skips the readiness round trip.
+        self._warm: dict[str, tuple[Any, float]] = {}
 
     def start(self) -> None:
         """Connect (joining a Ray this process already has, if any).
@@ -83,11 +86,15 @@ class RayRuntime:
 
     async def _ready_actor(self, install_id: str) -> Any:
         """The install's actor once it answers; waits out a restart, replaces a dead one."""
+        warm = self._warm.get(install_id)
+        if warm is not None and time.monotonic() - warm[1] < self._warm_ttl():
+            return warm[0]
         delay = 0.1
         for _ in range(READY_ATTEMPTS):
             actor = await asyncio.to_thread(self._actor, install_id)
             try:
                 await actor.ready.remote()
+                self._warm[install_id] = (actor, time.monotonic())
                 return actor
             except (ActorUnavailableError, ActorDiedError, RayActorError):
                 await asyncio.sleep(delay)
@@ -98,10 +105,18 @@ class RayRuntime:
         """Run in the install's actor (created on demand) and wait; RuntimeFailure if it dies."""
         actor = await self._ready_actor(install_id)
         try:
-            return await actor.run.remote(payload)
+            result = await actor.run.remote(payload)
         except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
+            self._warm.pop(install_id, None)
             log.warning("install actor failed during a run: %s", type(exc).__name__)
             raise RuntimeFailure("The install's worker stopped during the run") from None
+        self._warm[install_id] = (actor, time.monotonic())
+        return result
+
+    def _warm_ttl(self) -> float:
+        """How long a handle counts as warm: well within the actor's idle exit."""
+        idle = self.settings.actor_idle_seconds if self.settings is not None else 300.0
+        return min(30.0, idle / 2)
 
     async def submit(self, install_id: str, payload: dict[str, Any]) -> None:
         """Start a run in the install's actor without waiting for it."""

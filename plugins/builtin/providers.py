@@ -16,6 +16,7 @@ import email.utils
 import json
 import logging
 import time
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -594,9 +595,23 @@ PROVIDERS: dict[str, tuple[str, Wire]] = {
 # ---- transport --------------------------------------------------------------------------
 
 
+_POOL: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, httpx.AsyncClient]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _client(request: CompletionRequest) -> httpx.AsyncClient:
-    """An egress-guarded client; private addresses are allowed (the base URL is operator config)."""
-    return egress_client(allow_private=True, timeout=httpx.Timeout(request.timeout_s))
+    """A pooled egress-guarded client per event loop and timeout, so connections are reused.
+
+    Private addresses are allowed: the base URL is operator configuration, not caller input.
+    """
+    clients = _POOL.setdefault(asyncio.get_running_loop(), {})
+    client = clients.get(request.timeout_s)
+    if client is None or client.is_closed:
+        client = clients[request.timeout_s] = egress_client(
+            allow_private=True, timeout=httpx.Timeout(request.timeout_s)
+        )
+    return client
 
 
 def _check(provider: str, request: CompletionRequest) -> None:
@@ -679,8 +694,7 @@ async def _sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
 async def _complete(provider: str, wire: Wire, request: CompletionRequest) -> CompletionResponse:
     """One whole call."""
     _check(provider, request)
-    async with _client(request) as client:
-        response = await _send(provider, wire, client, request, stream=False)
+    response = await _send(provider, wire, _client(request), request, stream=False)
     try:
         return wire.parse(response.json(), request)
     except (ValueError, UnicodeDecodeError):
@@ -693,35 +707,34 @@ async def _chunks(
     provider: str, wire: Wire, request: CompletionRequest
 ) -> AsyncGenerator[StreamChunk, None]:
     """The streamed call: text chunks, then one done chunk with the whole answer."""
-    async with _client(request) as client:
-        response = await _send(provider, wire, client, request, stream=True)
-        state = StreamState()
-        try:
-            async for event, data in _sse(response):
-                try:
-                    payload: Any = data if data == "[DONE]" else json.loads(data)
-                    text = wire.feed(state, event, payload, request)
-                except ValueError:
-                    raise ProviderError(f"{provider} streamed a malformed event: not JSON", None) from None
-                except Malformed as exc:
-                    raise ProviderError(f"{provider} streamed a malformed event: {exc}", None) from None
-                if text:
-                    yield StreamChunk(text=text)
-        except httpx.TimeoutException:
-            raise ProviderError(f"{provider} stream stalled for {request.timeout_s:g} s", None,
-                                retryable=True) from None
-        except httpx.TransportError as exc:
-            raise ProviderError(f"{provider} stream broke ({type(exc).__name__})", None,
-                                retryable=True) from None
-        finally:
-            await response.aclose()
-        if not state.finished:
-            raise ProviderError(f"{provider} stream ended before the answer was complete", None,
-                                retryable=True)
-        try:
-            done = state.response(provider)
-        except Malformed as exc:
-            raise ProviderError(f"{provider} streamed a malformed answer: {exc}", None) from None
+    response = await _send(provider, wire, _client(request), request, stream=True)
+    state = StreamState()
+    try:
+        async for event, data in _sse(response):
+            try:
+                payload: Any = data if data == "[DONE]" else json.loads(data)
+                text = wire.feed(state, event, payload, request)
+            except ValueError:
+                raise ProviderError(f"{provider} streamed a malformed event: not JSON", None) from None
+            except Malformed as exc:
+                raise ProviderError(f"{provider} streamed a malformed event: {exc}", None) from None
+            if text:
+                yield StreamChunk(text=text)
+    except httpx.TimeoutException:
+        raise ProviderError(f"{provider} stream stalled for {request.timeout_s:g} s", None,
+                            retryable=True) from None
+    except httpx.TransportError as exc:
+        raise ProviderError(f"{provider} stream broke ({type(exc).__name__})", None,
+                            retryable=True) from None
+    finally:
+        await response.aclose()
+    if not state.finished:
+        raise ProviderError(f"{provider} stream ended before the answer was complete", None,
+                            retryable=True)
+    try:
+        done = state.response(provider)
+    except Malformed as exc:
+        raise ProviderError(f"{provider} streamed a malformed answer: {exc}", None) from None
     yield StreamChunk(done=True, response=done)
 
 
