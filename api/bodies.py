@@ -20,9 +20,12 @@ async def read_json(request: web.Request) -> Any:
     if not raw.strip():
         return None
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        data = json.loads(raw)
+        # Lone surrogates ("\\ud800") parse but cannot be stored or hashed: refuse them here.
+        json.dumps(data, ensure_ascii=False).encode()
+    except (ValueError, UnicodeError, RecursionError):
         raise BadRequest("Malformed JSON body") from None
+    return data
 
 
 async def parse_body(request: web.Request, model: type[M]) -> M:

@@ -14,6 +14,7 @@ security log with the URL as the agent wrote it.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,8 @@ from svc.egress import EgressDenied, egress_client
 from svc.llm import LLM
 from svc.policy import compile_policy, evaluate
 from svc.security_log import RequestRecord, SecurityLog
+
+log = logging.getLogger(__name__)
 
 MAX_ITERATIONS = 10
 MAX_BODY_CHARS = 8_000
@@ -213,6 +216,9 @@ class TeamRunner:
             step.status, step.error = "failed", str(exc)
         except ProviderError as exc:
             step.status, step.error = "failed", f"Model provider error: {exc.detail}"
+        except Exception as exc:  # never let one agent's bug lose the run record
+            log.error("agent loop failed: %s", type(exc).__name__)  # the message may hold secrets
+            step.status, step.error = "failed", f"Internal error in the agent loop ({type(exc).__name__})"
         step.ended_at = utcnow()
         if self.steps_sink is not None:
             await self.steps_sink(step)
@@ -225,8 +231,15 @@ class TeamRunner:
     ) -> str:
         method = str(arguments.get("method", "GET")).upper()
         written_url = str(arguments.get("url", ""))
-        headers = {str(k): str(v) for k, v in (arguments.get("headers") or {}).items()}
+        raw_headers = arguments.get("headers") or {}
         body = arguments.get("body")
+        if (
+            method not in METHODS
+            or not isinstance(raw_headers, dict)
+            or not (body is None or isinstance(body, str))
+        ):
+            return "Invalid http_request: method must be an HTTP method, headers an object, body a string"
+        headers = {str(k): str(v) for k, v in raw_headers.items()}
         url = substitute(written_url, scope.secrets)
         parts = urlsplit(written_url)
         started = time.perf_counter()
@@ -257,9 +270,7 @@ class TeamRunner:
             )
 
         verdict = evaluate(policy, method, url)
-        decision = {"allow": "ALLOW", "deny": "BLOCK", "judge": "JUDGE", "passthrough": "PASSTHROUGH"}[
-            verdict.action
-        ]
+        decision = DECISIONS[verdict.action]
         judge: tuple[str | None, float | None] = (None, None)
         if verdict.action == "deny":
             await self.security_log.record(log("BLOCK", verdict.source, verdict.reason, None))
@@ -277,18 +288,20 @@ class TeamRunner:
                 return f"Blocked by the security judge: {reasoning}"
         try:
             async with egress_client(scope.allow_private, timeout=HTTP_TIMEOUT_S) as client:
-                content = body.encode() if isinstance(body, str) else None
                 response = await client.request(
-                    method, url, headers=substitute_headers(headers, scope.secrets), content=content
+                    method,
+                    url,
+                    headers=substitute_headers(headers, scope.secrets),
+                    content=body.encode() if isinstance(body, str) else None,
                 )
         except EgressDenied as exc:
-            await self.security_log.record(log("BLOCK", source, f"Egress guard: {exc}", None, judge))
-            return f"Blocked: {exc}"
-        except httpx.HTTPError as exc:
-            await self.security_log.record(
-                log(decision, source, f"Request failed: {type(exc).__name__}", None, judge)
-            )
-            return f"Request failed: {type(exc).__name__}"
+            # The reason never names the host: the host may carry a substituted secret.
+            await self.security_log.record(log("BLOCK", source, f"Egress guard: {exc.reason}", None, judge))
+            return f"Blocked: {exc.reason}"
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+            failure = f"Request failed: {type(exc).__name__}"
+            await self.security_log.record(log(decision, source, failure, None, judge))
+            return failure
         await self.security_log.record(log(decision, source, verdict.reason, response.status_code, judge))
         text = response.text
         truncated = len(text) > MAX_BODY_CHARS

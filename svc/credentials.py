@@ -16,7 +16,7 @@ from svc import tokens
 from svc.accounts import Accounts
 from svc.cache import TTLCache
 from svc.clock import utcnow
-from svc.errors import NotFound, Unauthorized
+from svc.errors import Forbidden, NotFound, Unauthorized
 from svc.store import Store
 
 Via = Literal["key", "session", "app_key", "install_token", "webhook_token"]
@@ -36,6 +36,15 @@ class Principal:
     key_id: str | None = None
     # For keys: the install the key is scoped to. For tokens: the install they belong to.
     install_id: str | None = None
+
+
+def require_unscoped(principal: Principal) -> None:
+    """403 for a key scoped to one install: it may act on that install only."""
+    if principal.via == "key" and principal.install_id is not None:
+        raise Forbidden(
+            f"This key is scoped to install {principal.install_id} and can act only on it; "
+            "use an unscoped key"
+        )
 
 
 class Credentials:

@@ -33,7 +33,11 @@ DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
 
 class EgressDenied(Exception):
-    """The destination is not allowed; the message is safe to show."""
+    """The destination is not allowed. `reason` names why without naming the host."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 def denial_reason(ip: IPAddress) -> str | None:
@@ -61,8 +65,8 @@ async def resolve(host: str, port: int) -> list[IPAddress]:
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror:
-        raise EgressDenied(f"cannot resolve host {host!r}") from None
+    except (socket.gaierror, UnicodeError):
+        raise EgressDenied(f"cannot resolve host {host!r}", "the host cannot be resolved") from None
     return list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
 
 
@@ -78,7 +82,7 @@ async def vet(url: httpx.URL, allow_private: bool) -> IPAddress:
         for address in addresses:
             reason = denial_reason(address)
             if reason is not None:
-                raise EgressDenied(f"{url.host} resolves to {reason}")
+                raise EgressDenied(f"{url.host} resolves to {reason}", f"the host resolves to {reason}")
     return addresses[0]
 
 

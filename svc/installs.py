@@ -32,7 +32,7 @@ from plugins.types import (
 from svc import tokens
 from svc.cache import TTLCache
 from svc.clock import iso, utcnow
-from svc.credentials import Credentials, Principal
+from svc.credentials import Credentials, Principal, require_unscoped
 from svc.definitions import VARIABLE_REFERENCE
 from svc.errors import BadGateway, BadRequest, Conflict, NotFound
 from svc.models import RequestBody
@@ -123,6 +123,7 @@ class Installs:
 
     async def create(self, principal: Principal, body: CreateInstallBody) -> dict[str, Any]:
         """Validate, provision through the platform's driver, store; the spec's response."""
+        require_unscoped(principal)
         platform = self._platform(body.platform)
         fields = self._platform_fields(platform, body)
         template = await self._installable_template(principal, body.templateId)
@@ -170,6 +171,11 @@ class Installs:
             "updatedAt": now,
         }
         await self.store.installs.insert_one(doc)
+        # A template archived or deleted since we read it takes no new install (its delete
+        # counted active installs before this pending one existed).
+        if not await self.store["templates"].count_documents({"_id": template["_id"], "status": "published"}):
+            await self._forget(install_id)
+            raise Conflict("Template is no longer published")
         install_token = await self.credentials.issue_install_token(install_id)
         context = ProvisionContext(
             install_id=install_id,
@@ -343,6 +349,7 @@ class Installs:
 
     async def known_secrets(self, principal: Principal, company_id: str, keys: list[str]) -> list[str]:
         """The subset of `keys` the vault holds for this company (and this owner)."""
+        require_unscoped(principal)
         cursor = self.store["vault_secrets"].find(
             {**self._scope(principal, company_id), "key": {"$in": keys}}, {"key": 1}
         )

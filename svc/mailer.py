@@ -29,10 +29,16 @@ class Mailer:
 
     async def send(self, to: str, subject: str, body: str, kind: str) -> None:
         """Record the message, then deliver it over SMTP when configured."""
+        subject = " ".join(subject.split())  # no CR/LF: they would start new headers
         message_id = tokens.new_id()
         record = {
-            "_id": message_id, "to": to, "subject": subject, "body": body, "kind": kind,
-            "status": "queued" if self.smtp_url else "recorded", "createdAt": utcnow(),
+            "_id": message_id,
+            "to": to,
+            "subject": subject,
+            "body": body,
+            "kind": kind,
+            "status": "queued" if self.smtp_url else "recorded",
+            "createdAt": utcnow(),
         }
         await self.store["outbox"].insert_one(record)
         if not self.smtp_url:
@@ -40,7 +46,7 @@ class Mailer:
             return
         try:
             await asyncio.to_thread(self._deliver, to, subject, body)
-        except (OSError, smtplib.SMTPException) as exc:
+        except (OSError, ValueError, smtplib.SMTPException) as exc:
             log.warning("mail delivery failed: %s", type(exc).__name__, extra={"mailKind": kind})
             await self.store["outbox"].update_one({"_id": message_id}, {"$set": {"status": "failed"}})
             return

@@ -229,7 +229,10 @@ class InstallRunner:
                     if response.status_code < 500 and response.status_code != 429:
                         return response.status_code < 300
                 except EgressDenied as exc:
-                    log.warning("callback refused by the egress guard: %s", exc)
+                    log.warning("callback refused by the egress guard: %s", exc.reason)
+                    return False
+                except (httpx.InvalidURL, ValueError):
+                    log.warning("callback URL is not usable")
                     return False
                 except httpx.HTTPError:
                     pass
@@ -278,8 +281,13 @@ class RunService:
         if install is None:
             raise NotFound("Webhook token not found")
         self._check_ready(install)
-        if body.callbackUrl is not None and not body.callbackUrl.startswith(("http://", "https://")):
-            raise BadRequest("callbackUrl: must be an http(s) URL")
+        if body.callbackUrl is not None:
+            try:
+                parsed = httpx.URL(body.callbackUrl)
+            except (httpx.InvalidURL, ValueError):
+                parsed = None
+            if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+                raise BadRequest("callbackUrl: must be an http(s) URL")
         run_id = tokens.new_id()
         await self.store["pipeline_runs"].insert_one(
             {
@@ -301,11 +309,17 @@ class RunService:
 
     async def heartbeat(self, body: HeartbeatBody, secret: str | None) -> dict[str, Any]:
         """Run one orchA `http` agent for a heartbeat; answers in the deployer-webhook shape."""
-        install = await self.store.installs.find_one(
+        # Upstream agent ids come from each deployer's own server, so they may repeat across
+        # installs: the install is the one whose secret the caller presents.
+        candidates = await self.store.installs.find(
             {"deployedAgents.externalId": body.agentId, "platform": "orchA", "status": "completed"}
-        )
-        expected = self.installs.vault.decrypt(install["webhookSecretEncrypted"]) if install else ""
-        if install is None or not secret or not hmac.compare_digest(secret.encode(), expected.encode()):
+        ).to_list(20)
+        install = None
+        for candidate in candidates:
+            expected = self.installs.vault.decrypt(candidate["webhookSecretEncrypted"])
+            if secret and hmac.compare_digest(secret.encode(), expected.encode()):
+                install = candidate
+        if install is None:
             raise Unauthorized("Invalid runtime credential")
         agent = next(a for a in install["deployedAgents"] if a["externalId"] == body.agentId)
         context = body.context or {}

@@ -24,7 +24,7 @@ from pymongo.errors import DuplicateKeyError
 
 from svc import tokens
 from svc.clock import aware, iso, utcnow
-from svc.credentials import Principal
+from svc.credentials import Principal, require_unscoped
 from svc.definitions import TeamDefinition, check_definition
 from svc.errors import BadRequest, Conflict, Forbidden, NotFound, Unprocessable
 from svc.mailer import Mailer
@@ -303,6 +303,7 @@ class Templates:
 
     async def _owned(self, principal: Principal, template_id: str) -> Document:
         """The template, if the caller owns it: 404 when they cannot see it, 403 when they can."""
+        require_unscoped(principal)
         doc = await self._templates.find_one({"_id": template_id})
         if doc is None:
             raise NotFound("Template not found")
@@ -316,6 +317,7 @@ class Templates:
 
     async def create(self, principal: Principal, body: CreateTemplateBody) -> dict[str, Any]:
         """A new draft (version 1)."""
+        require_unscoped(principal)
         check_definition(body.definition)
         now = utcnow()
         doc = {
@@ -545,6 +547,7 @@ class Templates:
 
     async def fork(self, principal: Principal, template_id: str) -> dict[str, Any]:
         """A private copy (a `team` draft) of a published template."""
+        require_unscoped(principal)
         original = await self._templates.find_one({"_id": template_id, "kind": "template"})
         owner = original is not None and is_owner(principal, original)
         if original is None or original["status"] != "published" or not (owner or is_listed(original)):

@@ -243,3 +243,11 @@ async def test_vault_prefills_a_reinstall_into_the_same_company_only(make_client
     other = await create_key(client, await signup(client))
     known = await client.get("/api/secrets/known?companyId=c1&keys=CRM_TOKEN", headers=bearer(other))
     assert (await known.json()) == {"known": []}, "another owner sees nothing of this vault"
+
+
+async def test_a_non_json_answer_rolls_back_and_is_a_platform_error(fake):
+    fake.html_at = 2
+    with pytest.raises(PlatformError) as failure:
+        await Plugins().provision("orchA", context(fake))
+    assert "without JSON" in failure.value.detail
+    assert fake.agents == {} and fake.companies == {}

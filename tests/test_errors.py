@@ -100,3 +100,13 @@ async def test_errors_never_include_stack_traces(client):
     response = await client.patch("/api/auth/me", data=b"[1,", headers=caller.cookie)
     assert response.status == 400
     assert "Traceback" not in await response.text()
+
+
+async def test_lone_surrogates_and_deep_nesting_are_400(client, store):
+    for raw in (b'{"email": "\\ud800@x.com", "password": "long enough"}', b"[" * 100_000):
+        response = await client.post(
+            "/api/auth/signup", data=raw, headers={"Content-Type": "application/json"}
+        )
+        assert response.status == 400
+        assert await response.json() == {"error": "Malformed JSON body"}
+    assert await store.users.count_documents({}) == 0

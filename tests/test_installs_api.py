@@ -131,7 +131,9 @@ async def test_svc_install_is_created_linked_and_listed_with_its_pinned_version(
     assert (listed["platform"], listed["status"], listed["companyId"]) == ("svc", "completed", None)
 
     # A new version of the template does not move the install (spec: never migrated automatically).
-    parent = await release(client, key, template["id"], team_definition(description="v2"))
+    # The creating key now reaches only its install, so the template is managed with another key.
+    builder = await create_key(client, owner)
+    parent = await release(client, builder, template["id"], team_definition(description="v2"))
     assert parent["version"] == 2
     second = await svc_install(client, other_key, template["id"])
     newest, oldest = await list_installs(client, await create_key(client, owner))
@@ -141,19 +143,25 @@ async def test_svc_install_is_created_linked_and_listed_with_its_pinned_version(
     assert doc["templateVersion"] == 1 and doc["definition"].get("description") != "v2"
 
 
-async def test_creating_key_is_linked_to_each_new_svc_install(make_client):
+async def test_a_linked_key_acts_only_on_its_install(make_client):
     """Spec "Installs", svc: "the API key used to create the install is immediately linked to the new
-    installId (so whoami resolves)"."""
+    installId (so whoami resolves)". From then on the key reaches that install only: it may not create
+    installs, manage templates or read the secret vault (docs/auth.md)."""
     client = await make_client(rate_limit_multiplier=None)
     _, key = await user_with_key(client)
     template = await published_team(client, key)
     first = (await svc_install(client, key, template["id"]))["installId"]
     assert await (await whoami(client, key)).json() == {"installId": first}
+    await patch_ok(client, key, first, "variables", {"company": "Acme"})
 
-    second = (await svc_install(client, key, template["id"]))["installId"]
-
-    assert await (await whoami(client, key)).json() == {"installId": second}
-    await patch_ok(client, key, second, "variables", {"company": "Acme"})
+    body = {"templateId": template["id"], "platform": "svc"}
+    refused = await client.post("/api/installs", json=body, headers=bearer(key))
+    assert refused.status == 403 and first in (await refused.json())["error"]
+    refused = await client.post(f"/api/templates/{template['id']}/new-version", headers=bearer(key))
+    assert refused.status == 403
+    refused = await client.get("/api/secrets/known?companyId=c&keys=A", headers=bearer(key))
+    assert refused.status == 403
+    assert await (await whoami(client, key)).json() == {"installId": first}
 
 
 async def test_managed_installs_summary_variables_and_secrets(make_client, store):

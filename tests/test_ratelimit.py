@@ -112,3 +112,21 @@ async def test_locally_counted_requests_reach_the_shared_counter(client, store):
         await asyncio.sleep(0.05)
     assert sum(doc.get("all", 0) for doc in docs) == 5
     assert all(doc["expiresAt"] for doc in docs), "every counter expires through the TTL index"
+
+
+async def test_every_forwarded_for_line_counts(make_client):
+    client = await make_client(trusted_proxies=("127.0.0.0/8",))
+    # A client forges a first line; the proxy appends its own line with the real address.
+    for n in range(20):
+        headers = [("X-Forwarded-For", f"6.6.6.{n}"), ("X-Forwarded-For", "203.0.113.50")]
+        assert (await client.get("/api/auth/me", headers=headers)).status == 401
+    headers = [("X-Forwarded-For", "6.6.6.99"), ("X-Forwarded-For", "203.0.113.50")]
+    assert (await client.get("/api/auth/me", headers=headers)).status == 429
+
+
+def test_ipv6_clients_share_a_bucket_per_64():
+    from api.clientip import bucket
+
+    assert bucket("2001:db8:1:2::1") == bucket("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
+    assert bucket("::ffff:203.0.113.7") == "203.0.113.7"
+    assert bucket("203.0.113.7") == "203.0.113.7"

@@ -250,3 +250,36 @@ async def test_runtime_webhook_test_endpoint(make_client, aiohttp_server):
     assert response.status == 200 and await response.json() == {"response": "hello from the test agent"}
     assert llm.requests[0].body["system"] == "Be brief."
     assert (await client.post("/api/runtime/webhook/test", json={"task": "x"})).status == 400
+
+
+async def test_malformed_tool_calls_never_crash_a_run_nor_leak_secrets(
+    make_client, aiohttp_server, store, caplog
+):
+    client, llm = await make(make_client, aiohttp_server, egress_allow_private=False)
+    _, key, install_id = await svc_install(client, [member("lead")], requiredSecrets=["TOK"])
+    await client.patch(f"/api/installs/{install_id}/secrets", json={"TOK": "s3cr3t-value"}, headers=key)
+    llm.script(
+        tool_calls=[
+            http_call("http://example.com:${TOK}/"),  # the secret makes an invalid port
+            http_call("http://${TOK}.invalid/"),  # the secret becomes part of the host
+            http_call("http://example.com/", headers="not an object"),
+            http_call("http://example.com/", method="FETCH"),
+        ]
+    )
+    llm.script(text="done")
+    result = await run(client, key, install_id)
+    assert result["status"] == "completed"
+    log = await (await client.get(f"/api/installs/{install_id}/security/requests", headers=key)).json()
+    assert len(log["requests"]) == 2
+    everything = json.dumps(log) + json.dumps(llm.bodies) + caplog.text
+    assert "s3cr3t-value" not in everything, "no secret in the log, the model's context or the service log"
+
+
+async def test_a_callback_url_that_cannot_be_parsed_is_400(make_client, aiohttp_server):
+    client, _ = await make(make_client, aiohttp_server)
+    caller, _, _ = await svc_install(client, [member("lead")])
+    mine = await (await client.get("/api/installs/mine", headers=caller.cookie)).json()
+    token = mine[0]["webhookToken"]
+    for bad in ("https://h:abc/", "ftp://example.com/", "https://"):
+        response = await client.post(f"/api/webhook/{token}", json={"callbackUrl": bad})
+        assert response.status == 400, bad

@@ -43,10 +43,19 @@ INFO = PlatformInfo(
         CredentialField("orchAApiKey", "Board API key", "password"),
     ),
     capabilities=PlatformCapabilities(billingCompleteness="full"),
-    accepts=frozenset({
-        "credentials", "variables", "secrets", "model", "companyId", "companyName", "adapterType",
-        "webhookUrl", "cwd",
-    }),
+    accepts=frozenset(
+        {
+            "credentials",
+            "variables",
+            "secrets",
+            "model",
+            "companyId",
+            "companyName",
+            "adapterType",
+            "webhookUrl",
+            "cwd",
+        }
+    ),
 )
 
 
@@ -120,7 +129,9 @@ def adapter(agent: dict[str, Any], context: ProvisionContext) -> tuple[str, dict
         }
     kind = kind or LOCAL_ADAPTERS.get(model.split(":", 1)[0], "process")
     env = {
-        **context.secrets, "SVC_INSTALL_TOKEN": context.install_token, "SVC_INGEST_URL": context.ingest_url
+        **context.secrets,
+        "SVC_INSTALL_TOKEN": context.install_token,
+        "SVC_INGEST_URL": context.ingest_url,
     }
     config: dict[str, Any] = {
         "model": model,
@@ -147,14 +158,33 @@ class Client:
             response = await self.http.request(method, f"{self.base}{path}", json=body)
         except EgressDenied as exc:
             raise PlatformError(f"orchA base URL refused: {exc}") from None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise PlatformError(f"orchA {method} {path} failed: {type(exc).__name__}") from None
         if response.status_code >= 300:
             raise PlatformError(
                 f"orchA {method} {path} answered HTTP {response.status_code}: {response.text[:200]}",
-                response.status_code, denied=response.status_code in (401, 403),
+                response.status_code,
+                denied=response.status_code in (401, 403),
             )
-        return response.json() if response.content else {}
+        if not response.content:
+            return {}
+        try:
+            data = response.json()
+        except ValueError:
+            raise PlatformError(
+                f"orchA {method} {path} answered HTTP {response.status_code} without JSON",
+                response.status_code,
+            ) from None
+        if not isinstance(data, dict):
+            raise PlatformError(f"orchA {method} {path} answered an unexpected body", response.status_code)
+        return data
+
+    async def create(self, path: str, body: dict[str, Any]) -> str:
+        """POST that must answer an object with an `id`; the id."""
+        made = await self.call("POST", path, body)
+        if not isinstance(made.get("id"), (str, int)):
+            raise PlatformError(f"orchA POST {path} answered without an id")
+        return str(made["id"])
 
     async def close(self) -> None:
         """Release connections."""
@@ -172,8 +202,9 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
     try:
         company_id = context.options.get("companyId")
         if not company_id:
-            company = await client.call("POST", "/api/companies", {"name": context.options["companyName"]})
-            company_id = created_company = str(company["id"])
+            company_id = created_company = await client.create(
+                "/api/companies", {"name": context.options["companyName"]}
+            )
         upstream_ids: dict[str, str] = {}
         deployed = []
         for agent in managers_first(context.definition["agents"]):
@@ -187,10 +218,10 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
                 "adapterType": kind,
                 "adapterConfig": config,
             }
-            made = await client.call("POST", f"/api/companies/{company_id}/agents", body)
-            upstream_ids[agent["key"]] = str(made["id"])
-            created.append(str(made["id"]))
-            deployed.append(DeployedAgent(key=agent["key"], externalId=str(made["id"]), name=agent["name"]))
+            agent_id = await client.create(f"/api/companies/{company_id}/agents", body)
+            upstream_ids[agent["key"]] = agent_id
+            created.append(agent_id)
+            deployed.append(DeployedAgent(key=agent["key"], externalId=agent_id, name=agent["name"]))
         base = client.base
         return ProvisionResult(
             deployed_agents=tuple(deployed),

@@ -21,6 +21,7 @@ class FakePaperclip:
     agents: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
     fail_agent_create_at: int | None = None
+    html_at: int | None = None  # answer the Nth agent create with 200 and an HTML page
     deny_deletes: bool = False
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _agent_creates: int = 0
@@ -60,6 +61,8 @@ class FakePaperclip:
         if company_id not in self.companies:
             return web.json_response({"error": "company not found"}, status=404)
         self._agent_creates += 1
+        if self.html_at == self._agent_creates:
+            return web.Response(text="<html>app</html>", content_type="text/html")
         if self.fail_agent_create_at == self._agent_creates:
             return web.json_response({"error": "boom"}, status=500)
         problems = [k for k in ("name", "role", "adapterType", "adapterConfig") if not body.get(k)]
