@@ -19,7 +19,7 @@ import ray
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
 from svc.llm import LLM
-from svc.runs_exec import InstallRunner
+from svc.runs_exec import CANCELLED, InstallRunner
 from svc.store import Store
 from svc.vault import Vault
 
@@ -48,8 +48,11 @@ class InstallActor:
                 store = Store.connect(self.mongodb_uri)
                 plugins = Plugins(disabled=self.settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
                 self.runner = InstallRunner(
-                    store, Vault(self.vault_keys), LLM(plugins, self.settings),
-                    self.settings.judge_model, self.settings.egress_allow_private,
+                    store,
+                    Vault(self.vault_keys),
+                    LLM(plugins, self.settings),
+                    self.settings.judge_model,
+                    self.settings.egress_allow_private,
                 )
                 recovered = await self.runner.recover(self.install_id)
                 if recovered:
@@ -70,17 +73,31 @@ class InstallActor:
         self.active[payload["runId"]] = task
         try:
             return await task
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # this call itself was cancelled
+            # Cancelled before the run had started its steps.
+            return {
+                "runId": payload["runId"],
+                "status": "failed",
+                "response": None,
+                "agent": None,
+                "inputTokens": 0,
+                "outputTokens": 0,
+                "errorMessage": CANCELLED,
+            }
         finally:
             self.active.pop(payload["runId"], None)
             self.last_used = time.monotonic()
 
-    async def cancel(self, run_id: str) -> bool:
-        """Cancel an active run; False when none is active with that id."""
+    async def cancel(self, run_id: str) -> str | None:
+        """Cancel an active run; the key of the step it was in ("" before any), None if not active."""
         task = self.active.get(run_id)
-        if task is None:
-            return False
+        if task is None or self.runner is None:
+            return None
+        step = self.runner.cancel_step(run_id) or ""
         task.cancel()
-        return True
+        return step
 
     async def status(self) -> dict[str, Any]:
         """Active runs and idle time (for tests and operators)."""

@@ -35,7 +35,10 @@ class RayRuntime:
     """Owns this process's Ray connection (and the local Ray it may have started)."""
 
     def __init__(
-        self, address: str | None, mongodb_uri: str, settings: Settings | None = None,
+        self,
+        address: str | None,
+        mongodb_uri: str,
+        settings: Settings | None = None,
         vault_keys: list[str] | None = None,
     ) -> None:
         self.address = address
@@ -81,7 +84,10 @@ class RayRuntime:
     def _actor(self, install_id: str) -> Any:
         assert self.settings is not None, "the runtime needs settings to start actors"
         return InstallActor.options(  # type: ignore[attr-defined]
-            name=actor_name(install_id), namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
+            name=actor_name(install_id),
+            namespace=NAMESPACE,
+            get_if_exists=True,
+            lifetime="detached",
         ).remote(install_id, self.settings, self.mongodb_uri, self.vault_keys)
 
     async def _ready_actor(self, install_id: str) -> Any:
@@ -129,6 +135,16 @@ class RayRuntime:
         self._background.discard(task)  # type: ignore[arg-type]
         if not task.cancelled() and task.exception() is not None:
             log.warning("queued run ended with %s", type(task.exception()).__name__)
+
+    async def cancel(self, install_id: str, run_id: str) -> str | None:
+        """Cancel a run in the install's actor; the step it was in, or None if it is not running there."""
+        actor = await asyncio.to_thread(self.actor_handle, install_id)
+        if actor is None:
+            return None
+        try:
+            return await actor.cancel.remote(run_id)
+        except (RayActorError, ActorDiedError, ActorUnavailableError):
+            return None
 
     def actor_handle(self, install_id: str) -> Any:
         """The install's actor if it exists (tests and operators), else None."""

@@ -16,7 +16,7 @@ from actors.runtime import RayRuntime
 from api.auth import authenticate, bearer_token, optional_key
 from api.bodies import parse_body, parse_query
 from api.context import PRINCIPAL, ROUTE_TABLE, SERVICES, SETTINGS
-from api.handlers import accounts, health, installs, openapi, runtime, templates
+from api.handlers import accounts, console, health, installs, openapi, runtime, templates
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config.settings import Settings
@@ -30,7 +30,13 @@ from svc.vault import Vault
 log = logging.getLogger(__name__)
 
 ROUTES: tuple[Route, ...] = (
-    *health.routes, *accounts.routes, *installs.routes, *templates.routes, *runtime.routes, *openapi.routes
+    *health.routes,
+    *accounts.routes,
+    *installs.routes,
+    *templates.routes,
+    *runtime.routes,
+    *console.routes,
+    *openapi.routes,
 )
 STORE = web.AppKey("store", Store)
 RUNTIME = web.AppKey("runtime", RayRuntime)
@@ -39,9 +45,7 @@ VAULT = web.AppKey("vault", Vault)
 
 def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web.Application:
     """Build the application; nothing connects until it starts."""
-    app = web.Application(
-        middlewares=[request_context, rate_limit], client_max_size=settings.max_body_bytes
-    )
+    app = web.Application(middlewares=[request_context, rate_limit], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     app[ROUTE_TABLE] = (*ROUTES, *extra_routes)
     for route in app[ROUTE_TABLE]:

@@ -131,10 +131,12 @@ class TeamRunner:
         llm: LLM,
         security_log: SecurityLog,
         steps_sink: Callable[[AgentStep], Awaitable[None]] | None = None,
+        on_step_start: Callable[[AgentStep], None] | None = None,
     ) -> None:
         self.llm = llm
         self.security_log = security_log
         self.steps_sink = steps_sink
+        self.on_step_start = on_step_start
 
     async def run_team(self, scope: RunScope, definition: dict[str, Any], task: str) -> TeamResult:
         """The supervisor's loop, delegating to the other agents."""
@@ -191,6 +193,8 @@ class TeamRunner:
     ) -> AgentStep:
         step = AgentStep(agent_key=agent["key"])
         steps.append(step)
+        if self.on_step_start is not None:
+            self.on_step_start(step)
         policy = compile_policy(agent.get("accessPolicy"))
         messages: list[ChatMessage] = [ChatMessage("user", task)]
         try:

@@ -23,3 +23,7 @@ class Runtime(Protocol):
     async def submit(self, install_id: str, payload: dict[str, Any]) -> None:
         """Start a run in the install's actor without waiting."""
         ...
+
+    async def cancel(self, install_id: str, run_id: str) -> str | None:
+        """Cancel a run; the key of the step it was in, or None when it is not running."""
+        ...

@@ -25,6 +25,7 @@ from svc.clock import utcnow
 from svc.credentials import Principal
 from svc.egress import EgressDenied, egress_client
 from svc.errors import BadRequest, Conflict, NotFound, Unauthorized
+from svc.events import Events, EventType
 from svc.installs import Installs, interpolate
 from svc.llm import LLM
 from svc.models import RequestBody
@@ -36,6 +37,7 @@ from svc.vault import Vault
 
 log = logging.getLogger(__name__)
 
+CANCELLED = "Run cancelled"
 INTERRUPTED = "Interrupted: the install's worker stopped during the run; start it again"
 CALLBACK_ATTEMPTS = 5
 CALLBACK_BACKOFF_S = 0.5
@@ -73,6 +75,9 @@ class InstallRunner:
         self.runs = Runs(store)
         self.llm = llm
         self.security_log = SecurityLog(store)
+        self.events = Events(store)
+        # The step each active run is in (for cancel-run's answer).
+        self.current_steps: dict[str, AgentStep] = {}
 
     async def recover(self, install_id: str) -> int:
         """Mark runs left `running` by a stopped worker as failed; how many there were."""
@@ -120,12 +125,25 @@ class InstallRunner:
         async def write_step(step: AgentStep) -> None:
             await self._write_step(install, run_id, step)
 
-        runner = TeamRunner(self.llm, self.security_log, write_step)
-        if payload.get("agentKey"):
-            agent = next(a for a in definition["agents"] if a["key"] == payload["agentKey"])
-            result = await runner.run_agent(scope, agent, payload["task"])
-        else:
-            result = await runner.run_team(scope, definition, payload["task"])
+        def started(step: AgentStep) -> None:
+            self.current_steps[run_id] = step
+
+        runner = TeamRunner(self.llm, self.security_log, write_step, started)
+        try:
+            if payload.get("agentKey"):
+                agent = next(a for a in definition["agents"] if a["key"] == payload["agentKey"])
+                result = await runner.run_agent(scope, agent, payload["task"])
+            else:
+                result = await runner.run_team(scope, definition, payload["task"])
+        except asyncio.CancelledError:
+            # cancel-run: the step in progress ends as cancelled and the run as failed.
+            step = self.current_steps.get(run_id)
+            if step is not None:
+                step.status, step.error, step.ended_at = "failed", CANCELLED, utcnow()
+                await self._write_step(install, run_id, step, event="step_cancelled")
+            result = TeamResult("failed", None, root_key, 0, 0, [], CANCELLED)
+        finally:
+            self.current_steps.pop(run_id, None)
         await self._finish(
             install,
             run_id,
@@ -152,7 +170,10 @@ class InstallRunner:
             values[name] = self.vault.decrypt(token)
         return values
 
-    async def _write_step(self, install: Document, run_id: str, step: AgentStep) -> None:
+    async def _write_step(
+        self, install: Document, run_id: str, step: AgentStep, event: EventType | None = None
+    ) -> None:
+        """Store an agent's step and its event (step_completed, step_failed or step_cancelled)."""
         duration = int(((step.ended_at or utcnow()) - step.started_at).total_seconds() * 1000)
         await self.store["agent_runs"].insert_one(
             {
@@ -165,9 +186,17 @@ class InstallRunner:
                 "outputTokens": step.output_tokens,
                 "errorMessage": step.error,
                 "durationMs": duration,
-                "createdAt": step.started_at,
+                "startedAt": step.started_at,
+                "createdAt": step.ended_at or utcnow(),
             }
         )
+        kind: EventType = event or ("step_completed" if step.status == "completed" else "step_failed")
+        await self.events.emit(install["_id"], kind, step_key=step.agent_key, meta={"runId": run_id})
+
+    def cancel_step(self, run_id: str) -> str | None:
+        """The key of the step a run is in (None when it is not running here)."""
+        step = self.current_steps.get(run_id)
+        return step.agent_key if step is not None else None
 
     async def _finish(
         self,
@@ -336,6 +365,24 @@ class RunService:
             "agentName": agent["name"],
             "response": outcome.get("response"),
         }
+
+    async def cancel(self, principal: Principal, install_id: str) -> dict[str, Any]:
+        """Cancel the install's active run: {ok, runId, cancelledStep}; 404 when none is active."""
+        await self.installs.owned(principal, install_id)
+        active = await self.store["pipeline_runs"].find_one(
+            {"installId": install_id, "status": "running"}, sort=[("startedAt", -1)]
+        )
+        if active is None or self.runtime is None:
+            raise NotFound("No active run for this install")
+        step = await self.runtime.cancel(install_id, active["_id"])
+        if step is None:
+            # The record says running but no worker runs it: it was interrupted.
+            await self.store["pipeline_runs"].update_one(
+                {"_id": active["_id"], "status": "running"},
+                {"$set": {"status": "failed", "errorMessage": INTERRUPTED, "endedAt": utcnow()}},
+            )
+            raise NotFound("No active run for this install")
+        return {"ok": True, "runId": active["_id"], "cancelledStep": step or None}
 
     @staticmethod
     def _check_ready(install: Document) -> None:

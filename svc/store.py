@@ -87,6 +87,7 @@ INDEXES: dict[str, list[Index]] = {
         Index([("owner.kind", ASCENDING), ("owner.id", ASCENDING), ("createdAt", DESCENDING)]),
     ],
     "pipeline_runs": [Index([("installId", ASCENDING), ("status", ASCENDING)])],
+    "pipeline_events": [Index([("installId", ASCENDING), ("createdAt", DESCENDING)])],
     "agent_runs": [Index([("installId", ASCENDING), ("createdAt", DESCENDING)])],
     "security_requests": [
         Index([("installId", ASCENDING), ("createdAt", DESCENDING)]),
