@@ -7,6 +7,7 @@ services wired on top of them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 
@@ -28,6 +29,7 @@ from svc.tokens import is_api_key
 from svc.vault import Vault
 
 log = logging.getLogger(__name__)
+SCHEDULER_CHECK_S = 30.0
 
 ROUTES: tuple[Route, ...] = (
     *health.routes,
@@ -109,11 +111,25 @@ async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
 
 
 async def domain_services(app: web.Application) -> AsyncIterator[None]:
-    """Wire the domain services on top of the store and the runtime."""
+    """Wire the domain services on top of the store and the runtime; keep the scheduler alive."""
     settings = app[SETTINGS]
     plugins = Plugins(disabled=settings.disabled_plugins)
     services = app[SERVICES] = Services.build(settings, app[STORE], app[VAULT], app[RUNTIME], plugins)
+    keeper = asyncio.create_task(keep_scheduler(app[RUNTIME])) if settings.scheduler_enabled else None
     try:
         yield
     finally:
+        if keeper is not None:
+            keeper.cancel()
+            app[RUNTIME].stop_scheduler()
         await services.close()
+
+
+async def keep_scheduler(runtime: RayRuntime) -> None:
+    """Start the scheduler actor, and start it again if it has gone (every 30 s)."""
+    while True:
+        try:
+            await runtime.ensure_scheduler()
+        except Exception as exc:  # retried on the next round
+            log.warning("could not start the scheduler: %s", type(exc).__name__)
+        await asyncio.sleep(SCHEDULER_CHECK_S)

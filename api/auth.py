@@ -75,7 +75,12 @@ async def _session(request: web.Request) -> Principal:
 def set_session_cookie(response: web.StreamResponse, request: web.Request, token: str, max_age: int) -> None:
     """Attach the session cookie (HttpOnly, SameSite=Lax, Secure on https)."""
     response.set_cookie(
-        SESSION_COOKIE, token, max_age=max_age, path="/", httponly=True, samesite="Lax",
+        SESSION_COOKIE,
+        token,
+        max_age=max_age,
+        path="/",
+        httponly=True,
+        samesite="Lax",
         secure=services(request).settings.cookie_secure,
     )
 

@@ -49,7 +49,10 @@ async def request_context(request: web.Request, handler: web.Handler) -> web.Str
             response.headers["X-Request-Id"] = request_id
         elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
         log.info(
-            "%s %s %s", request.method, request.path, response.status,
+            "%s %s %s",
+            request.method,
+            request.path,
+            response.status,
             extra={"requestId": request_id, "status": response.status, "ms": elapsed_ms},
         )
         return response

@@ -60,6 +60,7 @@ class Settings(BaseModel):
     max_body_bytes: int = 2 * 1024 * 1024
     disabled_plugins: tuple[str, ...] = ()
     actor_idle_seconds: float = 300.0
+    scheduler_enabled: bool = True
 
     @property
     def cookie_secure(self) -> bool:
@@ -105,6 +106,7 @@ class Settings(BaseModel):
             "app_api_keys": parse_app_keys(get("APP_API_KEYS")),
             "billing_cron_schedule": get("BILLING_CRON_SCHEDULE") or "0 0 1 * *",
             "actor_idle_seconds": float(get("SVC_ACTOR_IDLE_SECONDS") or 300),
+            "scheduler_enabled": (get("SVC_SCHEDULER") or "on").lower() != "off",
             "disabled_plugins": tuple(
                 name.strip() for name in (get("SVC_DISABLED_PLUGINS") or "").split(",") if name.strip()
             ),

@@ -194,4 +194,3 @@ class Accounts:
             await self.get_user(user_id)
             raise Forbidden("Handle can only be changed once")
         return handle
-

@@ -73,7 +73,8 @@ class TTLCache(Generic[K, V]):
     def discard_where(self, predicate: Callable[[V], bool]) -> None:
         """Forget every entry whose value matches."""
         matching = [
-            key for key, (_, value) in self._entries.items()
+            key
+            for key, (_, value) in self._entries.items()
             if not isinstance(value, _Revoked) and predicate(value)
         ]
         for key in matching:

@@ -41,7 +41,9 @@ class RuleMatch(Strict):
     """What a rule matches; an omitted part matches everything."""
 
     host: str | None = Field(
-        default=None, max_length=253, pattern=HOST_PATTERN,
+        default=None,
+        max_length=253,
+        pattern=HOST_PATTERN,
         description="hostname; a leading `*.` matches any subdomain (no other wildcard)",
     )
     methods: list[HttpMethod] | None = Field(default=None, max_length=7)

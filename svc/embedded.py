@@ -131,16 +131,30 @@ class EmbeddedMongo:
         self.port = free_port()
         storage = self.data_dir / STORAGE_DIR
         args = [
-            sys.executable, "-c", LAUNCHER,
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--storage-path", str(storage), "--sync-on-commit", "--log-level", "WARNING",
+            sys.executable,
+            "-c",
+            LAUNCHER,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--storage-path",
+            str(storage),
+            "--sync-on-commit",
+            "--log-level",
+            "WARNING",
         ]
         self._log_file = open(self.data_dir / "mongo.log", "ab")
         # The child gets its own session, so a Ctrl-C in the terminal reaches only the API,
         # which then closes its connections and stops the server in order.
         self.process = subprocess.Popen(  # noqa: S603 - fixed arguments, no shell
-            args, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent, cwd=self.data_dir,
+            args,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+            cwd=self.data_dir,
         )
 
     async def _wait_ready(self) -> None:

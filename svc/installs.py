@@ -406,6 +406,12 @@ class Installs:
             .to_list(MAX_LISTED)
         )
         org_secrets = await self._org_secret_names(org_ids)
+        schedules = {
+            doc["_id"]: doc.get("nextRunAt")
+            for doc in await self.store["schedules"]
+            .find({"_id": {"$in": [d["_id"] for d in docs]}, "enabled": True}, {"nextRunAt": 1})
+            .to_list(None)
+        }
         summaries = []
         for doc in docs:
             org = orgs.get(doc["owner"]["id"]) if doc["owner"]["kind"] == "org" else None
@@ -424,7 +430,7 @@ class Installs:
                     "status": doc["status"],
                     "platform": doc["platform"],
                     "lastRunAt": iso(doc.get("lastRunAt")),
-                    "nextRunAt": iso(doc.get("nextRunAt")),
+                    "nextRunAt": iso(schedules.get(doc["_id"])),
                     "webhookToken": self.vault.decrypt(token) if token else None,
                     "requiredVariables": required_vars,
                     "currentVariables": doc.get("variables") or {},

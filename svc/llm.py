@@ -31,8 +31,13 @@ class LLM:
         self.settings = settings
 
     def request(
-        self, model: str, system: str, messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (), max_tokens: int = 2048, timeout_s: float = 60.0,
+        self,
+        model: str,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        max_tokens: int = 2048,
+        timeout_s: float = 60.0,
     ) -> tuple[str, CompletionRequest]:
         """The provider id and the request for a catalogue model."""
         provider, _, _ = model.partition(":")
@@ -45,14 +50,25 @@ class LLM:
         if upstream is None:
             raise ProviderError(f"unknown model {model!r}")
         return provider, CompletionRequest(
-            model=model, upstream_model=upstream, system=system, messages=tuple(messages),
-            api_key=config.api_key, base_url=(config.base_url or DEFAULT_BASE_URLS[provider]).rstrip("/"),
-            tools=tuple(tools), max_tokens=max_tokens, timeout_s=timeout_s,
+            model=model,
+            upstream_model=upstream,
+            system=system,
+            messages=tuple(messages),
+            api_key=config.api_key,
+            base_url=(config.base_url or DEFAULT_BASE_URLS[provider]).rstrip("/"),
+            tools=tuple(tools),
+            max_tokens=max_tokens,
+            timeout_s=timeout_s,
         )
 
     async def complete(
-        self, model: str, system: str, messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (), max_tokens: int = 2048, timeout_s: float = 60.0,
+        self,
+        model: str,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        max_tokens: int = 2048,
+        timeout_s: float = 60.0,
     ) -> CompletionResponse:
         """One call, the whole answer."""
         provider, request = self.request(model, system, messages, tools, max_tokens, timeout_s)

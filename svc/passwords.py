@@ -32,7 +32,6 @@ def verify_password(password: str, encoded: str) -> bool:
     return True
 
 
-
 def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
 

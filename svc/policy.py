@@ -99,7 +99,7 @@ CHUNK = 10
 
 def chunked(prefixes: tuple[str, ...], pairs: Pairs) -> Candidates:
     """Candidates from matching tuples of prefixes and (prefix, verdict) pairs, in chunks of CHUNK."""
-    return tuple([(prefixes[i:i + CHUNK], pairs[i:i + CHUNK]) for i in range(0, len(pairs), CHUNK)])
+    return tuple([(prefixes[i : i + CHUNK], pairs[i : i + CHUNK]) for i in range(0, len(pairs), CHUNK)])
 
 
 INVALID_CANDIDATES = chunked(("",), (("", INVALID_URL),))
@@ -301,7 +301,7 @@ def _split(url: str) -> tuple[str, str] | None:
     if url.find("\\", start, authority_end) >= 0:
         return None
     at = url.rfind("@", start, authority_end)
-    hostport = url[at + 1 if at >= 0 else start:authority_end]
+    hostport = url[at + 1 if at >= 0 else start : authority_end]
     if authority_end == path_end:
         return hostport, "/"
     path = url[authority_end:path_end]
@@ -317,7 +317,7 @@ def _host(hostport: str) -> str | None:
     """The normalised host of `host[:port]` (userinfo already removed), or None."""
     if hostport.startswith("["):
         close = hostport.find("]")
-        if close < 0 or "%" in hostport or not _valid_port(hostport[close + 1:]):
+        if close < 0 or "%" in hostport or not _valid_port(hostport[close + 1 :]):
             return None
         try:
             address = ipaddress.IPv6Address(hostport[1:close])
@@ -355,11 +355,15 @@ def normalise_host(host: str) -> str | None:
     if host.endswith("."):
         host = host[:-1]
     if (
-        not host or len(host) > MAX_HOST_LENGTH or host.strip(HOST_CHARS)
-        or host.startswith(".") or host.endswith(".") or ".." in host
+        not host
+        or len(host) > MAX_HOST_LENGTH
+        or host.strip(HOST_CHARS)
+        or host.startswith(".")
+        or host.endswith(".")
+        or ".." in host
     ):
         return None
-    last = host[host.rfind(".") + 1:]
+    last = host[host.rfind(".") + 1 :]
     if last.isdigit() or (last.startswith("0x") and last[2:].strip("0123456789abcdef") == ""):
         return canonical_ipv4(host)
     return host
@@ -403,7 +407,7 @@ def normalise_path(path: str, lenient: bool = False) -> str | None:
     while index < length:
         char = path[index]
         if char == "%":
-            escape = path[index + 1:index + 3]
+            escape = path[index + 1 : index + 3]
             if len(escape) != 2 or escape[0] not in HEX or escape[1] not in HEX:
                 if not lenient:
                     return None

@@ -59,11 +59,15 @@ RULES: tuple[Rule, ...] = (
     Rule("all", 300, 15 * 60, lambda method, path: True),
     Rule("auth", 20, 15 * 60, lambda method, path: path.startswith("/api/auth/")),
     Rule(
-        "public_generate", 5, 60 * 60,
+        "public_generate",
+        5,
+        60 * 60,
         lambda method, path: method == "POST" and path == "/api/templates/generate/public",
     ),
     Rule(
-        "runtime_test", 20, 60 * 60,
+        "runtime_test",
+        20,
+        60 * 60,
         lambda method, path: method == "POST" and path == "/api/runtime/webhook/test",
     ),
 )

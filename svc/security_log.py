@@ -54,11 +54,17 @@ class SecurityLog:
 
     async def latest(self, install_id: str) -> list[dict[str, Any]]:
         """The last 200 entries of an install, newest first."""
-        docs = await self.store["security_requests"].find({"installId": install_id}).sort(
-            [("createdAt", DESCENDING), ("_id", DESCENDING)]
-        ).to_list(LOG_LIMIT)
+        docs = (
+            await self.store["security_requests"]
+            .find({"installId": install_id})
+            .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
+            .to_list(LOG_LIMIT)
+        )
         return [
-            {"id": doc.pop("_id"), **{k: v for k, v in doc.items() if k != "installId"},
-             "createdAt": iso(doc["createdAt"])}
+            {
+                "id": doc.pop("_id"),
+                **{k: v for k, v in doc.items() if k != "installId"},
+                "createdAt": iso(doc["createdAt"]),
+            }
             for doc in docs
         ]

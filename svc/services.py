@@ -17,6 +17,7 @@ from svc.ports import Runtime
 from svc.ratelimit import RateLimiter
 from svc.runs import Runs
 from svc.runs_exec import RunService
+from svc.schedules import Schedules
 from svc.security_log import SecurityLog
 from svc.store import Store
 from svc.templates import Templates
@@ -42,6 +43,7 @@ class Services:
     llm: LLM
     run_service: RunService
     security_log: SecurityLog
+    schedules: Schedules
 
     @classmethod
     def build(
@@ -70,6 +72,7 @@ class Services:
             llm=LLM(plugins, settings),
             run_service=RunService(store, installs, runtime),
             security_log=SecurityLog(store),
+            schedules=Schedules(store, installs),
         )
 
     async def close(self) -> None:

@@ -71,8 +71,12 @@ INDEXES: dict[str, list[Index]] = {
     # parent has at most one version draft.
     "templates": [
         Index([("slug", ASCENDING)], unique=True, partial={"kind": "template"}, name="slug_unique"),
-        Index([("parentTemplateId", ASCENDING)], unique=True, partial={"kind": "version_draft"},
-              name="one_version_draft"),
+        Index(
+            [("parentTemplateId", ASCENDING)],
+            unique=True,
+            partial={"kind": "version_draft"},
+            name="one_version_draft",
+        ),
         Index([("kind", ASCENDING), ("status", ASCENDING), ("publishedAt", DESCENDING), ("_id", DESCENDING)]),
         Index([("owner.kind", ASCENDING), ("owner.id", ASCENDING)]),
     ],
@@ -86,7 +90,11 @@ INDEXES: dict[str, list[Index]] = {
         Index([("deployedAgents.externalId", ASCENDING)]),
         Index([("owner.kind", ASCENDING), ("owner.id", ASCENDING), ("createdAt", DESCENDING)]),
     ],
-    "pipeline_runs": [Index([("installId", ASCENDING), ("status", ASCENDING)])],
+    "pipeline_runs": [
+        Index([("installId", ASCENDING), ("status", ASCENDING)]),
+        Index([("status", ASCENDING), ("source", ASCENDING)]),
+    ],
+    "schedules": [Index([("enabled", ASCENDING), ("nextRunAt", ASCENDING)])],
     "pipeline_events": [Index([("installId", ASCENDING), ("createdAt", DESCENDING)])],
     "agent_runs": [Index([("installId", ASCENDING), ("createdAt", DESCENDING)])],
     "security_requests": [
@@ -100,8 +108,12 @@ INDEXES: dict[str, list[Index]] = {
     ],
     "vault_secrets": [
         Index(
-            [("owner.kind", ASCENDING), ("owner.id", ASCENDING), ("companyId", ASCENDING),
-             ("key", ASCENDING)],
+            [
+                ("owner.kind", ASCENDING),
+                ("owner.id", ASCENDING),
+                ("companyId", ASCENDING),
+                ("key", ASCENDING),
+            ],
             unique=True,
         ),
     ],

@@ -113,8 +113,15 @@ NULLABLE_FIELDS = frozenset({"priceUsdCents", "changeLog"})
 
 # Fields a version draft carries and merges into its parent on publish.
 MERGED_FIELDS = (
-    "name", "description", "ownerTeam", "visibility", "definition",
-    "pricingModel", "priceUsdCents", "forkable", "changeLog",
+    "name",
+    "description",
+    "ownerTeam",
+    "visibility",
+    "definition",
+    "pricingModel",
+    "priceUsdCents",
+    "forkable",
+    "changeLog",
 )
 
 
@@ -268,12 +275,23 @@ class Templates:
         query: Document = {"kind": "template", "status": "published", "$or": visible}
         if cursor:
             stamp, doc_id = decode_cursor(cursor)
-            query = {"$and": [query, {"$or": [
-                {"publishedAt": {"$lt": stamp}}, {"publishedAt": stamp, "_id": {"$lt": doc_id}},
-            ]}]}
-        docs = await self._templates.find(query).sort(
-            [("publishedAt", DESCENDING), ("_id", DESCENDING)]
-        ).limit(limit + 1).to_list(limit + 1)
+            query = {
+                "$and": [
+                    query,
+                    {
+                        "$or": [
+                            {"publishedAt": {"$lt": stamp}},
+                            {"publishedAt": stamp, "_id": {"$lt": doc_id}},
+                        ]
+                    },
+                ]
+            }
+        docs = (
+            await self._templates.find(query)
+            .sort([("publishedAt", DESCENDING), ("_id", DESCENDING)])
+            .limit(limit + 1)
+            .to_list(limit + 1)
+        )
         next_cursor = encode_cursor(docs[limit - 1]) if len(docs) > limit else None
         return [view(doc) for doc in docs[:limit]], next_cursor
 
@@ -284,13 +302,16 @@ class Templates:
     async def versions(self, principal: Principal | None, template_id: str) -> list[dict[str, Any]]:
         """Every published version, newest first, with its bump and change log."""
         doc = await self._visible(principal, template_id)
-        snapshots = await self._versions.find({"templateId": doc["_id"]}).sort(
-            "version", DESCENDING
-        ).to_list(None)
+        snapshots = (
+            await self._versions.find({"templateId": doc["_id"]}).sort("version", DESCENDING).to_list(None)
+        )
         return [
             {
-                "version": snap["version"], "semver": snap["semver"], "bump": snap["bump"],
-                "changeLog": snap.get("changeLog"), "publishedAt": iso(snap["publishedAt"]),
+                "version": snap["version"],
+                "semver": snap["semver"],
+                "bump": snap["bump"],
+                "changeLog": snap.get("changeLog"),
+                "publishedAt": iso(snap["publishedAt"]),
             }
             for snap in snapshots
         ]
@@ -387,11 +408,18 @@ class Templates:
             raise Conflict("Template is archived")
         await self._templates.update_one(
             {"_id": doc["_id"]},
-            {"$set": {"pricingModel": body.pricingModel, "priceUsdCents": body.priceUsdCents,
-                      "updatedAt": utcnow()}},
+            {
+                "$set": {
+                    "pricingModel": body.pricingModel,
+                    "priceUsdCents": body.priceUsdCents,
+                    "updatedAt": utcnow(),
+                }
+            },
         )
         return {
-            "id": doc["_id"], "pricingModel": body.pricingModel, "priceUsdCents": body.priceUsdCents,
+            "id": doc["_id"],
+            "pricingModel": body.pricingModel,
+            "priceUsdCents": body.priceUsdCents,
             "envelopeFeePercent": PLATFORM_FEE_PERCENT,
         }
 
@@ -471,9 +499,7 @@ class Templates:
         users = await self.store.users.find({"_id": {"$in": list(user_ids)}}, {"email": 1}).to_list(None)
         account_email = {user["_id"]: user["email"] for user in users}
         # One address per install: the deploying account's, else the billing email given at install.
-        emails = {
-            account_email.get(i.get("deployedBy")) or i.get("deployerEmail") for i in installs
-        } - {None}
+        emails = {account_email.get(i.get("deployedBy")) or i.get("deployerEmail") for i in installs} - {None}
         subject = f"{template['name']} {template['semver']}: a breaking (MAJOR) version is published"
         body = (
             f"Version {template['version']} ({template['semver']}) of {template['name']} "

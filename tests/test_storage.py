@@ -24,7 +24,7 @@ SVC = str(Path(sys.executable).with_name("svc"))
 
 def embedded_settings(data_dir: Path, secret_key: str) -> Settings:
     """Settings with no MongoDB URI: the app starts its own embedded server."""
-    return Settings.from_env({}, data_dir=data_dir, secret_keys=(secret_key,))
+    return Settings.from_env({}, data_dir=data_dir, secret_keys=(secret_key,), scheduler_enabled=False)
 
 
 async def test_restart_keeps_data(tmp_path, secret_key, ray_session):
@@ -89,7 +89,9 @@ def _alive(pid: int) -> bool:
 async def test_embedded_server_dies_with_a_killed_api(tmp_path, secret_key):
     port = free_port()
     env = {
-        **os.environ, "SVC_DATA_DIR": str(tmp_path), "SVC_SECRET_KEYS": secret_key,
+        **os.environ,
+        "SVC_DATA_DIR": str(tmp_path),
+        "SVC_SECRET_KEYS": secret_key,
         "SVC_RATE_LIMITS": "off",
     }
     env.pop("SVC_MONGODB_URI", None)

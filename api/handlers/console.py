@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 from api.context import principal, services
 from api.routing import RouteTable
 from svc.events import Events, agent_runs
+from svc.schedules import ScheduleBody, ToggleBody
 
 routes = RouteTable()
 
@@ -52,4 +53,26 @@ async def list_agent_runs(request: web.Request, query: AgentRunsQuery) -> web.Re
 async def cancel_run(request: web.Request) -> web.Response:
     """Cancel the active run (404 when none is active)."""
     result = await services(request).run_service.cancel(principal(request), request.match_info["id"])
+    return web.json_response(result)
+
+
+@routes.get("/api/installs/{id}/schedule", auth="K/S")
+async def get_schedule(request: web.Request) -> web.Response:
+    """The install's schedule (or null) and the IANA time zones."""
+    svc = services(request)
+    return web.json_response(await svc.schedules.get(principal(request), request.match_info["id"]))
+
+
+@routes.patch("/api/installs/{id}/schedule", auth="K/S", body=ScheduleBody)
+async def set_schedule(request: web.Request, body: ScheduleBody) -> web.Response:
+    """Create or change the schedule; cronExpression null deletes it."""
+    svc = services(request)
+    return web.json_response(await svc.schedules.update(principal(request), request.match_info["id"], body))
+
+
+@routes.patch("/api/installs/{id}/schedule/toggle", auth="K/S", body=ToggleBody)
+async def toggle_schedule(request: web.Request, body: ToggleBody) -> web.Response:
+    """Switch the schedule on or off."""
+    svc = services(request)
+    result = await svc.schedules.toggle(principal(request), request.match_info["id"], body.enabled)
     return web.json_response(result)

@@ -1,0 +1,281 @@
+"""Cron schedules of installs, and the scheduler's tick that fires them exactly once.
+
+A fire is claimed with one conditional update that moves `nextRunAt` from the due
+time to the next one, so of several schedulers (API processes, a restarted
+scheduler) exactly one fires it. The next time is computed from *now*: a service
+that was down past several fire times fires once on return, not once per miss.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from croniter import CroniterBadCronError, croniter
+from pydantic import Field
+from pymongo import ReturnDocument
+
+from svc import tokens
+from svc.clock import iso, utcnow
+from svc.credentials import Principal
+from svc.errors import BadRequest, NotFound
+from svc.events import Events
+from svc.installs import Installs
+from svc.models import RequestBody
+from svc.ports import Runtime
+from svc.store import Document, Store
+
+log = logging.getLogger(__name__)
+
+CLAIM_BATCH = 200
+ACTIVE = ("queued", "starting", "running")
+
+
+class ScheduleBody(RequestBody):
+    """PATCH /api/installs/:id/schedule (cronExpression is required; null deletes)."""
+
+    cronExpression: str | None = Field(max_length=200)
+    label: str | None = Field(default=None, max_length=200)
+    enabled: bool | None = None
+    onBacklog: Literal["skip", "queue"] | None = None
+    timezone: str | None = Field(default=None, max_length=64)
+    bypassGates: bool | None = None
+
+
+class ToggleBody(RequestBody):
+    """PATCH /api/installs/:id/schedule/toggle."""
+
+    enabled: bool
+
+
+@cache
+def timezones() -> list[str]:
+    """Every IANA zone name this machine knows, sorted."""
+    return sorted(available_timezones())
+
+
+def check_cron(expression: str) -> str:
+    """A 5-field cron expression (minute hour day month weekday); 400 with the reason otherwise."""
+    fields = expression.split()
+    if len(fields) != 5:
+        raise BadRequest(f"cronExpression: needs 5 fields (minute hour day month weekday), got {len(fields)}")
+    try:
+        croniter(" ".join(fields))
+    except (CroniterBadCronError, ValueError, KeyError) as exc:
+        raise BadRequest(f"cronExpression: {exc}") from None
+    return " ".join(fields)
+
+
+def check_timezone(name: str) -> ZoneInfo:
+    """The zone; 400 for a name that is not an IANA zone."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise BadRequest(f"timezone: unknown IANA time zone {name!r}") from None
+
+
+def next_fire(expression: str, zone: str, after: datetime) -> datetime:
+    """The first fire strictly after `after`, in UTC, computed on the zone's wall clock.
+
+    When clocks go back, a wall time that occurs twice fires once; when they go
+    forward, a wall time that does not exist fires at the first moment after it.
+    """
+    local_after = after.astimezone(ZoneInfo(zone))
+    schedule = croniter(expression, local_after)
+    candidate: datetime = schedule.get_next(datetime)
+    while candidate.replace(tzinfo=None) <= local_after.replace(tzinfo=None):
+        candidate = schedule.get_next(datetime)
+    return candidate.astimezone(UTC)
+
+
+def view(doc: Document) -> dict[str, Any]:
+    """The Schedule resource."""
+    return {
+        "cronExpression": doc["cronExpression"],
+        "label": doc.get("label"),
+        "enabled": doc["enabled"],
+        "onBacklog": doc["onBacklog"],
+        "timezone": doc["timezone"],
+        "bypassGates": doc["bypassGates"],
+        "lastRunAt": iso(doc.get("lastRunAt")),
+        "nextRunAt": iso(doc.get("nextRunAt")) if doc["enabled"] else None,
+    }
+
+
+class Schedules:
+    """Reading and changing schedules (the API side)."""
+
+    def __init__(self, store: Store, installs: Installs) -> None:
+        self.store = store
+        self.installs = installs
+
+    async def get(self, principal: Principal, install_id: str) -> dict[str, Any]:
+        """{schedule or null, timezones}."""
+        await self.installs.owned(principal, install_id)
+        doc = await self.store["schedules"].find_one({"_id": install_id})
+        return {"schedule": view(doc) if doc else None, "timezones": timezones()}
+
+    async def update(self, principal: Principal, install_id: str, body: ScheduleBody) -> dict[str, Any]:
+        """Create, change or (cronExpression null) delete the schedule."""
+        install = await self.installs.owned(principal, install_id)
+        if install["platform"] != "svc":
+            raise BadRequest(
+                f"schedules run managed (svc) installs; this install is on {install['platform']}"
+            )
+        if body.cronExpression is None:
+            await self.store["schedules"].delete_one({"_id": install_id})
+            return {"ok": True, "schedule": None}
+        current = await self.store["schedules"].find_one({"_id": install_id}) or {}
+        sent = body.model_dump(exclude_unset=True)
+        doc = {
+            "cronExpression": check_cron(body.cronExpression),
+            "label": sent.get("label", current.get("label")),
+            "enabled": sent.get("enabled")
+            if sent.get("enabled") is not None
+            else current.get("enabled", True),
+            "onBacklog": sent.get("onBacklog") or current.get("onBacklog", "skip"),
+            "timezone": sent.get("timezone") or current.get("timezone", "UTC"),
+            "bypassGates": sent.get("bypassGates")
+            if sent.get("bypassGates") is not None
+            else current.get("bypassGates", False),
+        }
+        check_timezone(doc["timezone"])
+        doc["nextRunAt"] = next_fire(doc["cronExpression"], doc["timezone"], utcnow())
+        updated = await self.store["schedules"].find_one_and_update(
+            {"_id": install_id},
+            {
+                "$set": {**doc, "updatedAt": utcnow()},
+                "$setOnInsert": {"lastRunAt": None, "createdAt": utcnow()},
+            },
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        return {"ok": True, "schedule": view(updated)}
+
+    async def toggle(self, principal: Principal, install_id: str, enabled: bool) -> dict[str, Any]:
+        """Switch the schedule on or off (a re-enabled schedule fires from now on)."""
+        await self.installs.owned(principal, install_id)
+        doc = await self.store["schedules"].find_one({"_id": install_id})
+        if doc is None:
+            raise NotFound("No schedule for this install")
+        changes: dict[str, Any] = {"enabled": enabled, "updatedAt": utcnow()}
+        if enabled:
+            changes["nextRunAt"] = next_fire(doc["cronExpression"], doc["timezone"], utcnow())
+        await self.store["schedules"].update_one({"_id": install_id}, {"$set": changes})
+        return {"ok": True, "enabled": enabled}
+
+
+class SchedulerCore:
+    """One scheduler tick: claim due fires, start (or skip, or queue) their runs."""
+
+    def __init__(self, store: Store, runtime: Runtime) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.events = Events(store)
+
+    async def tick(self, now: datetime | None = None) -> int:
+        """Fire what is due; start queued runs whose install is free. How many fires were claimed."""
+        now = now or utcnow()
+        fired = 0
+        due = (
+            await self.store["schedules"]
+            .find({"enabled": True, "nextRunAt": {"$lte": now}})
+            .to_list(CLAIM_BATCH)
+        )
+        for schedule in due:
+            claimed = await self.store["schedules"].find_one_and_update(
+                {"_id": schedule["_id"], "enabled": True, "nextRunAt": schedule["nextRunAt"]},
+                {
+                    "$set": {
+                        "nextRunAt": next_fire(schedule["cronExpression"], schedule["timezone"], now),
+                        "lastRunAt": now,
+                    }
+                },
+            )
+            if claimed is not None:
+                fired += 1
+                await self._fire(claimed, now)
+        await self._start_queued()
+        return fired
+
+    async def _fire(self, schedule: Document, now: datetime) -> None:
+        install_id = schedule["_id"]
+        install = await self.store.installs.find_one({"_id": install_id}, {"status": 1})
+        if install is None or install["status"] != "completed":
+            await self.events.emit(
+                install_id,
+                "scheduler_run",
+                meta={
+                    "skipped": True,
+                    "reason": "install not ready",
+                    "scheduledFor": iso(schedule["nextRunAt"]),
+                },
+            )
+            return
+        busy = await self.store["pipeline_runs"].count_documents(
+            {"installId": install_id, "status": {"$in": list(ACTIVE)}}
+        )
+        run_id = tokens.new_id()
+        meta = {"runId": run_id, "scheduledFor": iso(schedule["nextRunAt"])}
+        if busy and schedule["onBacklog"] == "skip":
+            await self.events.emit(
+                install_id,
+                "scheduler_run",
+                meta={**meta, "runId": None, "skipped": True, "reason": "a run was active"},
+            )
+            return
+        if busy:
+            queued = await self.store["pipeline_runs"].count_documents(
+                {"installId": install_id, "status": "queued", "source": "schedule"}
+            )
+            if queued:
+                await self.events.emit(
+                    install_id,
+                    "scheduler_run",
+                    meta={
+                        **meta,
+                        "runId": None,
+                        "skipped": True,
+                        "reason": "a scheduled run is already queued",
+                    },
+                )
+                return
+        await self.store["pipeline_runs"].insert_one(
+            {
+                "_id": run_id,
+                "installId": install_id,
+                "status": "queued",
+                "source": "schedule",
+                "task": schedule.get("label") or "Scheduled run",
+                "createdAt": now,
+            }
+        )
+        await self.events.emit(install_id, "scheduler_run", meta={**meta, "queued": bool(busy)})
+        if not busy:
+            await self._start(run_id)
+
+    async def _start_queued(self) -> None:
+        """Start scheduled runs that waited for an active run to finish."""
+        queued = (
+            await self.store["pipeline_runs"]
+            .find({"status": "queued", "source": "schedule"})
+            .to_list(CLAIM_BATCH)
+        )
+        for run in queued:
+            running = await self.store["pipeline_runs"].count_documents(
+                {"installId": run["installId"], "status": {"$in": ["starting", "running"]}}
+            )
+            if not running:
+                await self._start(run["_id"])
+
+    async def _start(self, run_id: str) -> None:
+        run = await self.store["pipeline_runs"].find_one_and_update(
+            {"_id": run_id, "status": "queued"}, {"$set": {"status": "starting"}}
+        )
+        if run is None:
+            return  # another scheduler started it
+        payload = {"runId": run_id, "task": run["task"], "source": "schedule"}
+        await self.runtime.submit(run["installId"], payload)

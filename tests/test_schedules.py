@@ -1,0 +1,176 @@
+"""Cron schedules: the API, DST, and the scheduler firing each due fire exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from actors.runtime import RayRuntime
+from api.app import VAULT
+from api.context import SETTINGS
+from svc.schedules import SchedulerCore, next_fire
+from tests.runtime_helpers import member, provider_settings, start_llm, svc_install
+
+
+async def wait_for(predicate, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def test_schedule_api(make_client):
+    client = await make_client(rate_limit_multiplier=None)
+    caller, key, install_id = await svc_install(client, [member("lead")])
+    url = f"/api/installs/{install_id}/schedule"
+    body = await (await client.get(url, headers=key)).json()
+    assert body["schedule"] is None and "Europe/Berlin" in body["timezones"]
+    response = await client.patch(
+        url,
+        json={
+            "cronExpression": "*/5 * * * *",
+            "label": "Every five",
+            "timezone": "Europe/Berlin",
+            "onBacklog": "queue",
+        },
+        headers=key,
+    )
+    assert response.status == 200, await response.text()
+    schedule = (await response.json())["schedule"]
+    assert schedule["enabled"] is True and schedule["bypassGates"] is False
+    assert schedule["onBacklog"] == "queue" and schedule["lastRunAt"] is None
+    next_at = datetime.fromisoformat(schedule["nextRunAt"].replace("Z", "+00:00"))
+    assert timedelta(0) < next_at - datetime.now(UTC) <= timedelta(minutes=5)
+    mine = await (await client.get("/api/installs/mine", headers=caller.cookie)).json()
+    assert mine[0]["nextRunAt"] == schedule["nextRunAt"]
+    # Only the fields sent change.
+    again = await (
+        await client.patch(url, json={"cronExpression": "0 9 * * 1"}, headers=caller.cookie)
+    ).json()
+    assert again["schedule"]["label"] == "Every five" and again["schedule"]["timezone"] == "Europe/Berlin"
+    toggled = await (await client.patch(f"{url}/toggle", json={"enabled": False}, headers=key)).json()
+    assert toggled == {"ok": True, "enabled": False}
+    assert (await (await client.get(url, headers=key)).json())["schedule"]["nextRunAt"] is None
+    deleted = await (await client.patch(url, json={"cronExpression": None}, headers=key)).json()
+    assert deleted == {"ok": True, "schedule": None}
+    assert (await client.patch(f"{url}/toggle", json={"enabled": True}, headers=key)).status == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "word"),
+    [
+        ({"cronExpression": "0 0 * * * *"}, "5 fields"),
+        ({"cronExpression": "61 * * * *"}, "cronExpression"),
+        ({"cronExpression": "every day"}, "cronExpression"),
+        ({"cronExpression": "* * * * *", "timezone": "Mars/Olympus"}, "timezone"),
+        ({"cronExpression": "* * * * *", "onBacklog": "later"}, "onBacklog"),
+        ({}, "cronExpression"),
+    ],
+)
+async def test_bad_schedules_are_400(make_client, body, word):
+    client = await make_client(rate_limit_multiplier=None)
+    _, key, install_id = await svc_install(client, [member("lead")])
+    response = await client.patch(f"/api/installs/{install_id}/schedule", json=body, headers=key)
+    assert response.status == 400 and word in (await response.json())["error"]
+
+
+def test_daylight_saving_in_berlin():
+    zone = "Europe/Berlin"
+    # Spring forward (29 March 2026): 02:30 does not exist; the fire comes at 03:00 CEST.
+    spring = next_fire("30 2 * * *", zone, datetime(2026, 3, 28, 2, 0, tzinfo=UTC))
+    assert spring == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+    # Fall back (25 October 2026): 02:30 happens twice; it fires once.
+    first = next_fire("30 2 * * *", zone, datetime(2026, 10, 24, 2, 0, tzinfo=UTC))
+    assert first == datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
+    assert next_fire("30 2 * * *", zone, first) == datetime(2026, 10, 26, 1, 30, tzinfo=UTC)
+
+
+async def make_due(store, install_id, minutes_ago=1, **fields):
+    await store["schedules"].update_one(
+        {"_id": install_id},
+        {
+            "$set": {
+                "cronExpression": "0 * * * *",
+                "timezone": "UTC",
+                "enabled": True,
+                "onBacklog": "skip",
+                "bypassGates": False,
+                "label": "Hourly",
+                "lastRunAt": None,
+                "nextRunAt": datetime.now(UTC) - timedelta(minutes=minutes_ago),
+                **fields,
+            }
+        },
+        upsert=True,
+    )
+
+
+def core_for(client, store):
+    """A scheduler on the test's database with the real Ray runtime (as the actor builds it)."""
+    app = client.server.app
+    return SchedulerCore(store, RayRuntime(None, store.uri, app[SETTINGS], app[VAULT].keys))
+
+
+async def test_the_scheduler_actor_fires_a_due_schedule(make_client, aiohttp_server, store):
+    llm, url = await start_llm(aiohttp_server)
+    client = await make_client(
+        rate_limit_multiplier=None, providers=provider_settings(url), scheduler_enabled=True
+    )
+    _, key, install_id = await svc_install(client, [member("lead")])
+    llm.script(text="scheduled work done")
+    await make_due(store, install_id)
+
+    async def completed() -> bool:
+        run = await store["pipeline_runs"].find_one({"installId": install_id, "source": "schedule"})
+        return run is not None and run["status"] == "completed"
+
+    assert await wait_for(completed)
+    events = (await (await client.get(f"/api/installs/{install_id}/events", headers=key)).json())["events"]
+    assert "scheduler_run" in [e["eventType"] for e in events]
+    schedule = await store["schedules"].find_one({"_id": install_id})
+    assert schedule["nextRunAt"] > datetime.now(UTC) and schedule["lastRunAt"] is not None
+
+
+async def test_two_schedulers_racing_fire_once_and_missed_fires_do_not_storm(make_client, store):
+    client = await make_client(rate_limit_multiplier=None)
+    _, _, install_id = await svc_install(client, [member("lead")])
+    await make_due(store, install_id, minutes_ago=180)  # three hourly fires were missed
+    first, second = core_for(client, store), core_for(client, store)
+    fired = await asyncio.gather(first.tick(), second.tick(), first.tick())
+    assert sum(fired) == 1
+    assert await store["pipeline_runs"].count_documents({"installId": install_id, "source": "schedule"}) == 1
+    assert (await store["schedules"].find_one({"_id": install_id}))["nextRunAt"] > datetime.now(UTC)
+
+
+async def test_backlog_skip_and_queue(make_client, store):
+    client = await make_client(rate_limit_multiplier=None)
+    _, _, install_id = await svc_install(client, [member("lead")])
+    core = core_for(client, store)
+    await store["pipeline_runs"].insert_one({"_id": "active", "installId": install_id, "status": "running"})
+
+    await make_due(store, install_id, onBacklog="skip")
+    assert await core.tick() == 1
+    assert await store["pipeline_runs"].count_documents({"source": "schedule"}) == 0
+    event = await store["pipeline_events"].find_one({"installId": install_id, "eventType": "scheduler_run"})
+    assert event["meta"]["skipped"] is True
+
+    await make_due(store, install_id, onBacklog="queue")
+    await core.tick()
+    await make_due(store, install_id, onBacklog="queue")
+    await core.tick()
+    queued = await store["pipeline_runs"].find({"source": "schedule"}).to_list(None)
+    assert [r["status"] for r in queued] == ["queued"], "at most one queued run"
+
+    await store["pipeline_runs"].update_one({"_id": "active"}, {"$set": {"status": "completed"}})
+    await core.tick()
+
+    async def started() -> bool:
+        run = await store["pipeline_runs"].find_one({"_id": queued[0]["_id"]})
+        return run["status"] not in ("queued", "starting")
+
+    assert await wait_for(started), "the queued run starts once the install is free"
