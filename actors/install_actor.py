@@ -19,7 +19,7 @@ import ray
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
 from svc.llm import LLM
-from svc.runs_exec import CANCELLED, InstallRunner
+from svc.runs_exec import CANCELLED, InstallRunner, failed_outcome
 from svc.store import Store
 from svc.vault import Vault
 
@@ -77,15 +77,7 @@ class InstallActor:
             if not task.cancelled():
                 raise  # this call itself was cancelled
             # Cancelled before the run had started its steps.
-            return {
-                "runId": payload["runId"],
-                "status": "failed",
-                "response": None,
-                "agent": None,
-                "inputTokens": 0,
-                "outputTokens": 0,
-                "errorMessage": CANCELLED,
-            }
+            return failed_outcome(payload["runId"], CANCELLED)
         finally:
             self.active.pop(payload["runId"], None)
             self.last_used = time.monotonic()

@@ -83,7 +83,7 @@ class InstallRunner:
         """Mark runs left `running` by a stopped worker as failed; how many there were."""
         interrupted = (
             await self.store["pipeline_runs"]
-            .find({"installId": install_id, "status": "running"})
+            .find({"installId": install_id, "status": {"$in": ["starting", "running"]}})
             .to_list(None)
         )
         install = await self.store.installs.find_one({"_id": install_id})
@@ -210,7 +210,7 @@ class InstallRunner:
         source: str,
     ) -> None:
         finished = await self.store["pipeline_runs"].find_one_and_update(
-            {"_id": run_id, "status": {"$in": ["queued", "running"]}},
+            {"_id": run_id, "status": {"$in": ["queued", "starting", "running"]}},
             {
                 "$set": {
                     "status": status,
@@ -268,6 +268,19 @@ class InstallRunner:
                 await asyncio.sleep(CALLBACK_BACKOFF_S * 2**attempt)
         log.warning("callback not delivered after %s attempts", CALLBACK_ATTEMPTS)
         return False
+
+
+def failed_outcome(run_id: str, message: str) -> dict[str, Any]:
+    """The run response of a run that ended before producing anything."""
+    return {
+        "runId": run_id,
+        "status": "failed",
+        "response": None,
+        "agent": None,
+        "inputTokens": 0,
+        "outputTokens": 0,
+        "errorMessage": message,
+    }
 
 
 def outcome_of(run_id: str, result: TeamResult) -> dict[str, Any]:
@@ -400,18 +413,10 @@ class RunService:
         except RuntimeFailure as exc:
             # The worker died mid-run: record the run as failed (idempotent with its own recovery).
             await self.store["pipeline_runs"].update_one(
-                {"_id": payload["runId"], "status": {"$in": ["queued", "running"]}},
+                {"_id": payload["runId"], "status": {"$in": ["queued", "starting", "running"]}},
                 {"$set": {"status": "failed", "errorMessage": INTERRUPTED, "endedAt": utcnow()}},
             )
-            return {
-                "runId": payload["runId"],
-                "status": "failed",
-                "response": None,
-                "agent": None,
-                "inputTokens": 0,
-                "outputTokens": 0,
-                "errorMessage": str(exc) or INTERRUPTED,
-            }
+            return failed_outcome(payload["runId"], str(exc) or INTERRUPTED)
 
 
 class HeartbeatBody(RequestBody):
