@@ -19,6 +19,7 @@ import ray
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
 from svc.llm import LLM
+from svc.mailer import Mailer
 from svc.runs_exec import CANCELLED, InstallRunner, failed_outcome
 from svc.store import Store
 from svc.vault import Vault
@@ -53,6 +54,7 @@ class InstallActor:
                     LLM(plugins, self.settings),
                     self.settings.judge_model,
                     self.settings.egress_allow_private,
+                    Mailer(store, self.settings.smtp_url),
                 )
                 recovered = await self.runner.recover(self.install_id)
                 if recovered:

@@ -91,10 +91,10 @@ class RayRuntime:
             lifetime="detached",
         ).remote(install_id, self.settings, self.mongodb_uri, self.vault_keys)
 
-    async def _ready_actor(self, install_id: str) -> Any:
+    async def _ready_actor(self, install_id: str, trust_warm: bool = True) -> Any:
         """The install's actor once it answers; waits out a restart, replaces a dead one."""
         warm = self._warm.get(install_id)
-        if warm is not None and time.monotonic() - warm[1] < self._warm_ttl():
+        if trust_warm and warm is not None and time.monotonic() - warm[1] < self._warm_ttl():
             return warm[0]
         delay = 0.1
         for _ in range(READY_ATTEMPTS):
@@ -126,8 +126,9 @@ class RayRuntime:
         return min(30.0, idle / 2)
 
     async def submit(self, install_id: str, payload: dict[str, Any]) -> None:
-        """Start a run in the install's actor without waiting for it."""
-        actor = await self._ready_actor(install_id)
+        """Start a run in the install's actor without waiting for it (always checked live: nobody
+        waits on the answer to notice a dead actor)."""
+        actor = await self._ready_actor(install_id, trust_warm=False)
         task = asyncio.ensure_future(actor.run.remote(payload))
         self._background.add(task)
         task.add_done_callback(self._settled)

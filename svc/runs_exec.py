@@ -28,7 +28,9 @@ from svc.errors import BadRequest, Conflict, NotFound, Unauthorized
 from svc.events import Events, EventType
 from svc.installs import Installs, interpolate
 from svc.llm import LLM
+from svc.mailer import Mailer
 from svc.models import RequestBody
+from svc.pipelines import PipelineExecutor
 from svc.ports import Runtime, RuntimeFailure
 from svc.runs import Runs
 from svc.security_log import SecurityLog
@@ -67,8 +69,17 @@ def sign(body: bytes, secret: str, timestamp: int | None = None) -> str:
 class InstallRunner:
     """Runs one install's work; lives in the install's actor."""
 
-    def __init__(self, store: Store, vault: Vault, llm: LLM, judge_model: str, allow_private: bool) -> None:
+    def __init__(
+        self,
+        store: Store,
+        vault: Vault,
+        llm: LLM,
+        judge_model: str,
+        allow_private: bool,
+        mailer: Mailer | None = None,
+    ) -> None:
         self.store = store
+        self.pipelines = PipelineExecutor(store, mailer or Mailer(store))
         self.vault = vault
         self.judge_model = judge_model
         self.allow_private = allow_private
@@ -129,10 +140,13 @@ class InstallRunner:
             self.current_steps[run_id] = step
 
         runner = TeamRunner(self.llm, self.security_log, write_step, started)
+        pause: dict[str, Any] | None = None
         try:
             if payload.get("agentKey"):
                 agent = next(a for a in definition["agents"] if a["key"] == payload["agentKey"])
                 result = await runner.run_agent(scope, agent, payload["task"])
+            elif definition.get("gates"):
+                result, pause = await self.pipelines.run(install, definition, scope, runner, payload)
             else:
                 result = await runner.run_team(scope, definition, payload["task"])
         except asyncio.CancelledError:
@@ -144,6 +158,23 @@ class InstallRunner:
             result = TeamResult("failed", None, root_key, 0, 0, [], CANCELLED)
         finally:
             self.current_steps.pop(run_id, None)
+        if pause is not None:
+            await self.store["pipeline_runs"].update_one(
+                {"_id": run_id},
+                {
+                    "$set": {
+                        "status": "paused",
+                        "pausedAtGate": pause["gate"],
+                        "state": pause,
+                        "callbackUrl": payload.get("callbackUrl"),
+                        "pausedAt": utcnow(),
+                    }
+                },
+            )
+            outcome = {**outcome_of(run_id, result), "pausedAtGate": pause["gate"]}
+            if payload.get("callbackUrl"):
+                await self.callback(install, payload["callbackUrl"], outcome)
+            return outcome
         await self._finish(
             install,
             run_id,
@@ -378,6 +409,39 @@ class RunService:
             "agentName": agent["name"],
             "response": outcome.get("response"),
         }
+
+    async def continue_run(
+        self, principal: Principal, install_id: str, bypass_gates: bool, actor: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Resume the paused run from the step after its gate (409 when there is nothing to resume)."""
+        install = await self.installs.owned(principal, install_id)
+        paused = await self.store["pipeline_runs"].find_one({"installId": install_id, "status": "paused"})
+        if paused is None:
+            raise Conflict("No pending gate found for this install")
+        state = paused["state"]
+        if state["fromStep"] >= len(install["definition"]["agents"]):
+            raise Conflict("No agents remaining after gate")
+        claimed = await self.store["pipeline_runs"].find_one_and_update(
+            {"_id": paused["_id"], "status": "paused"}, {"$set": {"status": "queued"}}
+        )
+        if claimed is None:
+            raise Conflict("No pending gate found for this install")
+        await Events(self.store).emit(
+            install_id, "gate_approved", gate_name=state["gate"], meta={"runId": paused["_id"]}, **actor
+        )
+        payload = {
+            "runId": paused["_id"],
+            "task": "",
+            "source": paused.get("source", "run"),
+            "input": state["input"],
+            "fromStep": state["fromStep"],
+            "inputTokens": state["inputTokens"],
+            "outputTokens": state["outputTokens"],
+            "bypassGates": bypass_gates,
+            "callbackUrl": paused.get("callbackUrl"),
+        }
+        await self._dispatch(install_id, payload, wait=False)
+        return {"ok": True}
 
     async def cancel(self, principal: Principal, install_id: str) -> dict[str, Any]:
         """Cancel the install's active run: {ok, runId, cancelledStep}; 404 when none is active."""

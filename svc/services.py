@@ -13,6 +13,7 @@ from svc.installs import Installs
 from svc.keys import ApiKeys
 from svc.llm import LLM
 from svc.mailer import Mailer
+from svc.pipelines import Outreach
 from svc.ports import Runtime
 from svc.ratelimit import RateLimiter
 from svc.runs import Runs
@@ -44,6 +45,7 @@ class Services:
     run_service: RunService
     security_log: SecurityLog
     schedules: Schedules
+    outreach: Outreach
 
     @classmethod
     def build(
@@ -73,6 +75,7 @@ class Services:
             run_service=RunService(store, installs, runtime),
             security_log=SecurityLog(store),
             schedules=Schedules(store, installs),
+            outreach=Outreach(store, installs),
         )
 
     async def close(self) -> None:

@@ -7,7 +7,9 @@ from pydantic import BaseModel, Field
 
 from api.context import principal, services
 from api.routing import RouteTable
+from svc.errors import NotFound
 from svc.events import Events, agent_runs
+from svc.pipelines import BulkBody, ContinueBody, DraftEdit, RejectBody
 from svc.schedules import ScheduleBody, ToggleBody
 
 routes = RouteTable()
@@ -76,3 +78,94 @@ async def toggle_schedule(request: web.Request, body: ToggleBody) -> web.Respons
     svc = services(request)
     result = await svc.schedules.toggle(principal(request), request.match_info["id"], body.enabled)
     return web.json_response(result)
+
+
+async def acting(request: web.Request) -> dict[str, str | None]:
+    """Who acted, for events: the person behind the session or key."""
+    caller = principal(request)
+    if caller.user_id is None:
+        return {"actor_id": None, "actor_email": None}
+    user = await services(request).accounts.get_user(caller.user_id)
+    return {"actor_id": user["_id"], "actor_email": user["email"]}
+
+
+def draft_id(request: web.Request) -> int:
+    """The draft id of the path (drafts have integer ids); 404 when it is not one."""
+    try:
+        return int(request.match_info["draftId"])
+    except ValueError:
+        raise NotFound("Draft not found") from None
+
+
+@routes.post("/api/installs/{id}/continue", auth="K/S", body=ContinueBody)
+async def continue_run(request: web.Request, body: ContinueBody) -> web.Response:
+    """Resume the paused pipeline from the step after its gate."""
+    result = await services(request).run_service.continue_run(
+        principal(request), request.match_info["id"], body.bypassGates, await acting(request)
+    )
+    return web.json_response(result)
+
+
+@routes.get("/api/installs/{id}/gates/{name}/queue", auth="K/S")
+async def gate_queue(request: web.Request) -> web.Response:
+    """Records waiting at a gate: {records, total}."""
+    outreach = services(request).outreach
+    return web.json_response(
+        await outreach.queue(principal(request), request.match_info["id"], request.match_info["name"])
+    )
+
+
+@routes.get("/api/installs/{id}/drafts", auth="K/S")
+async def list_drafts(request: web.Request) -> web.Response:
+    """Outreach drafts with their targets, newest first."""
+    drafts = await services(request).outreach.drafts(principal(request), request.match_info["id"])
+    return web.json_response({"drafts": drafts})
+
+
+@routes.patch("/api/installs/{id}/drafts/{draftId}", auth="K/S", body=DraftEdit)
+async def edit_draft(request: web.Request, body: DraftEdit) -> web.Response:
+    """Edit a draft's subject and/or body (editedAt is stamped)."""
+    draft = await services(request).outreach.edit(
+        principal(request), request.match_info["id"], draft_id(request), body
+    )
+    return web.json_response({"ok": True, "draft": draft})
+
+
+@routes.post("/api/installs/{id}/drafts/{draftId}/approve", auth="K/S")
+async def approve_draft(request: web.Request) -> web.Response:
+    """Approve a draft; the pipeline resumes at once when no draft awaits a decision."""
+    svc = services(request)
+    install_id = request.match_info["id"]
+    actor = await acting(request)
+    await svc.outreach.approve(principal(request), install_id, draft_id(request), actor)
+    if not await svc.outreach.pending_drafts(install_id):
+        paused = await svc.store["pipeline_runs"].find_one(
+            {"installId": install_id, "status": "paused", "pausedAtGate": "draft-approval"}
+        )
+        if paused is not None:
+            await svc.run_service.continue_run(principal(request), install_id, False, actor)
+    return web.json_response({"ok": True})
+
+
+@routes.post("/api/installs/{id}/drafts/{draftId}/reject", auth="K/S", body=RejectBody)
+async def reject_draft(request: web.Request, body: RejectBody) -> web.Response:
+    """Reject a draft; the note is fed back to the writing agent on its next run."""
+    svc = services(request)
+    await svc.outreach.reject(
+        principal(request), request.match_info["id"], draft_id(request), body.note, await acting(request)
+    )
+    return web.json_response({"ok": True})
+
+
+@routes.post("/api/installs/{id}/drafts/{draftId}/recall", auth="K/S")
+async def recall_draft(request: web.Request) -> web.Response:
+    """Take an approved draft back to pending_approval (409 once sent)."""
+    await services(request).outreach.recall(principal(request), request.match_info["id"], draft_id(request))
+    return web.json_response({"ok": True})
+
+
+@routes.post("/api/installs/{id}/drafts/bulk", auth="K/S", body=BulkBody)
+async def bulk_drafts(request: web.Request, body: BulkBody) -> web.Response:
+    """Approve, reject, requeue or archive many drafts (by ids or by a status filter)."""
+    count = await services(request).outreach.bulk(principal(request), request.match_info["id"], body)
+    return web.json_response({"ok": True, "count": count})
