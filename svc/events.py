@@ -42,18 +42,40 @@ class Events:
     ) -> None:
         """Record one event."""
         await self.store["pipeline_events"].insert_one(
-            {
-                "_id": tokens.new_id(),
-                "installId": install_id,
-                "eventType": event_type,
-                "stepKey": step_key,
-                "gateName": gate_name,
-                "actorId": actor_id,
-                "actorEmail": actor_email,
-                "meta": meta or {},
-                "createdAt": utcnow(),
-            }
+            self.document(
+                install_id,
+                event_type,
+                step_key=step_key,
+                gate_name=gate_name,
+                actor_id=actor_id,
+                actor_email=actor_email,
+                meta=meta,
+            )
         )
+
+    @staticmethod
+    def document(
+        install_id: str,
+        event_type: EventType,
+        *,
+        step_key: str | None = None,
+        gate_name: str | None = None,
+        actor_id: str | None = None,
+        actor_email: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The stored form of an event (also for batched writes)."""
+        return {
+            "_id": tokens.new_id(),
+            "installId": install_id,
+            "eventType": event_type,
+            "stepKey": step_key,
+            "gateName": gate_name,
+            "actorId": actor_id,
+            "actorEmail": actor_email,
+            "meta": meta or {},
+            "createdAt": utcnow(),
+        }
 
     async def latest(self, install_id: str) -> list[dict[str, Any]]:
         """The last 100 events, newest first."""

@@ -180,82 +180,100 @@ class SchedulerCore:
         """Fire what is due; start queued runs whose install is free. How many fires were claimed."""
         now = now or utcnow()
         fired = 0
-        due = (
-            await self.store["schedules"]
+        while (
+            due := await self.store["schedules"]
             .find({"enabled": True, "nextRunAt": {"$lte": now}})
             .to_list(CLAIM_BATCH)
-        )
-        for schedule in due:
-            claimed = await self.store["schedules"].find_one_and_update(
-                {"_id": schedule["_id"], "enabled": True, "nextRunAt": schedule["nextRunAt"]},
-                {
-                    "$set": {
-                        "nextRunAt": next_fire(schedule["cronExpression"], schedule["timezone"], now),
-                        "lastRunAt": now,
-                    }
-                },
-            )
-            if claimed is not None:
-                fired += 1
-                await self._fire(claimed, now)
+        ):
+            claimed = await self._claim(due, now)
+            fired += len(claimed)
+            await self._fire(claimed, now)
         await self._start_queued()
         return fired
 
-    async def _fire(self, schedule: Document, now: datetime) -> None:
-        install_id = schedule["_id"]
-        install = await self.store.installs.find_one({"_id": install_id}, {"status": 1})
-        if install is None or install["status"] != "completed":
-            await self.events.emit(
-                install_id,
-                "scheduler_run",
-                meta={
-                    "skipped": True,
-                    "reason": "install not ready",
-                    "scheduledFor": iso(schedule["nextRunAt"]),
-                },
+    async def _claim(self, due: list[Document], now: datetime) -> list[tuple[Document, datetime]]:
+        """Claim the due fires: one conditional update per group of equal schedules.
+
+        The filter names the due time, so a fire another scheduler moved on is not claimed
+        again; the claim token then tells which documents this tick claimed.
+        """
+        token = tokens.new_id()
+        groups: dict[tuple[datetime, str, str], list[str]] = {}
+        for schedule in due:
+            key = (schedule["nextRunAt"], schedule["cronExpression"], schedule["timezone"])
+            groups.setdefault(key, []).append(schedule["_id"])
+        scheduled_for: dict[str, datetime] = {}
+        for (due_at, expression, zone), ids in groups.items():
+            await self.store["schedules"].update_many(
+                {"_id": {"$in": ids}, "enabled": True, "nextRunAt": due_at},
+                {"$set": {"nextRunAt": next_fire(expression, zone, now), "lastRunAt": now, "claim": token}},
             )
+            scheduled_for.update(dict.fromkeys(ids, due_at))
+        claimed = await self.store["schedules"].find({"claim": token}).to_list(None)
+        return [(schedule, scheduled_for[schedule["_id"]]) for schedule in claimed]
+
+    async def _fire(self, claimed: list[tuple[Document, datetime]], now: datetime) -> None:
+        """Start, queue or skip each claimed fire; a few batched writes for the whole batch."""
+        if not claimed:
             return
-        busy = await self.store["pipeline_runs"].count_documents(
-            {"installId": install_id, "status": {"$in": list(ACTIVE)}}
+        ids = [schedule["_id"] for schedule, _ in claimed]
+        ready = {
+            doc["_id"]
+            for doc in await self.store.installs.find(
+                {"_id": {"$in": ids}, "status": "completed"}, {"_id": 1}
+            ).to_list(None)
+        }
+        active = (
+            await self.store["pipeline_runs"]
+            .find(
+                {"installId": {"$in": ids}, "status": {"$in": list(ACTIVE)}},
+                {"installId": 1, "status": 1, "source": 1},
+            )
+            .to_list(None)
         )
-        run_id = tokens.new_id()
-        meta = {"runId": run_id, "scheduledFor": iso(schedule["nextRunAt"])}
-        if busy and schedule["onBacklog"] == "skip":
-            await self.events.emit(
-                install_id,
-                "scheduler_run",
-                meta={**meta, "runId": None, "skipped": True, "reason": "a run was active"},
-            )
-            return
-        if busy:
-            queued = await self.store["pipeline_runs"].count_documents(
-                {"installId": install_id, "status": "queued", "source": "schedule"}
-            )
-            if queued:
-                await self.events.emit(
-                    install_id,
-                    "scheduler_run",
-                    meta={
-                        **meta,
-                        "runId": None,
-                        "skipped": True,
-                        "reason": "a scheduled run is already queued",
-                    },
+        busy = {run["installId"] for run in active}
+        waiting = {
+            run["installId"]
+            for run in active
+            if run["status"] == "queued" and run.get("source") == "schedule"
+        }
+        runs: list[Document] = []
+        events: list[Document] = []
+        for schedule, due_at in claimed:
+            install_id = schedule["_id"]
+            meta: dict[str, Any] = {"scheduledFor": iso(due_at)}
+            if install_id not in ready:
+                meta.update(runId=None, skipped=True, reason="install not ready")
+            elif install_id in busy and (schedule["onBacklog"] == "skip" or install_id in waiting):
+                reason = (
+                    "a run was active"
+                    if schedule["onBacklog"] == "skip"
+                    else "a scheduled run is already queued"
                 )
-                return
-        await self.store["pipeline_runs"].insert_one(
-            {
-                "_id": run_id,
-                "installId": install_id,
-                "status": "queued",
-                "source": "schedule",
-                "task": schedule.get("label") or "Scheduled run",
-                "createdAt": now,
-            }
-        )
-        await self.events.emit(install_id, "scheduler_run", meta={**meta, "queued": bool(busy)})
-        if not busy:
-            await self._start(run_id)
+                meta.update(runId=None, skipped=True, reason=reason)
+            else:
+                run_id = tokens.new_id()
+                queued = install_id in busy
+                runs.append(
+                    {
+                        "_id": run_id,
+                        "installId": install_id,
+                        "status": "queued" if queued else "starting",
+                        "source": "schedule",
+                        "task": schedule.get("label") or "Scheduled run",
+                        "createdAt": now,
+                    }
+                )
+                meta.update(runId=run_id, queued=queued)
+            events.append(self.events.document(install_id, "scheduler_run", meta=meta))
+        if runs:
+            await self.store["pipeline_runs"].insert_many(runs)
+        await self.store["pipeline_events"].insert_many(events)
+        for run in runs:
+            if run["status"] == "starting":
+                await self.runtime.submit(
+                    run["installId"], {"runId": run["_id"], "task": run["task"], "source": "schedule"}
+                )
 
     async def _start_queued(self) -> None:
         """Start scheduled runs that waited for an active run to finish."""

@@ -94,7 +94,10 @@ INDEXES: dict[str, list[Index]] = {
         Index([("installId", ASCENDING), ("status", ASCENDING)]),
         Index([("status", ASCENDING), ("source", ASCENDING)]),
     ],
-    "schedules": [Index([("enabled", ASCENDING), ("nextRunAt", ASCENDING)])],
+    "schedules": [
+        Index([("enabled", ASCENDING), ("nextRunAt", ASCENDING)]),
+        Index([("claim", ASCENDING)]),
+    ],
     "pipeline_events": [Index([("installId", ASCENDING), ("createdAt", DESCENDING)])],
     "agent_runs": [Index([("installId", ASCENDING), ("createdAt", DESCENDING)])],
     "security_requests": [
