@@ -228,3 +228,39 @@ async def test_bulk_and_draft_errors(make_client, aiohttp_server, store):
     assert (await client.post(f"{base}/drafts/99999/approve", headers=key)).status == 404
     assert (await client.post(f"{base}/drafts/abc/approve", headers=key)).status == 404
     assert (await client.post(f"{base}/drafts/{ids[1]}/recall", headers=key)).status == 409
+
+
+async def test_a_paused_pipeline_continues_from_another_api_process(make_client, aiohttp_server, store):
+    llm, url = await start_llm(aiohttp_server)
+    first = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
+    _, key, install_id = await svc_install(
+        first, [member("a"), member("b")], gates=[{"name": "g", "after": "a"}]
+    )
+    llm.script(text="before the restart")
+    paused = await start(first, key, install_id)
+    await first.close()  # that API process is gone; the pause lives in the database
+    second = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
+    llm.script(text="after the restart")
+    response = await second.post(f"/api/installs/{install_id}/continue", json={}, headers=key)
+    assert response.status == 200
+    run = await wait_status(store, paused["runId"], "completed")
+    assert run["errorMessage"] is None
+    assert llm.requests[-1].body["messages"][0]["content"] == "before the restart"
+
+
+async def test_bulk_approve_by_filter(make_client, aiohttp_server):
+    client, llm = await make(make_client, aiohttp_server)
+    _, key, install_id = await svc_install(client, OUTREACH[1:], gates=[OUTREACH_GATES[1]])
+    drafts_out = {
+        "drafts": [{"recipientEmail": f"p{n}@example.com", "subject": f"S{n}", "body": "B"} for n in range(2)]
+    }
+    llm.script(text=json.dumps(drafts_out))
+    await start(client, key, install_id)
+    base = f"/api/installs/{install_id}"
+    body = {"action": "approve", "filter": {"status": "pending_approval"}}
+    assert await (await client.post(f"{base}/drafts/bulk", json=body, headers=key)).json() == {
+        "ok": True,
+        "count": 2,
+    }
+    queue = await (await client.get(f"{base}/gates/draft-approval/queue", headers=key)).json()
+    assert queue == {"records": [], "total": 0}
