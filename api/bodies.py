@@ -9,9 +9,9 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from svc.errors import BadRequest
+from svc.models import describe
 
 M = TypeVar("M", bound=BaseModel)
-MAX_REPORTED_ERRORS = 5
 
 
 async def read_json(request: web.Request) -> Any:
@@ -47,20 +47,3 @@ def parse_query(request: web.Request, model: type[M]) -> M:
         return model.model_validate(dict(request.query), strict=False)
     except ValidationError as exc:
         raise BadRequest(describe(exc)) from None
-
-
-def describe(exc: ValidationError) -> str:
-    """`field: problem` for each failure, naming the field by its JSON path."""
-    parts = []
-    for error in exc.errors(include_url=False)[:MAX_REPORTED_ERRORS]:
-        message = error["msg"].removeprefix("Value error, ")
-        parts.append(f"{field_path(error['loc'])}: {message}")
-    return "; ".join(parts)
-
-
-def field_path(location: tuple[int | str, ...]) -> str:
-    """`("definition", "agents", 2, "model")` as `definition.agents[2].model`."""
-    path = ""
-    for part in location:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path or "body"

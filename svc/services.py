@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from config.settings import Settings
 from plugins.manager import Plugins
 from svc.accounts import Accounts
+from svc.authoring import Authoring
 from svc.cache import TTLCache
 from svc.credentials import Credentials, Principal
 from svc.installs import Installs
@@ -46,6 +47,7 @@ class Services:
     security_log: SecurityLog
     schedules: Schedules
     outreach: Outreach
+    authoring: Authoring
 
     @classmethod
     def build(
@@ -58,6 +60,7 @@ class Services:
         mailer = Mailer(store, settings.smtp_url)
         credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
         installs = Installs(store, vault, plugins, credentials, key_cache, settings, Runs(store))
+        llm = LLM(plugins, settings)
         return cls(
             settings=settings,
             store=store,
@@ -71,11 +74,12 @@ class Services:
             templates=Templates(store, mailer),
             plugins=plugins,
             installs=installs,
-            llm=LLM(plugins, settings),
+            llm=llm,
             run_service=RunService(store, installs, runtime),
             security_log=SecurityLog(store),
             schedules=Schedules(store, installs),
             outreach=Outreach(store, installs),
+            authoring=Authoring(llm),
         )
 
     async def close(self) -> None:

@@ -39,3 +39,31 @@ def next_semver(previous: str, bump: Bump) -> str:
     if bump == "MINOR":
         return f"{major}.{minor + 1}.0"
     return f"{major}.{minor}.{patch + 1}"
+
+
+def diff_summary(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """What changed between two definitions, computed (not asked of a model), with its bump."""
+    old_agents = {a["key"]: a for a in old.get("agents") or []}
+    new_agents = {a["key"]: a for a in new.get("agents") or []}
+    removed = sorted(set(old_agents) - set(new_agents))
+    added = sorted(set(new_agents) - set(old_agents))
+    changed = sorted(k for k in set(old_agents) & set(new_agents) if old_agents[k] != new_agents[k])
+    variables = (_keys(old, "requiredVariables"), _keys(new, "requiredVariables"))
+    secrets = (_keys(old, "requiredSecrets"), _keys(new, "requiredSecrets"))
+    breaking = [f"agent {key!r} removed or renamed" for key in removed]
+    breaking += [f"required variable {n!r} removed or renamed" for n in sorted(variables[0] - variables[1])]
+    breaking += [f"required secret {n!r} removed or renamed" for n in sorted(secrets[0] - secrets[1])]
+    bump = classify(old, new)
+    parts = [f"{len(added)} agent(s) added", f"{len(removed)} removed", f"{len(changed)} changed"]
+    return {
+        "bump": bump,
+        "breaking": breaking,
+        "addedAgents": added,
+        "removedAgents": removed,
+        "changedAgents": changed,
+        "addedVariables": sorted(variables[1] - variables[0]),
+        "removedVariables": sorted(variables[0] - variables[1]),
+        "addedSecrets": sorted(secrets[1] - secrets[0]),
+        "removedSecrets": sorted(secrets[0] - secrets[1]),
+        "text": f"{bump}: " + ", ".join(parts) + (f"; breaking: {'; '.join(breaking)}" if breaking else ""),
+    }

@@ -98,6 +98,10 @@ class FakeLLM:
     api_key: str = DEFAULT_KEY
     latency_s: float = 0.0
     chunk_delay_s: float = 0.0
+    # Streaming faults: cut the connection after this many events; count finished and abandoned streams.
+    break_stream_after: int | None = None
+    streams_finished: int = 0
+    streams_abandoned: int = 0
     default_text: str = "ok"
     replies: deque[Reply] = field(default_factory=deque)
     failures: deque[Failure] = field(default_factory=deque)
@@ -232,13 +236,23 @@ class FakeLLM:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
-        for event, data in events:
-            payload = data if isinstance(data, str) else json.dumps(data)
-            prefix = f"event: {event}\n" if event else ""
-            await response.write(f"{prefix}data: {payload}\n\n".encode())
-            if self.chunk_delay_s:
-                await asyncio.sleep(self.chunk_delay_s)
-        await response.write_eof()
+        try:
+            for index, (event, data) in enumerate(events):
+                if self.break_stream_after is not None and index >= self.break_stream_after:
+                    self.break_stream_after = None
+                    assert request.transport is not None
+                    request.transport.close()  # the upstream dies mid-stream
+                    return response
+                payload = data if isinstance(data, str) else json.dumps(data)
+                prefix = f"event: {event}\n" if event else ""
+                await response.write(f"{prefix}data: {payload}\n\n".encode())
+                if self.chunk_delay_s:
+                    await asyncio.sleep(self.chunk_delay_s)
+            await response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.streams_abandoned += 1  # the client went away
+            raise
+        self.streams_finished += 1
         return response
 
     # ---- validation ---------------------------------------------------------------------

@@ -1,0 +1,59 @@
+"""The streaming authoring endpoints (SSE): generate, public generate, assist, test-chat."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from api.context import services
+from api.errors import error_response
+from api.routing import RouteTable
+from api.sse import relay
+from plugins.types import ProviderError
+from svc.authoring import AssistBody, GenerateBody, TestChatBody
+
+routes = RouteTable()
+
+
+def unavailable(exc: ProviderError) -> web.Response:
+    """503 before the stream starts: the model's provider is not configured."""
+    return error_response(503, exc.detail)
+
+
+@routes.post("/api/templates/generate", auth="K", body=GenerateBody)
+async def generate(request: web.Request, body: GenerateBody) -> web.StreamResponse:
+    """Stream a team definition generated from a description."""
+    try:
+        events = services(request).authoring.generate(body, public=False)
+    except ProviderError as exc:
+        return unavailable(exc)
+    return await relay(request, events)
+
+
+@routes.post("/api/templates/generate/public", auth="P", body=GenerateBody)
+async def generate_public(request: web.Request, body: GenerateBody) -> web.StreamResponse:
+    """The same without a key, on the providerA small model, 5 per hour per IP."""
+    try:
+        events = services(request).authoring.generate(body, public=True)
+    except ProviderError as exc:
+        return unavailable(exc)
+    return await relay(request, events)
+
+
+@routes.post("/api/templates/assist", auth="K", body=AssistBody)
+async def assist(request: web.Request, body: AssistBody) -> web.StreamResponse:
+    """Stream an edit of a definition (APPLY) or an answer about it (DISCUSS); never saves."""
+    try:
+        events = services(request).authoring.assist(body)
+    except ProviderError as exc:
+        return unavailable(exc)
+    return await relay(request, events)
+
+
+@routes.post("/api/templates/test-chat", auth="K", body=TestChatBody)
+async def test_chat(request: web.Request, body: TestChatBody) -> web.StreamResponse:
+    """Stream the root agent's reply to the last message."""
+    try:
+        events = services(request).authoring.test_chat(body)
+    except ProviderError as exc:
+        return unavailable(exc)
+    return await relay(request, events)

@@ -1,0 +1,68 @@
+"""Server-sent events: relay an iterator of events as `data: <json>` lines, as they come.
+
+A comment line keeps the connection alive through long pauses. When the client
+goes away the next write fails and the event iterator is closed, which closes the
+upstream model stream. A failure after the stream has started becomes an
+`{error}` event, then a clean close (the status line is already sent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from plugins.types import ProviderError
+from svc.errors import ServiceError
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_S = 15.0
+
+
+async def relay(request: web.Request, events: AsyncIterator[dict[str, Any]]) -> web.StreamResponse:
+    """Stream the events to the client."""
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+    await response.prepare(request)
+    iterator = aiter(events)
+    pending: asyncio.Future[dict[str, Any]] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(iterator))
+            done, _ = await asyncio.wait({pending}, timeout=KEEPALIVE_S)
+            if not done:
+                await response.write(b": keep-alive\n\n")
+                continue
+            finished, pending = pending, None
+            try:
+                event = finished.result()
+            except StopAsyncIteration:
+                break
+            except ProviderError as exc:
+                event = {"error": f"Model provider error: {exc.detail}"}
+            except ServiceError as exc:
+                event = {"error": exc.message}
+            except Exception:
+                log.exception("stream failed")
+                event = {"error": "Internal server error"}
+            await response.write(f"data: {json.dumps(event)}\n\n".encode())
+            if "error" in event or event.get("done"):
+                break
+        await response.write_eof()
+    except (ConnectionResetError, asyncio.CancelledError):
+        log.info("client left the stream")
+        raise
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+        closer = getattr(iterator, "aclose", None)
+        if closer is not None:
+            await closer()  # closes the upstream model stream
+    return response
