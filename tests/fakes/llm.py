@@ -37,11 +37,24 @@ WIRE_FORMATS = {
 }
 DEFAULT_KEY = "sk-fake-llm-secret-0123456789"
 ANTHROPIC_VERSION = "2023-06-01"
-GEMINI_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
-                 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+GEMINI_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
 PART_KINDS = frozenset({"text", "functionCall", "functionResponse"})
-ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                   404: "not_found_error", 429: "rate_limit_error", 529: "overloaded_error"}
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
 
 
 @dataclass
@@ -102,6 +115,7 @@ class FakeLLM:
     break_stream_after: int | None = None
     streams_finished: int = 0
     streams_abandoned: int = 0
+    sent: list[tuple[float, Any]] = field(default_factory=list)  # (perf_counter, event data) as written
     default_text: str = "ok"
     replies: deque[Reply] = field(default_factory=deque)
     failures: deque[Failure] = field(default_factory=deque)
@@ -173,8 +187,9 @@ class FakeLLM:
         except ValueError:
             body = raw.decode(errors="replace")
         headers = {k.lower(): v for k, v in request.headers.items()}
-        self.requests.append(Recorded(request.method, request.path, dict(request.query), headers, body,
-                                      time.monotonic()))
+        self.requests.append(
+            Recorded(request.method, request.path, dict(request.query), headers, body, time.monotonic())
+        )
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         received = self._received_key(headers)
@@ -182,8 +197,9 @@ class FakeLLM:
             return self._error(401, "invalid API key", received)
         if self.failures:
             failure = self.failures.popleft()
-            response = self._error(failure.status, failure.message or f"scripted failure {failure.status}",
-                                   received)
+            response = self._error(
+                failure.status, failure.message or f"scripted failure {failure.status}", received
+            )
             if failure.retry_after is not None:
                 response.headers["Retry-After"] = f"{failure.retry_after:g}"
             return response
@@ -223,11 +239,18 @@ class FakeLLM:
             kind = ANTHROPIC_TYPES.get(status, "api_error")
             body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
         elif self.wire_format == "openai-chat":
-            body = {"error": {"message": message, "type": "invalid_request_error" if status < 500 else
-                              "server_error", "param": None, "code": None}}
+            body = {
+                "error": {
+                    "message": message,
+                    "type": "invalid_request_error" if status < 500 else "server_error",
+                    "param": None,
+                    "code": None,
+                }
+            }
         else:
-            body = {"error": {"code": status, "message": message,
-                              "status": GEMINI_STATUS.get(status, "UNKNOWN")}}
+            body = {
+                "error": {"code": status, "message": message, "status": GEMINI_STATUS.get(status, "UNKNOWN")}
+            }
         return web.json_response(body, status=status)
 
     async def _sse(self, request: web.Request, events: list[tuple[str | None, Any]]) -> web.StreamResponse:
@@ -246,6 +269,7 @@ class FakeLLM:
                 payload = data if isinstance(data, str) else json.dumps(data)
                 prefix = f"event: {event}\n" if event else ""
                 await response.write(f"{prefix}data: {payload}\n\n".encode())
+                self.sent.append((time.perf_counter(), data))
                 if self.chunk_delay_s:
                     await asyncio.sleep(self.chunk_delay_s)
             await response.write_eof()
@@ -287,71 +311,141 @@ class FakeLLM:
     def _anthropic_blocks(self, reply: Reply) -> list[dict[str, Any]]:
         blocks: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
         for call in reply.tool_calls:
-            blocks.append({"type": "tool_use", "id": call.get("id") or self._next_id("toolu_fake_"),
-                           "name": call["name"], "input": call.get("arguments", {})})
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": call.get("id") or self._next_id("toolu_fake_"),
+                    "name": call["name"],
+                    "input": call.get("arguments", {}),
+                }
+            )
         return blocks
 
     def _anthropic_message(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         return {
-            "id": self._next_id("msg_fake_"), "type": "message", "role": "assistant", "model": body["model"],
+            "id": self._next_id("msg_fake_"),
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
             "content": self._anthropic_blocks(reply),
-            "stop_reason": "tool_use" if reply.tool_calls else "end_turn", "stop_sequence": None,
+            "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+            "stop_sequence": None,
             "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens},
         }
 
     def _anthropic_events(self, body: dict[str, Any], reply: Reply) -> list[tuple[str | None, Any]]:
         message = self._anthropic_message(body, reply)
-        start = {**message, "content": [], "stop_reason": None,
-                 "usage": {"input_tokens": reply.input_tokens, "output_tokens": 1}}
+        start = {
+            **message,
+            "content": [],
+            "stop_reason": None,
+            "usage": {"input_tokens": reply.input_tokens, "output_tokens": 1},
+        }
         events: list[tuple[str | None, Any]] = [
             ("message_start", {"type": "message_start", "message": start}),
             ("ping", {"type": "ping"}),
         ]
         for index, block in enumerate(message["content"]):
             if block["type"] == "text":
-                events.append(("content_block_start", {"type": "content_block_start", "index": index,
-                                                       "content_block": {"type": "text", "text": ""}}))
-                events += [("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                    "delta": {"type": "text_delta", "text": piece}})
-                           for piece in _pieces(block["text"])]
+                events.append(
+                    (
+                        "content_block_start",
+                        {
+                            "type": "content_block_start",
+                            "index": index,
+                            "content_block": {"type": "text", "text": ""},
+                        },
+                    )
+                )
+                events += [
+                    (
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": index,
+                            "delta": {"type": "text_delta", "text": piece},
+                        },
+                    )
+                    for piece in _pieces(block["text"])
+                ]
             else:
-                events.append(("content_block_start", {"type": "content_block_start", "index": index,
-                                                       "content_block": {**block, "input": {}}}))
-                events += [("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                    "delta": {"type": "input_json_delta", "partial_json": p}})
-                           for p in _split(json.dumps(block["input"]), 7)]
+                events.append(
+                    (
+                        "content_block_start",
+                        {
+                            "type": "content_block_start",
+                            "index": index,
+                            "content_block": {**block, "input": {}},
+                        },
+                    )
+                )
+                events += [
+                    (
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": index,
+                            "delta": {"type": "input_json_delta", "partial_json": p},
+                        },
+                    )
+                    for p in _split(json.dumps(block["input"]), 7)
+                ]
             events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
         delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
-        events.append(("message_delta", {"type": "message_delta", "delta": delta,
-                                         "usage": {"output_tokens": reply.output_tokens}}))
+        events.append(
+            (
+                "message_delta",
+                {"type": "message_delta", "delta": delta, "usage": {"output_tokens": reply.output_tokens}},
+            )
+        )
         events.append(("message_stop", {"type": "message_stop"}))
         return events
 
     # ---- openai-chat --------------------------------------------------------------------
 
     def _openai_calls(self, reply: Reply) -> list[dict[str, Any]]:
-        return [{"id": call.get("id") or self._next_id("call_fake_"), "type": "function",
-                 "function": {"name": call["name"], "arguments": json.dumps(call.get("arguments", {}))}}
-                for call in reply.tool_calls]
+        return [
+            {
+                "id": call.get("id") or self._next_id("call_fake_"),
+                "type": "function",
+                "function": {"name": call["name"], "arguments": json.dumps(call.get("arguments", {}))},
+            }
+            for call in reply.tool_calls
+        ]
 
     def _openai_completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None, "refusal": None}
         if reply.tool_calls:
             message["tool_calls"] = self._openai_calls(reply)
         return {
-            "id": self._next_id("chatcmpl-fake-"), "object": "chat.completion", "created": int(time.time()),
+            "id": self._next_id("chatcmpl-fake-"),
+            "object": "chat.completion",
+            "created": int(time.time()),
             "model": body["model"],
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
-            "usage": {"prompt_tokens": reply.input_tokens, "completion_tokens": reply.output_tokens,
-                      "total_tokens": reply.input_tokens + reply.output_tokens},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": reply.input_tokens,
+                "completion_tokens": reply.output_tokens,
+                "total_tokens": reply.input_tokens + reply.output_tokens,
+            },
         }
 
     def _openai_events(
         self, body: dict[str, Any], reply: Reply, include_usage: bool
     ) -> list[tuple[str | None, Any]]:
-        base = {"id": self._next_id("chatcmpl-fake-"), "object": "chat.completion.chunk",
-                "created": int(time.time()), "model": body["model"]}
+        base = {
+            "id": self._next_id("chatcmpl-fake-"),
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body["model"],
+        }
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, dict[str, Any]]:
             extra = {"usage": None} if include_usage else {}
@@ -360,16 +454,40 @@ class FakeLLM:
         events: list[tuple[str | None, Any]] = [chunk({"role": "assistant", "content": ""})]
         events += [chunk({"content": piece}) for piece in _pieces(reply.text)]
         for index, call in enumerate(self._openai_calls(reply)):
-            events.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                                 "function": {"name": call["function"]["name"],
-                                                              "arguments": ""}}]}))
-            events += [chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
-                       for p in _split(call["function"]["arguments"], 7)]
+            events.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call["id"],
+                                "type": "function",
+                                "function": {"name": call["function"]["name"], "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
+            events += [
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
+                for p in _split(call["function"]["arguments"], 7)
+            ]
         events.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
         if include_usage:
-            events.append((None, {**base, "choices": [], "usage": {
-                "prompt_tokens": reply.input_tokens, "completion_tokens": reply.output_tokens,
-                "total_tokens": reply.input_tokens + reply.output_tokens}}))
+            events.append(
+                (
+                    None,
+                    {
+                        **base,
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": reply.input_tokens,
+                            "completion_tokens": reply.output_tokens,
+                            "total_tokens": reply.input_tokens + reply.output_tokens,
+                        },
+                    },
+                )
+            )
         events.append((None, "[DONE]"))
         return events
 
@@ -388,9 +506,11 @@ class FakeLLM:
         candidate = {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
         return {
             "candidates": [candidate],
-            "usageMetadata": {"promptTokenCount": reply.input_tokens,
-                              "candidatesTokenCount": reply.output_tokens,
-                              "totalTokenCount": reply.input_tokens + reply.output_tokens},
+            "usageMetadata": {
+                "promptTokenCount": reply.input_tokens,
+                "candidatesTokenCount": reply.output_tokens,
+                "totalTokenCount": reply.input_tokens + reply.output_tokens,
+            },
             "modelVersion": "fake",
         }
 
@@ -398,12 +518,27 @@ class FakeLLM:
         pieces = _pieces(reply.text)
         events: list[tuple[str | None, Any]] = []
         for i, piece in enumerate(pieces):
-            events.append((None, {
-                "candidates": [{"content": {"role": "model", "parts": [{"text": piece}]}, "index": 0}],
-                "usageMetadata": {"promptTokenCount": reply.input_tokens, "candidatesTokenCount": i + 1},
-            }))
-        last = self._gemini_response(Reply(tool_calls=reply.tool_calls, input_tokens=reply.input_tokens,
-                                           output_tokens=reply.output_tokens))
+            events.append(
+                (
+                    None,
+                    {
+                        "candidates": [
+                            {"content": {"role": "model", "parts": [{"text": piece}]}, "index": 0}
+                        ],
+                        "usageMetadata": {
+                            "promptTokenCount": reply.input_tokens,
+                            "candidatesTokenCount": i + 1,
+                        },
+                    },
+                )
+            )
+        last = self._gemini_response(
+            Reply(
+                tool_calls=reply.tool_calls,
+                input_tokens=reply.input_tokens,
+                output_tokens=reply.output_tokens,
+            )
+        )
         if not reply.tool_calls:
             last["candidates"][0]["content"]["parts"] = [{"text": ""}]
         events.append((None, last))
@@ -420,7 +555,7 @@ def _pieces(text: str) -> list[str]:
 
 def _split(text: str, size: int) -> list[str]:
     """The text in pieces of `size` characters."""
-    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
 def _tools_problems(tools: Any, where: str, schema_key: str) -> list[str]:
@@ -484,15 +619,20 @@ def _anthropic_problems(request: web.Request, body: dict[str, Any]) -> list[str]
             if kind == "text" and isinstance(block.get("text"), str):
                 continue
             if kind == "tool_use" and message["role"] == "assistant":
-                if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str) or \
-                        not isinstance(block.get("input"), dict):
+                if (
+                    not isinstance(block.get("id"), str)
+                    or not isinstance(block.get("name"), str)
+                    or not isinstance(block.get("input"), dict)
+                ):
                     problems.append(f"{where}.content[{j}] tool_use needs id, name and an input object")
                 else:
                     used.add(block["id"])
             elif kind == "tool_result" and message["role"] == "user":
                 if block.get("tool_use_id") not in pending:
-                    problems.append(f"{where}.content[{j}] tool_result for unknown tool_use_id "
-                                    f"{block.get('tool_use_id')!r}")
+                    problems.append(
+                        f"{where}.content[{j}] tool_result for unknown tool_use_id "
+                        f"{block.get('tool_use_id')!r}"
+                    )
                 elif not isinstance(block.get("content"), str | list):
                     problems.append(f"{where}.content[{j}] tool_result content must be a string or blocks")
                 answered.add(str(block.get("tool_use_id")))
@@ -511,8 +651,9 @@ def _openai_problems(body: dict[str, Any]) -> list[str]:
         problems.append("model is required")
     if "tools" in body:
         tools = body["tools"]
-        if not isinstance(tools, list) or not all(isinstance(t, dict) and t.get("type") == "function"
-                                                  for t in tools):
+        if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and t.get("type") == "function" for t in tools
+        ):
             problems.append("tools must be an array of {type: function, function}")
         else:
             problems += _tools_problems([t.get("function") for t in tools], "tools[].function", "parameters")
@@ -530,8 +671,9 @@ def _openai_problems(body: dict[str, Any]) -> list[str]:
             continue
         if role == "tool":
             if message.get("tool_call_id") not in pending:
-                problems.append(f"{where}.tool_call_id {message.get('tool_call_id')!r} "
-                                "answers no pending call")
+                problems.append(
+                    f"{where}.tool_call_id {message.get('tool_call_id')!r} answers no pending call"
+                )
             pending.discard(message.get("tool_call_id"))
             if not isinstance(message.get("content"), str):
                 problems.append(f"{where}.content must be a string")
@@ -543,10 +685,14 @@ def _openai_problems(body: dict[str, Any]) -> list[str]:
             calls = message["tool_calls"] if isinstance(message["tool_calls"], list) else [None]
             for j, call in enumerate(calls):
                 function = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(call, dict) or call.get("type") != "function" or \
-                        not isinstance(call.get("id"), str) or not isinstance(function, dict) or \
-                        not isinstance(function.get("name"), str) or \
-                        not isinstance(function.get("arguments"), str):
+                if (
+                    not isinstance(call, dict)
+                    or call.get("type") != "function"
+                    or not isinstance(call.get("id"), str)
+                    or not isinstance(function, dict)
+                    or not isinstance(function.get("name"), str)
+                    or not isinstance(function.get("arguments"), str)
+                ):
                     problems.append(f"{where}.tool_calls[{j}] must be {{id, type: function, function}}")
                     continue
                 try:
@@ -572,9 +718,11 @@ def _gemini_problems(body: dict[str, Any]) -> list[str]:
     else:
         problems += _common_problems(config, "maxOutputTokens" if "maxOutputTokens" in config else None)
     system = body.get("systemInstruction")
-    if system is not None and (not isinstance(system, dict) or not isinstance(system.get("parts"), list) or
-                               not all(isinstance(p, dict) and isinstance(p.get("text"), str)
-                                       for p in system["parts"])):
+    if system is not None and (
+        not isinstance(system, dict)
+        or not isinstance(system.get("parts"), list)
+        or not all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in system["parts"])
+    ):
         problems.append("systemInstruction must be {parts: [{text}]}")
     if "tools" in body:
         tools = body["tools"]
@@ -582,8 +730,9 @@ def _gemini_problems(body: dict[str, Any]) -> list[str]:
             problems.append("tools must be an array of objects")
         else:
             for tool in tools:
-                problems += _tools_problems(tool.get("functionDeclarations"), "functionDeclarations",
-                                            "parameters")
+                problems += _tools_problems(
+                    tool.get("functionDeclarations"), "functionDeclarations", "parameters"
+                )
     contents = body.get("contents")
     if not isinstance(contents, list) or not contents:
         return [*problems, "contents must be a non-empty array"]
@@ -607,20 +756,30 @@ def _gemini_problems(body: dict[str, Any]) -> list[str]:
             if key == "text" and not isinstance(value, str):
                 problems.append(f"{where}.parts[{j}].text must be a string")
             elif key == "functionCall":
-                if role != "model" or not isinstance(value, dict) or \
-                        not isinstance(value.get("name"), str) or not isinstance(value.get("args", {}), dict):
+                if (
+                    role != "model"
+                    or not isinstance(value, dict)
+                    or not isinstance(value.get("name"), str)
+                    or not isinstance(value.get("args", {}), dict)
+                ):
                     problems.append(f"{where}.parts[{j}].functionCall must be {{name, args}} in a model turn")
                 else:
                     made.append(value["name"])
             elif key == "functionResponse":
-                if role != "user" or not isinstance(value, dict) or \
-                        not isinstance(value.get("name"), str) or not isinstance(value.get("response"), dict):
-                    problems.append(f"{where}.parts[{j}].functionResponse must be {{name, response}} "
-                                    "in a user turn")
+                if (
+                    role != "user"
+                    or not isinstance(value, dict)
+                    or not isinstance(value.get("name"), str)
+                    or not isinstance(value.get("response"), dict)
+                ):
+                    problems.append(
+                        f"{where}.parts[{j}].functionResponse must be {{name, response}} in a user turn"
+                    )
                 else:
                     responses.append(value["name"])
         if role == "user" and (responses or calls) and sorted(responses) != sorted(calls):
-            problems.append(f"{where} must answer the function calls {sorted(calls)} "
-                            f"(got {sorted(responses)})")
+            problems.append(
+                f"{where} must answer the function calls {sorted(calls)} (got {sorted(responses)})"
+            )
         calls = made if role == "model" else []
     return problems
