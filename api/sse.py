@@ -22,6 +22,7 @@ from svc.errors import ServiceError
 log = logging.getLogger(__name__)
 
 KEEPALIVE_S = 15.0
+MAX_STREAM_S = 600.0
 
 
 async def relay(request: web.Request, events: AsyncIterator[dict[str, Any]]) -> web.StreamResponse:
@@ -32,8 +33,12 @@ async def relay(request: web.Request, events: AsyncIterator[dict[str, Any]]) -> 
     await response.prepare(request)
     iterator = aiter(events)
     pending: asyncio.Future[dict[str, Any]] | None = None
+    deadline = asyncio.get_running_loop().time() + MAX_STREAM_S
     try:
         while True:
+            if asyncio.get_running_loop().time() > deadline:
+                await response.write(b'data: {"error": "The stream took too long and was stopped"}\n\n')
+                break
             if pending is None:
                 pending = asyncio.ensure_future(anext(iterator))
             done, _ = await asyncio.wait({pending}, timeout=KEEPALIVE_S)
@@ -62,6 +67,8 @@ async def relay(request: web.Request, events: AsyncIterator[dict[str, Any]]) -> 
     finally:
         if pending is not None and not pending.done():
             pending.cancel()
+            # The generator must stop running before it can be closed.
+            await asyncio.gather(pending, return_exceptions=True)
         closer = getattr(iterator, "aclose", None)
         if closer is not None:
             await closer()  # closes the upstream model stream

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 from pymongo import DESCENDING, ReturnDocument
@@ -47,6 +47,17 @@ def structured(output: str | None) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def score(value: Any) -> int:
+    """A priority score from agent output (0 when it is not a number)."""
+    try:
+        return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+MAX_DRAFT_ID = 2**63 - 1
 
 
 class PipelineExecutor:
@@ -154,7 +165,7 @@ class PipelineExecutor:
                     "stepKey": step_key,
                     "githubHandle": raw.get("githubHandle"),
                     "email": raw.get("email"),
-                    "priorityScore": int(raw.get("priorityScore") or 0),
+                    "priorityScore": score(raw.get("priorityScore")),
                     "categoryFit": raw.get("categoryFit"),
                     "bio": raw.get("bio"),
                     "status": "pending",
@@ -197,18 +208,20 @@ class PipelineExecutor:
         sent = 0
         while True:
             draft = await self.store["drafts"].find_one_and_update(
-                {"installId": install_id, "status": "approved"},
+                {"installId": install_id, "status": "approved", "recipientEmail": {"$nin": [None, ""]}},
                 {"$set": {"status": "sending"}},
                 return_document=ReturnDocument.AFTER,
             )
             if draft is None:
                 break
-            if not draft.get("recipientEmail"):
+            try:
+                await self.mailer.send(
+                    draft["recipientEmail"], draft["subject"], draft["body"], kind="outreach.draft"
+                )
+            except Exception:
+                # Not sent: back to approved, so a later Sender step (or a recall) can act on it.
                 await self.store["drafts"].update_one({"_id": draft["_id"]}, {"$set": {"status": "approved"}})
-                break
-            await self.mailer.send(
-                draft["recipientEmail"], draft["subject"], draft["body"], kind="outreach.draft"
-            )
+                raise
             await self.store["drafts"].update_one(
                 {"_id": draft["_id"], "status": "sending"}, {"$set": {"status": "sent", "sentAt": utcnow()}}
             )
@@ -242,7 +255,7 @@ class BulkBody(RequestBody):
     """POST .../drafts/bulk: an action on `ids` or on `filter`, exactly one of the two."""
 
     action: Literal["approve", "reject", "requeue", "archive"]
-    ids: list[int] | None = Field(default=None, max_length=1000)
+    ids: list[Annotated[int, Field(ge=1, le=MAX_DRAFT_ID)]] | None = Field(default=None, max_length=1000)
     filter: BulkFilter | None = None
 
     @model_validator(mode="after")
@@ -346,8 +359,13 @@ class Outreach:
                 for d in docs
             ]
         else:
-            records = []
-        return {"records": records, "total": len(records)}
+            return {"records": [], "total": 0}
+        # The queue shows at most 500 records; `total` counts them all.
+        collection, status = (
+            ("targets", "pending") if gate == "target-review" else ("drafts", "pending_approval")
+        )
+        total = await self.store[collection].count_documents({"installId": install_id, "status": status})
+        return {"records": records, "total": total}
 
     async def drafts(self, principal: Principal, install_id: str) -> list[dict[str, Any]]:
         """Drafts (not archived), newest first, each with its target."""
@@ -396,7 +414,11 @@ class Outreach:
         if not changes:
             raise BadRequest("Give a subject or a body")
         doc = await self.store["drafts"].find_one_and_update(
-            {"_id": draft_id, "status": {"$in": ["pending_approval", "approved", "rejected"]}},
+            {
+                "_id": draft_id,
+                "installId": install_id,
+                "status": {"$in": ["pending_approval", "approved", "rejected"]},
+            },
             {"$set": {**changes, "editedAt": utcnow()}},
             return_document=ReturnDocument.AFTER,
         )

@@ -149,6 +149,9 @@ class InstallRunner:
                 result, pause = await self.pipelines.run(install, definition, scope, runner, payload)
             else:
                 result = await runner.run_team(scope, definition, payload["task"])
+        except Exception as exc:  # a bug must end the run visibly, not leave it running
+            log.error("run failed unexpectedly: %s", type(exc).__name__)
+            result = TeamResult("failed", None, root_key, 0, 0, [], f"Internal error ({type(exc).__name__})")
         except asyncio.CancelledError:
             # cancel-run: the step in progress ends as cancelled and the run as failed.
             step = self.current_steps.get(run_id)
@@ -411,11 +414,19 @@ class RunService:
         }
 
     async def continue_run(
-        self, principal: Principal, install_id: str, bypass_gates: bool, actor: dict[str, Any]
+        self,
+        principal: Principal,
+        install_id: str,
+        bypass_gates: bool,
+        actor: dict[str, Any],
+        run_id: str | None = None,
     ) -> dict[str, Any]:
-        """Resume the paused run from the step after its gate (409 when there is nothing to resume)."""
+        """Resume the paused run (the oldest, or `run_id`) from the step after its gate (409 when none)."""
         install = await self.installs.owned(principal, install_id)
-        paused = await self.store["pipeline_runs"].find_one({"installId": install_id, "status": "paused"})
+        query: Document = {"installId": install_id, "status": "paused"}
+        if run_id is not None:
+            query["_id"] = run_id
+        paused = await self.store["pipeline_runs"].find_one(query, sort=[("pausedAt", 1), ("_id", 1)])
         if paused is None:
             raise Conflict("No pending gate found for this install")
         state = paused["state"]
@@ -447,10 +458,18 @@ class RunService:
         """Cancel the install's active run: {ok, runId, cancelledStep}; 404 when none is active."""
         await self.installs.owned(principal, install_id)
         active = await self.store["pipeline_runs"].find_one(
-            {"installId": install_id, "status": "running"}, sort=[("startedAt", -1)]
+            {"installId": install_id, "status": {"$in": ["queued", "starting", "running"]}},
+            sort=[("createdAt", -1)],
         )
         if active is None or self.runtime is None:
             raise NotFound("No active run for this install")
+        if active["status"] == "queued":
+            # Not started yet: nothing to stop in a worker, the run simply never starts.
+            await self.store["pipeline_runs"].update_one(
+                {"_id": active["_id"], "status": "queued"},
+                {"$set": {"status": "failed", "errorMessage": CANCELLED, "endedAt": utcnow()}},
+            )
+            return {"ok": True, "runId": active["_id"], "cancelledStep": None}
         step = await self.runtime.cancel(install_id, active["_id"])
         if step is None:
             # The record says running but no worker runs it: it was interrupted.

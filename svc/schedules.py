@@ -14,7 +14,7 @@ from functools import cache
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from croniter import CroniterBadCronError, croniter
+from croniter import CroniterError, croniter
 from pydantic import Field
 from pymongo import ReturnDocument
 
@@ -31,7 +31,8 @@ from svc.store import Document, Store
 log = logging.getLogger(__name__)
 
 CLAIM_BATCH = 200
-ACTIVE = ("queued", "starting", "running")
+# A run waiting at a gate still occupies its install.
+ACTIVE = ("queued", "starting", "running", "paused")
 
 
 class ScheduleBody(RequestBody):
@@ -62,18 +63,19 @@ def check_cron(expression: str) -> str:
     fields = expression.split()
     if len(fields) != 5:
         raise BadRequest(f"cronExpression: needs 5 fields (minute hour day month weekday), got {len(fields)}")
+    expression = " ".join(fields)
     try:
-        croniter(" ".join(fields))
-    except (CroniterBadCronError, ValueError, KeyError) as exc:
+        croniter(expression).get_next(datetime)  # also refuses dates that never come (30 February)
+    except (CroniterError, ValueError, KeyError) as exc:
         raise BadRequest(f"cronExpression: {exc}") from None
-    return " ".join(fields)
+    return expression
 
 
 def check_timezone(name: str) -> ZoneInfo:
     """The zone; 400 for a name that is not an IANA zone."""
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise BadRequest(f"timezone: unknown IANA time zone {name!r}") from None
 
 
@@ -261,6 +263,7 @@ class SchedulerCore:
                         "status": "queued" if queued else "starting",
                         "source": "schedule",
                         "task": schedule.get("label") or "Scheduled run",
+                        "bypassGates": bool(schedule.get("bypassGates")),
                         "createdAt": now,
                     }
                 )
@@ -272,7 +275,13 @@ class SchedulerCore:
         for run in runs:
             if run["status"] == "starting":
                 await self.runtime.submit(
-                    run["installId"], {"runId": run["_id"], "task": run["task"], "source": "schedule"}
+                    run["installId"],
+                    {
+                        "runId": run["_id"],
+                        "task": run["task"],
+                        "source": "schedule",
+                        "bypassGates": bool(run.get("bypassGates")),
+                    },
                 )
 
     async def _start_queued(self) -> None:

@@ -129,8 +129,10 @@ def bearer(token: str) -> dict[str, str]:
 
 
 async def signup(
-    client: TestClient[web.Request, web.Application], email: str | None = None,
-    password: str = "correct horse battery", name: str = "Test User",
+    client: TestClient[web.Request, web.Application],
+    email: str | None = None,
+    password: str = "correct horse battery",
+    name: str = "Test User",
 ) -> Caller:
     """Sign a new user up over HTTP; the client's cookie jar is left empty."""
     email = email or f"user-{uuid.uuid4().hex[:10]}@example.com"
@@ -153,4 +155,3 @@ async def create_key(client: TestClient[web.Request, web.Application], caller: C
 def app_store(client: TestClient[web.Request, web.Application]) -> Store:
     """The store the running app uses."""
     return client.server.app[STORE]
-

@@ -113,8 +113,9 @@ async def patch_ok(client: Any, key: str, template_id: str, **body: Any) -> dict
     return dict(await response.json())
 
 
-async def release(client: Any, key: str, template_id: str, new_definition: dict[str, Any],
-                  change_log: str | None = None) -> dict[str, Any]:
+async def release(
+    client: Any, key: str, template_id: str, new_definition: dict[str, Any], change_log: str | None = None
+) -> dict[str, Any]:
     """The whole version cycle: new-version, PATCH the draft, publish it; returns the parent."""
     draft = await new_version_ok(client, key, template_id)
     await patch_ok(client, key, draft["id"], definition=new_definition)
@@ -145,10 +146,16 @@ async def versions(client: Any, template_id: str, key: str | None = None) -> lis
     return list((await response.json())["versions"])
 
 
-async def seed_install(store: Any, install_id: str, template_id: str, deployed_by: str,
-                       email: str, status: str = "completed") -> None:
+async def seed_install(
+    store: Any, install_id: str, template_id: str, deployed_by: str, email: str, status: str = "completed"
+) -> None:
     """An install record HTTP cannot create yet (status `cancelled` is not active)."""
-    await store.installs.insert_one({
-        "_id": install_id, "templateId": template_id, "status": status,
-        "deployedBy": deployed_by, "deployerEmail": email,
-    })
+    await store.installs.insert_one(
+        {
+            "_id": install_id,
+            "templateId": template_id,
+            "status": status,
+            "deployedBy": deployed_by,
+            "deployerEmail": email,
+        }
+    )

@@ -72,7 +72,9 @@ async def test_every_route_refuses_credentials_of_other_codes(walk_client, crede
     for route in routes:
         for kind, headers in credentials.items():
             response = await walk_client.request(
-                route.method, concrete(route.path), headers=headers,
+                route.method,
+                concrete(route.path),
+                headers=headers,
                 json={} if route.method in ("POST", "PATCH") else None,
             )
             accepted = kind in ACCEPTS[route.auth] or (route.key_fallback and kind == "key")

@@ -51,8 +51,16 @@ async def test_an_unknown_model_names_the_agent_path(client, store):
 
 async def test_every_catalogue_model_is_accepted(client, store):
     _, key = await user_with_key(client)
-    models = ["providerA:high", "providerA:middle", "providerA:small", "providerB:standard",
-              "providerB:reasoning-small", "providerB:code-small", "providerC:pro", "providerC:flash"]
+    models = [
+        "providerA:high",
+        "providerA:middle",
+        "providerA:small",
+        "providerB:standard",
+        "providerB:reasoning-small",
+        "providerB:code-small",
+        "providerC:pro",
+        "providerC:flash",
+    ]
     team = definition(*(agent(f"a{n}", model=model) for n, model in enumerate(models)))
     created = await accepted(client, store, key, definition=team)
     assert [a["model"] for a in created["definition"]["agents"]] == models
@@ -67,8 +75,11 @@ async def test_duplicate_agent_keys_are_refused(client, store):
 
 async def test_an_undeclared_variable_names_the_agent_and_the_variable(client, store):
     _, key = await user_with_key(client)
-    team = definition(agent("lead", prompt="Use {{region}}."), agent("writer", prompt="Hi {{undeclared}}!"),
-                      requiredVariables=["region"])
+    team = definition(
+        agent("lead", prompt="Use {{region}}."),
+        agent("writer", prompt="Hi {{undeclared}}!"),
+        requiredVariables=["region"],
+    )
     message = await refused(client, store, key, definition=team)
     assert message.startswith("definition.agents[1].prompt")
     assert "writer" in message
@@ -77,17 +88,21 @@ async def test_an_undeclared_variable_names_the_agent_and_the_variable(client, s
 
 async def test_a_declared_variable_is_accepted(client, store):
     _, key = await user_with_key(client)
-    team = definition(agent("lead", prompt="Serve {{ region }} in {{tone}}."),
-                      requiredVariables=["region", "tone"])
+    team = definition(
+        agent("lead", prompt="Serve {{ region }} in {{tone}}."), requiredVariables=["region", "tone"]
+    )
     created = await accepted(client, store, key, definition=team)
     assert created["definition"]["requiredVariables"] == ["region", "tone"]
 
 
-@pytest.mark.parametrize("policy", [
-    {"defaultAction": "deny", "rules": []},
-    {"accessPolicyVersion": "2"},
-    {"accessPolicyVersion": 1},
-])
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {"defaultAction": "deny", "rules": []},
+        {"accessPolicyVersion": "2"},
+        {"accessPolicyVersion": 1},
+    ],
+)
 async def test_an_access_policy_needs_version_1(client, store, policy):
     _, key = await user_with_key(client)
     message = await refused(client, store, key, definition=with_policy(policy))
@@ -135,8 +150,11 @@ async def test_a_path_prefix_must_start_with_a_slash(client, store):
 
 async def test_a_full_rule_is_accepted(client, store):
     _, key = await user_with_key(client)
-    rule = {"match": {"host": "*.example.com", "methods": ["GET", "POST"], "pathPrefix": "/v1"},
-            "action": "deny", "reason": "no writes"}
+    rule = {
+        "match": {"host": "*.example.com", "methods": ["GET", "POST"], "pathPrefix": "/v1"},
+        "action": "deny",
+        "reason": "no writes",
+    }
     policy = {"accessPolicyVersion": "1", "defaultAction": "deny", "rules": [rule, {"action": "allow"}]}
     created = await accepted(client, store, key, definition=with_policy(policy))
     stored = created["definition"]["agents"][1]["accessPolicy"]
@@ -147,8 +165,11 @@ async def test_a_full_rule_is_accepted(client, store):
 
 async def test_a_gate_after_no_agent_is_refused(client, store):
     _, key = await user_with_key(client)
-    team = definition(agent("lead"), agent("writer"),
-                      gates=[{"name": "review", "after": "lead"}, {"name": "ship", "after": "ghost"}])
+    team = definition(
+        agent("lead"),
+        agent("writer"),
+        gates=[{"name": "review", "after": "lead"}, {"name": "ship", "after": "ghost"}],
+    )
     message = await refused(client, store, key, definition=team)
     assert message.startswith("definition.gates[1].after")
     assert "ghost" in message
@@ -161,11 +182,14 @@ async def test_a_gate_after_an_agent_is_accepted(client, store):
     assert created["definition"]["gates"][0]["after"] == "lead"
 
 
-@pytest.mark.parametrize("agents", [
-    [agent("a", reportsTo="b"), agent("b", reportsTo="a")],
-    [agent("a", reportsTo="c"), agent("b", reportsTo="a"), agent("c", reportsTo="b")],
-    [agent("a", reportsTo="a")],
-])
+@pytest.mark.parametrize(
+    "agents",
+    [
+        [agent("a", reportsTo="b"), agent("b", reportsTo="a")],
+        [agent("a", reportsTo="c"), agent("b", reportsTo="a"), agent("c", reportsTo="b")],
+        [agent("a", reportsTo="a")],
+    ],
+)
 async def test_a_reporting_cycle_is_refused(client, store, agents):
     _, key = await user_with_key(client)
     message = await refused(client, store, key, definition=definition(*agents))
@@ -185,27 +209,33 @@ async def test_a_team_needs_at_least_one_agent(client, store):
     assert message.startswith("definition.agents")
 
 
-@pytest.mark.parametrize(("pricing", "field"), [
-    ({"pricingModel": "per_run"}, "priceUsdCents"),
-    ({"pricingModel": "per_k_tokens", "priceUsdCents": None}, "priceUsdCents"),
-    ({"pricingModel": "free", "priceUsdCents": 100}, "priceUsdCents"),
-    ({"pricingModel": "per_run", "priceUsdCents": -5}, "priceUsdCents"),
-    ({"pricingModel": "per_run", "priceUsdCents": 0}, "priceUsdCents"),
-    ({"pricingModel": "per_run", "priceUsdCents": "5"}, "priceUsdCents"),
-    ({"pricingModel": "subscription", "priceUsdCents": 5}, "pricingModel"),
-])
+@pytest.mark.parametrize(
+    ("pricing", "field"),
+    [
+        ({"pricingModel": "per_run"}, "priceUsdCents"),
+        ({"pricingModel": "per_k_tokens", "priceUsdCents": None}, "priceUsdCents"),
+        ({"pricingModel": "free", "priceUsdCents": 100}, "priceUsdCents"),
+        ({"pricingModel": "per_run", "priceUsdCents": -5}, "priceUsdCents"),
+        ({"pricingModel": "per_run", "priceUsdCents": 0}, "priceUsdCents"),
+        ({"pricingModel": "per_run", "priceUsdCents": "5"}, "priceUsdCents"),
+        ({"pricingModel": "subscription", "priceUsdCents": 5}, "pricingModel"),
+    ],
+)
 async def test_bad_pricing_is_refused(client, store, pricing, field):
     _, key = await user_with_key(client)
     message = await refused(client, store, key, **pricing)
     assert field in message
 
 
-@pytest.mark.parametrize(("pricing", "expected"), [
-    ({"pricingModel": "per_k_tokens", "priceUsdCents": 5}, ("per_k_tokens", 5)),
-    ({"pricingModel": "per_run", "priceUsdCents": 250}, ("per_run", 250)),
-    ({"pricingModel": "free"}, ("free", None)),
-    ({}, ("free", None)),
-])
+@pytest.mark.parametrize(
+    ("pricing", "expected"),
+    [
+        ({"pricingModel": "per_k_tokens", "priceUsdCents": 5}, ("per_k_tokens", 5)),
+        ({"pricingModel": "per_run", "priceUsdCents": 250}, ("per_run", 250)),
+        ({"pricingModel": "free"}, ("free", None)),
+        ({}, ("free", None)),
+    ],
+)
 async def test_good_pricing_is_accepted(client, store, pricing, expected):
     _, key = await user_with_key(client)
     created = await accepted(client, store, key, **pricing)
@@ -219,8 +249,9 @@ async def test_a_bad_definition_in_a_patch_leaves_the_draft_unchanged(client, st
     created = await accepted(client, store, key)
     before = await store["templates"].find_one({"_id": created["id"]})
     bad = definition(agent("lead"), agent("lead"))
-    response = await client.patch(f"/api/templates/{created['id']}", json={"definition": bad},
-                                  headers=bearer(key))
+    response = await client.patch(
+        f"/api/templates/{created['id']}", json={"definition": bad}, headers=bearer(key)
+    )
     assert response.status == 400
     assert (await response.json())["error"].startswith("definition.agents[1].key")
     assert await store["templates"].find_one({"_id": created["id"]}) == before

@@ -47,26 +47,43 @@ def credentials(fake: FakeOrchB, **overrides: str) -> dict[str, str]:
 def provision_context(fake: FakeOrchB, allow_private: bool = True, **options: Any) -> ProvisionContext:
     """A provisioning context for DEFINITION."""
     return ProvisionContext(
-        install_id="inst-1", platform="orchB", template={"id": "tpl-1"}, definition=DEFINITION,
-        credentials=credentials(fake), secrets={}, options=options, install_token="svc_install_tok",
-        runtime_webhook_url="https://svc.example.com/api/runtime/webhook", webhook_secret="whsec",
-        ingest_url=INGEST_URL, allow_private=allow_private,
+        install_id="inst-1",
+        platform="orchB",
+        template={"id": "tpl-1"},
+        definition=DEFINITION,
+        credentials=credentials(fake),
+        secrets={},
+        options=options,
+        install_token="svc_install_tok",
+        runtime_webhook_url="https://svc.example.com/api/runtime/webhook",
+        webhook_secret="whsec",
+        ingest_url=INGEST_URL,
+        allow_private=allow_private,
     )
 
 
 def deprovision_context(fake: FakeOrchB, result: ProvisionResult) -> DeprovisionContext:
     """A deprovisioning context for what a provisioning made."""
     return DeprovisionContext(
-        install_id="inst-1", platform="orchB", credentials=credentials(fake),
-        deployed_agents=result.deployed_agents, state=result.state, options={}, allow_private=True,
+        install_id="inst-1",
+        platform="orchB",
+        credentials=credentials(fake),
+        deployed_agents=result.deployed_agents,
+        state=result.state,
+        options={},
+        allow_private=True,
     )
 
 
 def poll_context(fake: FakeOrchB, result: ProvisionResult, since: str | None) -> PollContext:
     """A polling context for what a provisioning made."""
     return PollContext(
-        install_id="inst-1", platform="orchB", credentials=credentials(fake),
-        deployed_agents=result.deployed_agents, since=since, allow_private=True,
+        install_id="inst-1",
+        platform="orchB",
+        credentials=credentials(fake),
+        deployed_agents=result.deployed_agents,
+        since=since,
+        allow_private=True,
     )
 
 
@@ -87,7 +104,9 @@ def test_platform_info():
     assert info is not None
     assert info.label == "Relevance AI"
     assert [(f.key, f.type, f.required) for f in info.credential_fields] == [
-        ("projectId", "text", True), ("apiKey", "password", True), ("region", "text", True),
+        ("projectId", "text", True),
+        ("apiKey", "password", True),
+        ("region", "text", True),
     ]
     assert info.capabilities.maxHierarchyDepth is None
     assert info.capabilities.supportedModels is None
@@ -114,17 +133,29 @@ async def test_valid_install_has_no_problems():
     ("fields", "expected"),
     [
         ({}, ["orchB credentials are required: projectId, apiKey, region"]),
-        ({"credentials": {"projectId": "p", "apiKey": "", "region": "eu"}},
-         ["orchB credentials.apiKey is required (a non-empty string)"]),
-        ({"credentials": {"apiKey": "k", "region": 7}},
-         ["orchB credentials.projectId is required (a non-empty string)",
-          "orchB credentials.region is required (a non-empty string)"]),
-        ({"credentials": {"projectId": "p", "apiKey": "k", "region": "evil.com/x"}},
-         ["orchB credentials.region must be 1 to 32 lowercase letters, digits or hyphens"]),
-        ({"credentials": {"projectId": "p", "apiKey": "k", "region": "a" * 33}},
-         ["orchB credentials.region must be 1 to 32 lowercase letters, digits or hyphens"]),
-        ({"credentials": {"projectId": "p", "apiKey": "k", "region": "eu"}, "model": "nope:x"},
-         ["model 'nope:x' is not a known model"]),
+        (
+            {"credentials": {"projectId": "p", "apiKey": "", "region": "eu"}},
+            ["orchB credentials.apiKey is required (a non-empty string)"],
+        ),
+        (
+            {"credentials": {"apiKey": "k", "region": 7}},
+            [
+                "orchB credentials.projectId is required (a non-empty string)",
+                "orchB credentials.region is required (a non-empty string)",
+            ],
+        ),
+        (
+            {"credentials": {"projectId": "p", "apiKey": "k", "region": "evil.com/x"}},
+            ["orchB credentials.region must be 1 to 32 lowercase letters, digits or hyphens"],
+        ),
+        (
+            {"credentials": {"projectId": "p", "apiKey": "k", "region": "a" * 33}},
+            ["orchB credentials.region must be 1 to 32 lowercase letters, digits or hyphens"],
+        ),
+        (
+            {"credentials": {"projectId": "p", "apiKey": "k", "region": "eu"}, "model": "nope:x"},
+            ["model 'nope:x' is not a known model"],
+        ),
     ],
 )
 async def test_validation_problems(fields, expected):
@@ -137,8 +168,10 @@ async def test_validation_reports_an_agent_with_an_unknown_model():
     assert await make_plugins().validate_install("orchB", fields, definition) == [
         "agent 'x' has an unknown model 'other:big'"
     ]
-    assert await make_plugins().validate_install("orchB", {**fields, "model": "providerB:standard"},
-                                                 definition) == []
+    assert (
+        await make_plugins().validate_install("orchB", {**fields, "model": "providerB:standard"}, definition)
+        == []
+    )
 
 
 # ---- provisioning -----------------------------------------------------------------------
@@ -151,17 +184,24 @@ async def test_provision_creates_one_upstream_agent_per_team_agent(fake):
     assert len(upserts) == 3 and len(fake.agents) == 3
     assert all(r.authorization == f"{fake.project_id}:{fake.api_key}" for r in upserts)
     assert [r.body for r in upserts] == [
-        {"name": a["name"], "system_prompt": a["prompt"], "model": model,
-         "metadata": {"svcInstallId": "inst-1", "svcAgentKey": a["key"], "svcIngestUrl": INGEST_URL}}
-        for a, model in zip(DEFINITION["agents"],
-                            ["providerB-standard", "providerA-small", "providerC-flash"], strict=True)
+        {
+            "name": a["name"],
+            "system_prompt": a["prompt"],
+            "model": model,
+            "metadata": {"svcInstallId": "inst-1", "svcAgentKey": a["key"], "svcIngestUrl": INGEST_URL},
+        }
+        for a, model in zip(
+            DEFINITION["agents"], ["providerB-standard", "providerA-small", "providerC-flash"], strict=True
+        )
     ]
     assert "svc_install_tok" not in json.dumps([r.body for r in fake.requests])
 
     ids = [a.externalId for a in result.deployed_agents]
     assert set(ids) == set(fake.agents)
     assert [(a.key, a.name) for a in result.deployed_agents] == [
-        ("lead", "Lead"), ("writer", "Writer"), ("editor", "Editor"),
+        ("lead", "Lead"),
+        ("writer", "Writer"),
+        ("editor", "Editor"),
     ]
     assert result.state == {"agentIds": ids}
     dashboard = f"https://app.relevanceai.com/agents/f1db6c/{fake.project_id}"
@@ -283,15 +323,20 @@ async def test_poll_returns_finished_conversations_after_since(fake):
     reports = await plugins.poll_runs("orchB", poll_context(fake, result, since))
 
     assert [(r.runId, r.platformAgentId, r.status) for r in reports] == [
-        ("done", writer, "completed"), ("broken", lead, "failed"),
+        ("done", writer, "completed"),
+        ("broken", lead, "failed"),
     ]
     assert all(r.inputTokens is None and r.outputTokens is None for r in reports)
     listing = [r for r in fake.requests if r.method == "GET"]
     assert len(listing) == 1
     assert listing[0].authorization == fake.authorization
     assert json.loads(listing[0].query["filters"]) == [
-        {"field": "conversation.agent_id", "filter_type": "exact_match", "condition": "==",
-         "condition_value": [a.externalId for a in result.deployed_agents]},
+        {
+            "field": "conversation.agent_id",
+            "filter_type": "exact_match",
+            "condition": "==",
+            "condition_value": [a.externalId for a in result.deployed_agents],
+        },
     ]
     assert json.loads(listing[0].query["sort"]) == [{"update_date": "desc"}]
     assert listing[0].query["page_size"] == "100" and listing[0].query["page"] == "1"
@@ -308,8 +353,9 @@ async def test_poll_without_since_returns_every_finished_conversation(fake):
     reports = await plugins.poll_runs("orchB", poll_context(fake, result, None))
 
     assert reports == [
-        RunReport(platformAgentId=lead, runId="b", status="failed",
-                  errorMessage="conversation state timed-out"),
+        RunReport(
+            platformAgentId=lead, runId="b", status="failed", errorMessage="conversation state timed-out"
+        ),
         RunReport(platformAgentId=lead, runId="a", status="completed"),
     ]
 

@@ -153,8 +153,12 @@ async def test_models_outside_the_families_are_named(plugins: Plugins, fake: Fak
     fields = valid_fields(fake, model="providerC:pro")
     problems = await plugins.validate_install("orchC", fields, {"agents": team()})
     assert len(problems) == 4 and all("providerC:pro" in p for p in problems)
-    assert await plugins.validate_install("orchC", valid_fields(fake, model="providerB:code-small"),
-                                          {"agents": agents}) == []
+    assert (
+        await plugins.validate_install(
+            "orchC", valid_fields(fake, model="providerB:code-small"), {"agents": agents}
+        )
+        == []
+    )
 
 
 async def test_at_most_ten_collaborators(plugins: Plugins, fake: FakeBedrockAgents) -> None:
@@ -193,13 +197,20 @@ async def test_provision_order_and_shapes(plugins: Plugins, fake: FakeBedrockAge
     names = ["research", "writer", "editor"]
     ops = [r.operation for r in fake.writes()]
     assert ops == ["CreateAgent", "PrepareAgent", "CreateAgentAlias"] * 3 + [
-        "CreateAgent", "AssociateAgentCollaborator", "AssociateAgentCollaborator",
-        "AssociateAgentCollaborator", "PrepareAgent", "CreateAgentAlias",
+        "CreateAgent",
+        "AssociateAgentCollaborator",
+        "AssociateAgentCollaborator",
+        "AssociateAgentCollaborator",
+        "PrepareAgent",
+        "CreateAgentAlias",
     ]
     creates = [r.body for r in fake.writes() if r.operation == "CreateAgent"]
     assert [c["agentName"] for c in creates] == [f"svc-inst-0123abcd-{k}" for k in [*names, "boss"]]
     assert [c["foundationModel"] for c in creates] == [
-        "providerA-middle", "providerA-middle", "providerA-small", "providerB-standard",
+        "providerA-middle",
+        "providerA-middle",
+        "providerA-small",
+        "providerB-standard",
     ]
     assert {c["agentResourceRoleArn"] for c in creates} == {fake.role_arn}
     assert [c["agentCollaboration"] for c in creates] == ["DISABLED"] * 3 + ["SUPERVISOR"]

@@ -11,9 +11,24 @@ from aiohttp import web
 from svc.egress import EgressDenied, EgressTransport, denial_reason, egress_client, vet
 
 DENIED = [
-    "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
-    "224.0.0.1", "::1", "fc00::1", "fe80::1", "::", "::ffff:127.0.0.1", "::ffff:10.0.0.1",
-    "64:ff9b::a00:1", "2002:a00:1::", "240.0.0.1", "255.255.255.255",
+    "127.0.0.1",
+    "10.1.2.3",
+    "172.16.0.1",
+    "192.168.1.1",
+    "169.254.169.254",
+    "100.64.0.1",
+    "0.0.0.0",
+    "224.0.0.1",
+    "::1",
+    "fc00::1",
+    "fe80::1",
+    "::",
+    "::ffff:127.0.0.1",
+    "::ffff:10.0.0.1",
+    "64:ff9b::a00:1",
+    "2002:a00:1::",
+    "240.0.0.1",
+    "255.255.255.255",
 ]
 ALLOWED = ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "93.184.216.34"]
 
@@ -30,9 +45,17 @@ def test_public_addresses_are_allowed(address):
 
 @pytest.mark.parametrize(
     "url",
-    ["http://127.0.0.1/", "http://2130706433/", "http://0x7f000001/", "http://0177.0.0.1/",
-     "http://127.1/", "http://localhost:8080/x", "http://[::1]/", "http://[::ffff:7f00:1]/",
-     "http://169.254.169.254/latest/meta-data/"],
+    [
+        "http://127.0.0.1/",
+        "http://2130706433/",
+        "http://0x7f000001/",
+        "http://0177.0.0.1/",
+        "http://127.1/",
+        "http://localhost:8080/x",
+        "http://[::1]/",
+        "http://[::ffff:7f00:1]/",
+        "http://169.254.169.254/latest/meta-data/",
+    ],
 )
 async def test_every_spelling_of_an_internal_address_is_refused(url):
     # httpx itself refuses some spellings (octal) as invalid URLs; either way nothing is sent.

@@ -227,6 +227,9 @@ async def test_bulk_and_draft_errors(make_client, aiohttp_server, store):
     )
     assert (await client.post(f"{base}/drafts/99999/approve", headers=key)).status == 404
     assert (await client.post(f"{base}/drafts/abc/approve", headers=key)).status == 404
+    assert (await client.post(f"{base}/drafts/{2**70}/approve", headers=key)).status == 404
+    huge = await client.post(f"{base}/drafts/bulk", json={"action": "archive", "ids": [2**70]}, headers=key)
+    assert huge.status == 400
     assert (await client.post(f"{base}/drafts/{ids[1]}/recall", headers=key)).status == 409
 
 

@@ -33,8 +33,11 @@ def test_every_hook_has_a_docstring_and_typed_signature(name):
 
 
 def test_the_types_module_exports_exactly_its_public_names():
-    public = {name for name, value in vars(types).items()
-              if not name.startswith("_") and isinstance(value, type) and value.__module__ == types.__name__}
+    public = {
+        name
+        for name, value in vars(types).items()
+        if not name.startswith("_") and isinstance(value, type) and value.__module__ == types.__name__
+    }
     assert set(types.__all__) == public
 
 

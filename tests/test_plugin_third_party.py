@@ -46,8 +46,12 @@ async def test_the_plugin_adds_a_platform_that_installs_and_uninstalls(installed
 
     caller = await signup(client)
     key = bearer(await create_key(client, caller))
-    template = await publish_template(client, key["Authorization"][7:], visibility="public",
-                                      definition=definition(agent("lead"), agent("helper")))
+    template = await publish_template(
+        client,
+        key["Authorization"][7:],
+        visibility="public",
+        definition=definition(agent("lead"), agent("helper")),
+    )
     body = {"templateId": template["id"], "platform": "exampleRun", "credentials": {"token": "nope"}}
     refused = await client.post("/api/installs", json=body, headers=key)
     assert refused.status == 400 and "ex_" in (await refused.json())["error"]
@@ -56,7 +60,8 @@ async def test_the_plugin_adds_a_platform_that_installs_and_uninstalls(installed
     assert created.status == 201, await created.text()
     install = await created.json()
     assert [a["externalId"] for a in install["deployedAgents"]] == [
-        f"ex-{install['installId']}-lead", f"ex-{install['installId']}-helper"
+        f"ex-{install['installId']}-lead",
+        f"ex-{install['installId']}-helper",
     ]
     removed = await client.delete(f"/api/installs/{install['installId']}?removeUpstream=true", headers=key)
     assert (await removed.json())["deletedAgents"] == 2

@@ -121,8 +121,16 @@ def test_userinfo_and_lookalike_authorities_are_judged_by_the_real_host(url: str
 
 @pytest.mark.parametrize(
     ("method", "matches"),
-    [("GET", True), ("get", True), ("Get", True), ("HEAD", True), ("POST", False), ("DELETE", False),
-     ("TRACE", False), ("", False)],
+    [
+        ("GET", True),
+        ("get", True),
+        ("Get", True),
+        ("HEAD", True),
+        ("POST", False),
+        ("DELETE", False),
+        ("TRACE", False),
+        ("", False),
+    ],
 )
 def test_methods_compare_case_insensitively(method: str, matches: bool) -> None:
     stored = policy(rule(host="example.com", methods=["GET", "HEAD"]))
@@ -229,7 +237,7 @@ def test_path_prefixes_are_normalised_the_same_way(prefix: str, path: str, match
         ("/a/...", "/a/..."),
         ("/a/;x/b", "/a/;x/b"),
         ("/a/.;x", "/a/"),
-        ("/a b\"<>", "/a%20b%22%3C%3E"),
+        ('/a b"<>', "/a%20b%22%3C%3E"),
         ("/\u00fc", "/%C3%BC"),
         ("/a\\..\\b", "/a%5C..%5Cb"),
         ("/a%zz", None),
@@ -405,8 +413,15 @@ def test_parse_url_normalises_host_and_path(url: str, host: str, path: str) -> N
 
 @pytest.mark.parametrize(
     "url",
-    ["http://0x7f.1/", "http://127.1/", "http://2130706433/", "http://0177.0.0.1/", "http://127.0.0.1:9/",
-     "http://127.0.0.1./", "http://[::ffff:127.0.0.1]/"],
+    [
+        "http://0x7f.1/",
+        "http://127.1/",
+        "http://2130706433/",
+        "http://0177.0.0.1/",
+        "http://127.0.0.1:9/",
+        "http://127.0.0.1./",
+        "http://[::ffff:127.0.0.1]/",
+    ],
 )
 def test_an_address_rule_matches_every_spelling_of_the_address(url: str) -> None:
     assert decide(policy(rule("deny", host="127.0.0.1"), default="allow"), url) == ("deny", "rule", 0)
@@ -421,8 +436,13 @@ def test_idn_hosts_match_their_punycode_rules() -> None:
 
 def test_the_wildcard_does_not_match_a_subdomain_of_a_lookalike_apex() -> None:
     stored = policy(rule(host="*.bank.com"))
-    for url in ("https://mybank.com/", "https://api.mybank.com/", "https://bank.com.attacker.net/",
-                "https://bank.com/", "https://xbank.com/"):
+    for url in (
+        "https://mybank.com/",
+        "https://api.mybank.com/",
+        "https://bank.com.attacker.net/",
+        "https://bank.com/",
+        "https://xbank.com/",
+    ):
         assert decide(stored, url) == DEFAULT_DENY, url
 
 
@@ -449,8 +469,14 @@ def test_memoisation_does_not_change_verdicts() -> None:
         default="deny",
     )
     cached, uncached = compile_policy(stored), compile_policy(stored, cache_size=0)
-    urls = ["https://example.com/admin", "https://a.example.com/admin/x", "https://a.example.com/x",
-            "https://other.org/", "https://EXAMPLE.com:443/", "bad url"]
+    urls = [
+        "https://example.com/admin",
+        "https://a.example.com/admin/x",
+        "https://a.example.com/x",
+        "https://other.org/",
+        "https://EXAMPLE.com:443/",
+        "bad url",
+    ]
     for _ in range(3):
         for method in ("GET", "POST", "post"):
             for url in urls:
@@ -508,23 +534,54 @@ def test_read_back_of_no_policy_is_none() -> None:
         ({"accessPolicyVersion": "1"}, {"defaultAction": "ALLOW", "rules": []}),
         (policy(default="deny"), {"defaultAction": "BLOCK", "rules": []}),
         (policy(default="allow"), {"defaultAction": "ALLOW", "rules": []}),
-        (policy(rule("allow", host="api.example.com")),
-         {"defaultAction": "BLOCK", "rules": [{"hosts": ["api.example.com"], "action": "ALLOW"}]}),
-        (policy(rule("deny", host="*.Evil.org")),
-         {"defaultAction": "BLOCK", "rules": [{"hosts": ["*.evil.org"], "action": "BLOCK"}]}),
-        (policy(rule("require_approval")),
-         {"defaultAction": "BLOCK", "rules": [{"hosts": ["*"], "action": "JUDGE"}]}),
-        (policy(rule("deny", reason="no uploads", methods=["POST", "PUT"], pathPrefix="/upload")),
-         {"defaultAction": "BLOCK", "rules": [
-             {"hosts": ["*"], "action": "BLOCK", "methods": ["POST", "PUT"], "pathPrefix": "/upload",
-              "reason": "no uploads"}]}),
-        (policy(rule("allow", host="example.com", methods=[])),
-         {"defaultAction": "BLOCK", "rules": [{"hosts": ["example.com"], "action": "ALLOW", "methods": []}]}),
-        (policy(rule("allow", host="a.org", pathPrefix="/v1/"), rule("require_approval", host="b.org",
-                                                                        reason="ask"), default="allow"),
-         {"defaultAction": "ALLOW", "rules": [
-             {"hosts": ["a.org"], "action": "ALLOW", "pathPrefix": "/v1/"},
-             {"hosts": ["b.org"], "action": "JUDGE", "reason": "ask"}]}),
+        (
+            policy(rule("allow", host="api.example.com")),
+            {"defaultAction": "BLOCK", "rules": [{"hosts": ["api.example.com"], "action": "ALLOW"}]},
+        ),
+        (
+            policy(rule("deny", host="*.Evil.org")),
+            {"defaultAction": "BLOCK", "rules": [{"hosts": ["*.evil.org"], "action": "BLOCK"}]},
+        ),
+        (
+            policy(rule("require_approval")),
+            {"defaultAction": "BLOCK", "rules": [{"hosts": ["*"], "action": "JUDGE"}]},
+        ),
+        (
+            policy(rule("deny", reason="no uploads", methods=["POST", "PUT"], pathPrefix="/upload")),
+            {
+                "defaultAction": "BLOCK",
+                "rules": [
+                    {
+                        "hosts": ["*"],
+                        "action": "BLOCK",
+                        "methods": ["POST", "PUT"],
+                        "pathPrefix": "/upload",
+                        "reason": "no uploads",
+                    }
+                ],
+            },
+        ),
+        (
+            policy(rule("allow", host="example.com", methods=[])),
+            {
+                "defaultAction": "BLOCK",
+                "rules": [{"hosts": ["example.com"], "action": "ALLOW", "methods": []}],
+            },
+        ),
+        (
+            policy(
+                rule("allow", host="a.org", pathPrefix="/v1/"),
+                rule("require_approval", host="b.org", reason="ask"),
+                default="allow",
+            ),
+            {
+                "defaultAction": "ALLOW",
+                "rules": [
+                    {"hosts": ["a.org"], "action": "ALLOW", "pathPrefix": "/v1/"},
+                    {"hosts": ["b.org"], "action": "JUDGE", "reason": "ask"},
+                ],
+            },
+        ),
     ],
 )
 def test_read_back_has_the_spec_shape(stored: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -533,8 +590,14 @@ def test_read_back_has_the_spec_shape(stored: dict[str, Any], expected: dict[str
 
 def test_read_back_drops_unknown_fields_and_keeps_explicit_nulls_out() -> None:
     stored = policy(default="allow")
-    stored["rules"] = [{"match": {"host": "a.org", "methods": None, "pathPrefix": None, "extra": 1},
-                       "action": "deny", "reason": None, "note": "x"}]
+    stored["rules"] = [
+        {
+            "match": {"host": "a.org", "methods": None, "pathPrefix": None, "extra": 1},
+            "action": "deny",
+            "reason": None,
+            "note": "x",
+        }
+    ]
     stored["owner"] = "someone"
     assert read_back(stored) == {"defaultAction": "ALLOW", "rules": [{"hosts": ["a.org"], "action": "BLOCK"}]}
 
@@ -584,22 +647,52 @@ def reference(stored: dict[str, Any], method: str, url: str) -> tuple[str, str |
 @pytest.mark.parametrize("seed", range(12))
 def test_precomputed_candidates_agree_with_a_plain_evaluation(seed: int) -> None:
     generator = random.Random(seed)
-    host_patterns = [None, "example.com", "*.example.com", "api.example.com", "*.api.example.com",
-                     "*.com", "other.org", "*.other.org", "a.b.other.org", "127.0.0.1"]
+    host_patterns = [
+        None,
+        "example.com",
+        "*.example.com",
+        "api.example.com",
+        "*.api.example.com",
+        "*.com",
+        "other.org",
+        "*.other.org",
+        "a.b.other.org",
+        "127.0.0.1",
+    ]
     method_sets = [None, None, ["GET"], ["POST", "PUT"], ["DELETE"], []]
     prefixes = [None, None, "/", "/api", "/api/", "/api/v1", "/admin", "/a/../api"]
     rules = [
-        {"match": {key: value for key, value in (("host", generator.choice(host_patterns)),
-                                                  ("methods", generator.choice(method_sets)),
-                                                  ("pathPrefix", generator.choice(prefixes)))
-                   if value is not None},
-         "action": generator.choice(["allow", "deny", "require_approval"])}
+        {
+            "match": {
+                key: value
+                for key, value in (
+                    ("host", generator.choice(host_patterns)),
+                    ("methods", generator.choice(method_sets)),
+                    ("pathPrefix", generator.choice(prefixes)),
+                )
+                if value is not None
+            },
+            "action": generator.choice(["allow", "deny", "require_approval"]),
+        }
         for _ in range(generator.randint(1, 40))
     ]
     stored = policy(*rules, default=generator.choice(["allow", "deny"]))
-    hosts = ["example.com", "api.example.com", "x.api.example.com", "y.example.com", "evilexample.com",
-             "example.com.evil.org", "other.org", "a.b.other.org", "z.a.b.other.org", "unknown.net",
-             "EXAMPLE.com.", "api.example.com:8443", "u@other.org", "0x7f.1"]
+    hosts = [
+        "example.com",
+        "api.example.com",
+        "x.api.example.com",
+        "y.example.com",
+        "evilexample.com",
+        "example.com.evil.org",
+        "other.org",
+        "a.b.other.org",
+        "z.a.b.other.org",
+        "unknown.net",
+        "EXAMPLE.com.",
+        "api.example.com:8443",
+        "u@other.org",
+        "0x7f.1",
+    ]
     paths = ["/", "/api", "/api/v1/x", "/apiary", "/admin/x", "/api/../admin", "/x"]
     methods = ["GET", "get", "POST", "PUT", "DELETE", "PATCH", "BREW"]
     for memo in (1024, 0):

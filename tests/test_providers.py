@@ -45,9 +45,14 @@ class Upstream:
         """A request for the provider's model against the fake."""
         model = MODELS[self.provider]
         values: dict[str, Any] = {
-            "model": model, "upstream_model": UPSTREAM[model], "system": SYSTEM,
+            "model": model,
+            "upstream_model": UPSTREAM[model],
+            "system": SYSTEM,
             "messages": messages or (ChatMessage(role="user", content="Hi"),),
-            "api_key": self.fake.api_key, "base_url": self.base_url, "max_tokens": 256, "timeout_s": 5.0,
+            "api_key": self.fake.api_key,
+            "base_url": self.base_url,
+            "max_tokens": 256,
+            "timeout_s": 5.0,
         }
         return CompletionRequest(**{**values, **overrides})
 
@@ -104,27 +109,51 @@ def expected_conversation(provider: str, calls: list[ToolCall], results: list[st
     if provider == "providerA":
         return [
             {"role": "user", "content": QUESTION.content},
-            {"role": "assistant", "content": [
-                {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in calls]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": c.id, "content": r}
-                                         for c, r in zip(calls, results, strict=True)]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in calls
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": c.id, "content": r}
+                    for c, r in zip(calls, results, strict=True)
+                ],
+            },
         ]
     if provider == "providerB":
         return [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": QUESTION.content},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-                for c in calls]},
-            *({"role": "tool", "tool_call_id": c.id, "content": r}
-              for c, r in zip(calls, results, strict=True)),
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                    }
+                    for c in calls
+                ],
+            },
+            *(
+                {"role": "tool", "tool_call_id": c.id, "content": r}
+                for c, r in zip(calls, results, strict=True)
+            ),
         ]
     return [
         {"role": "user", "parts": [{"text": QUESTION.content}]},
         {"role": "model", "parts": [{"functionCall": {"name": c.name, "args": c.arguments}} for c in calls]},
-        {"role": "user", "parts": [{"functionResponse": {"name": c.name, "response": {"content": r}}}
-                                   for c, r in zip(calls, results, strict=True)]},
+        {
+            "role": "user",
+            "parts": [
+                {"functionResponse": {"name": c.name, "response": {"content": r}}}
+                for c, r in zip(calls, results, strict=True)
+            ],
+        },
     ]
 
 
@@ -150,7 +179,11 @@ def test_providers_declared_with_catalogue_models() -> None:
     assert infos["providerC"].wire_format == "gemini-generate"
     assert infos["providerA"].models == ("providerA:high", "providerA:middle", "providerA:small")
     assert set(infos["providerB"].models) == {
-        "providerB:standard", "providerB:reasoning-small", "providerB:code-small", "providerB:mini"}
+        "providerB:standard",
+        "providerB:reasoning-small",
+        "providerB:code-small",
+        "providerB:mini",
+    }
     assert infos["providerC"].models == ("providerC:pro", "providerC:flash")
     for info in infos.values():
         assert all(model in UPSTREAM for model in info.models)
@@ -158,8 +191,9 @@ def test_providers_declared_with_catalogue_models() -> None:
 
 async def test_unknown_provider_is_not_answered() -> None:
     """A provider id the plugin does not serve falls through to the manager's error."""
-    request = CompletionRequest(model="x:y", upstream_model="y", system="", messages=(), api_key="k",
-                                base_url="http://127.0.0.1:9")
+    request = CompletionRequest(
+        model="x:y", upstream_model="y", system="", messages=(), api_key="k", base_url="http://127.0.0.1:9"
+    )
     with pytest.raises(ProviderError, match="no plugin serves"):
         await make_plugins().complete("providerZ", request)
     with pytest.raises(ProviderError, match="no plugin streams"):
@@ -182,14 +216,23 @@ async def test_plain_text_answer_with_tokens(up: Upstream) -> None:
         assert sent.path == "/v1/messages"
         assert sent.headers["x-api-key"] == up.fake.api_key
         assert sent.headers["anthropic-version"] == "2023-06-01"
-        assert sent.body == {"model": "providerA-small", "max_tokens": 256, "system": SYSTEM,
-                             "temperature": 0.3, "messages": [{"role": "user", "content": hi.content}]}
+        assert sent.body == {
+            "model": "providerA-small",
+            "max_tokens": 256,
+            "system": SYSTEM,
+            "temperature": 0.3,
+            "messages": [{"role": "user", "content": hi.content}],
+        }
         assert response.stop_reason == "end_turn"
     elif up.provider == "providerB":
         assert sent.path == "/v1/chat/completions"
         assert sent.headers["authorization"] == f"Bearer {up.fake.api_key}"
-        assert sent.body == {"model": "providerB-mini", "max_tokens": 256, "temperature": 0.3, "messages": [
-            {"role": "system", "content": SYSTEM}, {"role": "user", "content": hi.content}]}
+        assert sent.body == {
+            "model": "providerB-mini",
+            "max_tokens": 256,
+            "temperature": 0.3,
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": hi.content}],
+        }
         assert response.stop_reason == "stop"
     else:
         assert sent.path == "/v1beta/models/providerC-flash:generateContent"
@@ -204,8 +247,9 @@ async def test_plain_text_answer_with_tokens(up: Upstream) -> None:
 
 async def test_tool_call_round_trip(up: Upstream) -> None:
     """Tools go out in the provider's format, the call is parsed, the result is serialised back."""
-    up.fake.script(tool_calls=[{"name": "get_weather", "arguments": {"city": "Paris"}}], input_tokens=40,
-                   output_tokens=9)
+    up.fake.script(
+        tool_calls=[{"name": "get_weather", "arguments": {"city": "Paris"}}], input_tokens=40, output_tokens=9
+    )
     up.fake.script(text="Sunny and 21 C in Paris.", input_tokens=60, output_tokens=8)
     first = await up.complete(QUESTION, tools=(WEATHER,))
     assert tools_of(up.provider, up.fake.requests[0].body) == expected_tools(up.provider, WEATHER)
@@ -217,8 +261,11 @@ async def test_tool_call_round_trip(up: Upstream) -> None:
         assert call.id == "call_1"
     assert (first.input_tokens, first.output_tokens) == (40, 9)
 
-    follow_up = (QUESTION, ChatMessage(role="assistant", tool_calls=first.tool_calls),
-                 ChatMessage(role="tool", content="sunny, 21 C", tool_call_id=call.id))
+    follow_up = (
+        QUESTION,
+        ChatMessage(role="assistant", tool_calls=first.tool_calls),
+        ChatMessage(role="tool", content="sunny, 21 C", tool_call_id=call.id),
+    )
     second = await up.complete(*follow_up, tools=(WEATHER,))
     assert second.text == "Sunny and 21 C in Paris."
     assert (second.input_tokens, second.output_tokens) == (60, 8)
@@ -228,8 +275,12 @@ async def test_tool_call_round_trip(up: Upstream) -> None:
 
 async def test_parallel_tool_calls_answered_in_one_turn(up: Upstream) -> None:
     """Two calls in one answer; both results go back in the shape the upstream requires."""
-    up.fake.script(tool_calls=[{"name": "get_weather", "arguments": {"city": "Paris"}},
-                               {"name": "get_time", "arguments": {"city": "Paris"}}])
+    up.fake.script(
+        tool_calls=[
+            {"name": "get_weather", "arguments": {"city": "Paris"}},
+            {"name": "get_time", "arguments": {"city": "Paris"}},
+        ]
+    )
     up.fake.script(text="Sunny, 14:00.")
     first = await up.complete(QUESTION, tools=(WEATHER, CLOCK))
     assert tools_of(up.provider, up.fake.requests[0].body) == expected_tools(up.provider, WEATHER, CLOCK)
@@ -237,14 +288,18 @@ async def test_parallel_tool_calls_answered_in_one_turn(up: Upstream) -> None:
     assert len({c.id for c in first.tool_calls}) == 2
     results = ["sunny", "14:00"]
     second = await up.complete(
-        QUESTION, ChatMessage(role="assistant", tool_calls=first.tool_calls),
-        *(ChatMessage(role="tool", content=r, tool_call_id=c.id) for c, r in zip(first.tool_calls, results,
-                                                                                   strict=True)),
+        QUESTION,
+        ChatMessage(role="assistant", tool_calls=first.tool_calls),
+        *(
+            ChatMessage(role="tool", content=r, tool_call_id=c.id)
+            for c, r in zip(first.tool_calls, results, strict=True)
+        ),
         tools=(WEATHER, CLOCK),
     )
     assert second.text == "Sunny, 14:00."
     assert conversation_of(up.provider, up.fake.requests[1].body) == expected_conversation(
-        up.provider, list(first.tool_calls), results)
+        up.provider, list(first.tool_calls), results
+    )
 
 
 async def test_gemini_call_ids_stay_unique_across_turns(aiohttp_server: Any) -> None:
@@ -254,8 +309,11 @@ async def test_gemini_call_ids_stay_unique_across_turns(aiohttp_server: Any) -> 
     fake.script(tool_calls=[{"name": "get_weather", "arguments": {"city": "Paris"}}])
     fake.script(tool_calls=[{"name": "get_weather", "arguments": {"city": "Lyon"}}])
     first = await up.complete(QUESTION, tools=(WEATHER,))
-    history = (QUESTION, ChatMessage(role="assistant", tool_calls=first.tool_calls),
-               ChatMessage(role="tool", content="sunny", tool_call_id="call_1"))
+    history = (
+        QUESTION,
+        ChatMessage(role="assistant", tool_calls=first.tool_calls),
+        ChatMessage(role="tool", content="sunny", tool_call_id="call_1"),
+    )
     second = await up.complete(*history, tools=(WEATHER,))
     assert [c.id for c in first.tool_calls + second.tool_calls] == ["call_1", "call_2"]
 
@@ -285,14 +343,18 @@ async def test_stream_yields_text_then_done(up: Upstream) -> None:
 
 async def test_stream_tool_call(up: Upstream) -> None:
     """A streamed tool call arrives whole in the done chunk."""
-    up.fake.script(tool_calls=[{"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}],
-                   input_tokens=30, output_tokens=7)
+    up.fake.script(
+        tool_calls=[{"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}],
+        input_tokens=30,
+        output_tokens=7,
+    )
     chunks = await up.stream(QUESTION, tools=(WEATHER,))
     assert [c.done for c in chunks] == [True]
     response = chunks[-1].response
     assert response is not None
     assert [(c.name, c.arguments) for c in response.tool_calls] == [
-        ("get_weather", {"city": "Paris", "days": [1, 2]})]
+        ("get_weather", {"city": "Paris", "days": [1, 2]})
+    ]
     assert response.tool_calls[0].id
     assert (response.input_tokens, response.output_tokens) == (30, 7)
 

@@ -70,6 +70,8 @@ async def test_schedule_api(make_client):
         ({"cronExpression": "* * * * *", "timezone": "Mars/Olympus"}, "timezone"),
         ({"cronExpression": "* * * * *", "onBacklog": "later"}, "onBacklog"),
         ({}, "cronExpression"),
+        ({"cronExpression": "0 0 30 2 *"}, "cronExpression"),
+        ({"cronExpression": "* * * * *", "timezone": "America"}, "timezone"),
     ],
 )
 async def test_bad_schedules_are_400(make_client, body, word):

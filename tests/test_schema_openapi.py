@@ -17,17 +17,35 @@ VALID = {
     "requiredVariables": ["company"],
     "requiredSecrets": ["CRM_TOKEN"],
     "agents": [
-        {"key": "lead", "name": "Lead", "role": "manager", "model": "providerA:middle",
-         "prompt": "Lead outreach for {{company}}."},
-        {"key": "writer", "name": "Writer", "model": "providerC:flash", "reportsTo": "lead",
-         "accessPolicy": {
-             "accessPolicyVersion": "1", "defaultAction": "deny",
-             "rules": [
-                 {"match": {"host": "*.crm.example.com", "methods": ["GET", "POST"], "pathPrefix": "/api"},
-                  "action": "allow", "reason": "CRM"},
-                 {"match": {"host": "mail.example.com"}, "action": "require_approval"},
-             ],
-         }},
+        {
+            "key": "lead",
+            "name": "Lead",
+            "role": "manager",
+            "model": "providerA:middle",
+            "prompt": "Lead outreach for {{company}}.",
+        },
+        {
+            "key": "writer",
+            "name": "Writer",
+            "model": "providerC:flash",
+            "reportsTo": "lead",
+            "accessPolicy": {
+                "accessPolicyVersion": "1",
+                "defaultAction": "deny",
+                "rules": [
+                    {
+                        "match": {
+                            "host": "*.crm.example.com",
+                            "methods": ["GET", "POST"],
+                            "pathPrefix": "/api",
+                        },
+                        "action": "allow",
+                        "reason": "CRM",
+                    },
+                    {"match": {"host": "mail.example.com"}, "action": "require_approval"},
+                ],
+            },
+        },
     ],
     "gates": [{"name": "draft-approval", "after": "writer", "kind": "draft-approval"}],
 }
@@ -36,10 +54,27 @@ INVALID = [
     {**VALID, "agents": []},
     {**VALID, "agents": [{**VALID["agents"][0], "model": "providerZ:huge"}]},
     {**VALID, "agents": [{**VALID["agents"][0], "accessPolicy": {"rules": []}}]},
-    {**VALID, "agents": [{**VALID["agents"][0], "accessPolicy": {"accessPolicyVersion": "1",
-                                                                  "rules": [{"action": "block"}]}}]},
-    {**VALID, "agents": [{**VALID["agents"][0], "accessPolicy": {
-        "accessPolicyVersion": "1", "rules": [{"match": {"host": "a.*.example.com"}, "action": "allow"}]}}]},
+    {
+        **VALID,
+        "agents": [
+            {
+                **VALID["agents"][0],
+                "accessPolicy": {"accessPolicyVersion": "1", "rules": [{"action": "block"}]},
+            }
+        ],
+    },
+    {
+        **VALID,
+        "agents": [
+            {
+                **VALID["agents"][0],
+                "accessPolicy": {
+                    "accessPolicyVersion": "1",
+                    "rules": [{"match": {"host": "a.*.example.com"}, "action": "allow"}],
+                },
+            }
+        ],
+    },
     {**VALID, "requiredVariables": ["1bad"]},
     {**VALID, "gates": [{"name": "g", "after": "lead", "kind": "vote"}]},
 ]

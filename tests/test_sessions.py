@@ -259,13 +259,14 @@ async def run_cli(
 ) -> tuple[int, str, str]:
     """`svc ARGS...` in a subprocess pointed at the test's database."""
     env = dict(os.environ)
-    env.update(
-        {"SVC_MONGODB_URI": db_uri, "SVC_SECRET_KEYS": secret_key, "SVC_DATA_DIR": str(data_dir)}
-    )
+    env.update({"SVC_MONGODB_URI": db_uri, "SVC_SECRET_KEYS": secret_key, "SVC_DATA_DIR": str(data_dir)})
     executable = Path(sys.executable).parent / "svc"
     process = await asyncio.create_subprocess_exec(
-        str(executable), *args, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        str(executable),
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
     )
     stdout, stderr = await asyncio.wait_for(process.communicate(stdin), CLI_TIMEOUT_S)
@@ -275,9 +276,17 @@ async def run_cli(
 
 async def test_cli_users_create_makes_an_account_that_can_log_in(client, store, db_uri, secret_key, tmp_path):
     code, stdout, stderr = await run_cli(
-        db_uri, secret_key, tmp_path / "cli",
-        "users", "create", "--email", "Cli.User@Example.com", "--password", "cli password 123",
-        "--name", "Cli User",
+        db_uri,
+        secret_key,
+        tmp_path / "cli",
+        "users",
+        "create",
+        "--email",
+        "Cli.User@Example.com",
+        "--password",
+        "cli password 123",
+        "--name",
+        "Cli User",
     )
     assert code == 0, stderr
     user = json.loads(stdout)
@@ -296,8 +305,15 @@ async def test_cli_users_create_makes_an_account_that_can_log_in(client, store, 
 async def test_cli_users_create_with_a_taken_email_exits_1(client, store, db_uri, secret_key, tmp_path):
     caller = await signup(client, email="taken@example.com")
     code, stdout, stderr = await run_cli(
-        db_uri, secret_key, tmp_path / "cli",
-        "users", "create", "--email", "TAKEN@example.com", "--password", "another password",
+        db_uri,
+        secret_key,
+        tmp_path / "cli",
+        "users",
+        "create",
+        "--email",
+        "TAKEN@example.com",
+        "--password",
+        "another password",
     )
     assert code == 1
     assert "error:" in stderr
@@ -309,8 +325,15 @@ async def test_cli_users_create_with_a_taken_email_exits_1(client, store, db_uri
 
 async def test_cli_users_create_reads_the_password_from_stdin(client, db_uri, secret_key, tmp_path):
     code, stdout, stderr = await run_cli(
-        db_uri, secret_key, tmp_path / "cli",
-        "users", "create", "--email", "stdin@example.com", "--password", "-",
+        db_uri,
+        secret_key,
+        tmp_path / "cli",
+        "users",
+        "create",
+        "--email",
+        "stdin@example.com",
+        "--password",
+        "-",
         stdin=b"piped password 42\n",
     )
     assert code == 0, stderr
@@ -324,8 +347,15 @@ async def test_cli_users_create_reads_the_password_from_stdin(client, db_uri, se
 
 async def test_cli_users_create_refuses_a_short_password(client, store, db_uri, secret_key, tmp_path):
     code, stdout, stderr = await run_cli(
-        db_uri, secret_key, tmp_path / "cli",
-        "users", "create", "--email", "short@example.com", "--password", "short",
+        db_uri,
+        secret_key,
+        tmp_path / "cli",
+        "users",
+        "create",
+        "--email",
+        "short@example.com",
+        "--password",
+        "short",
     )
     assert code == 1
     assert "error:" in stderr and "password" in stderr

@@ -31,8 +31,11 @@ POLICY = {
     "accessPolicyVersion": "1",
     "defaultAction": "deny",
     "rules": [
-        {"match": {"host": "*.example.com", "methods": ["GET"], "pathPrefix": "/v1"}, "action": "allow",
-         "reason": "read the example API"},
+        {
+            "match": {"host": "*.example.com", "methods": ["GET"], "pathPrefix": "/v1"},
+            "action": "allow",
+            "reason": "read the example API",
+        },
         {"match": {"host": "api.example.org"}, "action": "require_approval"},
     ],
 }
@@ -103,8 +106,9 @@ async def test_patch_of_a_draft_edits_definition_changelog_and_name(client, stor
     _, key = await user_with_key(client)
     draft = await create_template(client, key)
     new_definition = definition(agent("lead", prompt="Be brief."), agent("helper", reportsTo="lead"))
-    updated = await patch_ok(client, key, draft["id"], definition=new_definition, changeLog="two agents",
-                             name="Renamed")
+    updated = await patch_ok(
+        client, key, draft["id"], definition=new_definition, changeLog="two agents", name="Renamed"
+    )
     assert updated["id"] == draft["id"]
     assert updated["status"] == "draft" and updated["version"] == 1
     assert updated["name"] == "Renamed"
@@ -156,10 +160,21 @@ async def test_publishing_a_published_template_again_is_409(client, store):
 
 async def test_new_version_inherits_name_description_definition_pricing_and_policy(client, store):
     _, key = await user_with_key(client)
-    team = definition(agent("lead", accessPolicy=POLICY), agent("writer", prompt="Write {{tone}}."),
-                      requiredVariables=["tone"], requiredSecrets=["API_TOKEN"])
-    parent = await publish_template(client, key, name="Paid Team", description="costs money",
-                                    definition=team, pricingModel="per_run", priceUsdCents=250)
+    team = definition(
+        agent("lead", accessPolicy=POLICY),
+        agent("writer", prompt="Write {{tone}}."),
+        requiredVariables=["tone"],
+        requiredSecrets=["API_TOKEN"],
+    )
+    parent = await publish_template(
+        client,
+        key,
+        name="Paid Team",
+        description="costs money",
+        definition=team,
+        pricingModel="per_run",
+        priceUsdCents=250,
+    )
     response = await new_version(client, key, parent["id"])
     assert response.status == 201, await response.text()
     draft = await response.json()
@@ -226,8 +241,7 @@ async def test_publishing_a_version_draft_merges_it_into_the_parent(client, stor
     parent = await publish_template(client, key)
     draft = await new_version_ok(client, key, parent["id"])
     new_definition = definition(agent("lead", prompt="Improved prompt."), agent("reviewer"))
-    edited = await patch_ok(client, key, draft["id"], definition=new_definition,
-                            changeLog="added a reviewer")
+    edited = await patch_ok(client, key, draft["id"], definition=new_definition, changeLog="added a reviewer")
     merged = await publish_ok(client, key, draft["id"])
     assert merged["id"] == parent["id"]
     assert merged["slug"] == parent["slug"]
@@ -252,8 +266,9 @@ async def test_publishing_a_version_draft_merges_it_into_the_parent(client, stor
 async def test_a_change_log_given_on_publish_is_recorded(client):
     _, key = await user_with_key(client)
     parent = await publish_template(client, key)
-    merged = await release(client, key, parent["id"], definition(agent("lead", prompt="v2")),
-                           change_log="tightened the prompt")
+    merged = await release(
+        client, key, parent["id"], definition(agent("lead", prompt="v2")), change_log="tightened the prompt"
+    )
     assert merged["changeLog"] == "tightened the prompt"
     assert (await versions(client, parent["id"]))[0]["changeLog"] == "tightened the prompt"
 
@@ -483,14 +498,18 @@ async def test_version_history_classifies_each_bump(client):
     assert [(v["version"], v["semver"], v["bump"]) for v in first] == [(1, "1.0.0", "INITIAL")]
     patched = await release(client, key, parent["id"], definition(agent("lead", prompt="v1, clearer")))
     assert (patched["version"], patched["semver"]) == (2, "1.0.1")
-    minor = await release(client, key, parent["id"],
-                          definition(agent("lead", prompt="v1, clearer"), agent("reviewer")))
+    minor = await release(
+        client, key, parent["id"], definition(agent("lead", prompt="v1, clearer"), agent("reviewer"))
+    )
     assert (minor["version"], minor["semver"]) == (3, "1.1.0")
     major = await release(client, key, parent["id"], definition(agent("reviewer")))
     assert (major["version"], major["semver"]) == (4, "2.0.0")
     history = await versions(client, parent["id"])
     assert [(v["version"], v["semver"], v["bump"]) for v in history] == [
-        (4, "2.0.0", "MAJOR"), (3, "1.1.0", "MINOR"), (2, "1.0.1", "PATCH"), (1, "1.0.0", "INITIAL"),
+        (4, "2.0.0", "MAJOR"),
+        (3, "1.1.0", "MINOR"),
+        (2, "1.0.1", "PATCH"),
+        (1, "1.0.0", "INITIAL"),
     ]
     assert all(isinstance(v["publishedAt"], str) for v in history)
     fetched = await (await get_template(client, parent["id"])).json()

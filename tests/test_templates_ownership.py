@@ -34,8 +34,11 @@ def mutations(template_id):
         ("POST", f"/api/templates/{template_id}/new-version", None),
         ("POST", f"/api/templates/{template_id}/archive", None),
         ("POST", f"/api/templates/{template_id}/rollback", {"version": 1}),
-        ("PATCH", "/api/billing/pricing",
-         {"templateId": template_id, "pricingModel": "per_run", "priceUsdCents": 500}),
+        (
+            "PATCH",
+            "/api/billing/pricing",
+            {"templateId": template_id, "pricingModel": "per_run", "priceUsdCents": 500},
+        ),
         ("DELETE", f"/api/templates/{template_id}", None),
     ]
 
@@ -104,7 +107,10 @@ async def test_owner_can_set_pricing_on_draft_and_published(client, store):
         response = await client.patch("/api/billing/pricing", json=body, headers=bearer(key))
         assert response.status == 200, await response.text()
         assert await response.json() == {
-            "id": template_id, "pricingModel": "per_k_tokens", "priceUsdCents": 7, "envelopeFeePercent": 10,
+            "id": template_id,
+            "pricingModel": "per_k_tokens",
+            "priceUsdCents": 7,
+            "envelopeFeePercent": 10,
         }
         stored = await store["templates"].find_one({"_id": template_id})
         assert (stored["pricingModel"], stored["priceUsdCents"]) == ("per_k_tokens", 7)
@@ -130,9 +136,15 @@ async def test_create_ignores_fields_the_caller_may_not_set(client, store):
     caller, key = await user_with_key(client)
     _, other_key = await user_with_key(client)
     body = template_body(
-        owner={"kind": "user", "id": "someone-else"}, status="published", version=7,
-        publishedAt="2020-01-01T00:00:00Z", parentTemplateId="x", forkedFromId="y", kind="version_draft",
-        id="chosen-id", _id="chosen-id",
+        owner={"kind": "user", "id": "someone-else"},
+        status="published",
+        version=7,
+        publishedAt="2020-01-01T00:00:00Z",
+        parentTemplateId="x",
+        forkedFromId="y",
+        kind="version_draft",
+        id="chosen-id",
+        _id="chosen-id",
     )
     response = await client.post("/api/templates", json=body, headers=bearer(key))
     assert response.status == 201, await response.text()
@@ -194,10 +206,17 @@ async def test_the_list_paginates_newest_first(make_client):
     assert [t["id"] for t in (await everything.json())["templates"]] == seen
 
 
-@pytest.mark.parametrize("query", [
-    {"limit": "0"}, {"limit": "101"}, {"limit": "abc"}, {"limit": "-1"}, {"cursor": "garbage"},
-    {"cursor": "Z2FyYmFnZQ=="},
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"limit": "0"},
+        {"limit": "101"},
+        {"limit": "abc"},
+        {"limit": "-1"},
+        {"cursor": "garbage"},
+        {"cursor": "Z2FyYmFnZQ=="},
+    ],
+)
 async def test_bad_list_queries_are_400(client, query):
     response = await client.get("/api/templates", params=query)
     assert response.status == 400

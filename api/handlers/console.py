@@ -7,9 +7,9 @@ from pydantic import BaseModel, Field
 
 from api.context import principal, services
 from api.routing import RouteTable
-from svc.errors import NotFound
+from svc.errors import Conflict, NotFound
 from svc.events import Events, agent_runs
-from svc.pipelines import BulkBody, ContinueBody, DraftEdit, RejectBody
+from svc.pipelines import MAX_DRAFT_ID, BulkBody, ContinueBody, DraftEdit, RejectBody
 from svc.schedules import ScheduleBody, ToggleBody
 
 routes = RouteTable()
@@ -92,9 +92,12 @@ async def acting(request: web.Request) -> dict[str, str | None]:
 def draft_id(request: web.Request) -> int:
     """The draft id of the path (drafts have integer ids); 404 when it is not one."""
     try:
-        return int(request.match_info["draftId"])
+        value = int(request.match_info["draftId"])
     except ValueError:
         raise NotFound("Draft not found") from None
+    if not 0 < value <= MAX_DRAFT_ID:
+        raise NotFound("Draft not found")
+    return value
 
 
 @routes.post("/api/installs/{id}/continue", auth="K/S", body=ContinueBody)
@@ -143,7 +146,12 @@ async def approve_draft(request: web.Request) -> web.Response:
             {"installId": install_id, "status": "paused", "pausedAtGate": "draft-approval"}
         )
         if paused is not None:
-            await svc.run_service.continue_run(principal(request), install_id, False, actor)
+            try:
+                await svc.run_service.continue_run(
+                    principal(request), install_id, False, actor, paused["_id"]
+                )
+            except Conflict:
+                pass  # someone continued it first; the approval itself stands
     return web.json_response({"ok": True})
 
 

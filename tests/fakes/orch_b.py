@@ -61,13 +61,19 @@ class FakeOrchB:
         """Seed one conversation (task) of an agent; returns its id."""
         conversation_id = conversation_id or f"conv-{uuid.uuid4().hex[:12]}"
         stamp = updated.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{updated.microsecond // 1000:03d}Z"
-        self.conversations.append({
-            "knowledge_set": conversation_id,
-            "insert_date": stamp,
-            "update_date": stamp,
-            "conversation": {"agent_id": agent_id, "state": state, "title": "task",
-                             "created_by_user_id": "user-1"},
-        })
+        self.conversations.append(
+            {
+                "knowledge_set": conversation_id,
+                "insert_date": stamp,
+                "update_date": stamp,
+                "conversation": {
+                    "agent_id": agent_id,
+                    "state": state,
+                    "title": "task",
+                    "created_by_user_id": "user-1",
+                },
+            }
+        )
         return conversation_id
 
     def paths(self, method: str | None = None) -> list[str]:
@@ -97,8 +103,11 @@ async def _record_and_authorise(request: web.Request, handler: Any) -> web.Strea
             body = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode(errors="replace")
-    fake.requests.append(Recorded(request.method, request.path, dict(request.query),
-                                  request.headers.get("Authorization"), body))
+    fake.requests.append(
+        Recorded(
+            request.method, request.path, dict(request.query), request.headers.get("Authorization"), body
+        )
+    )
     request[BODY_KEY] = body
     if request.headers.get("Authorization") != fake.authorization:
         return _error(401, "Unauthorized", request)
@@ -166,7 +175,7 @@ async def conversations(request: web.Request) -> web.Response:
         ((key, direction),) = order.items()
         items.sort(key=lambda c, k=key: c[k], reverse=direction == "desc")
     start = (page - 1) * page_size
-    return web.json_response({"results": [{"metadata": c} for c in items[start:start + page_size]]})
+    return web.json_response({"results": [{"metadata": c} for c in items[start : start + page_size]]})
 
 
 def create_app(fake: FakeOrchB) -> web.Application:

@@ -165,7 +165,8 @@ def create_app(fake: FakeBedrockAgents) -> web.Application:
     def denied(request: web.Request, action: str) -> web.Response | None:
         if fake.deny_deletes:
             return _error(
-                403, "AccessDeniedException",
+                403,
+                "AccessDeniedException",
                 f"User: arn:aws:iam::{fake.account}:user/deployer is not authorized to perform: "
                 f"bedrock:{action} on resource: arn:aws:bedrock:{fake.region}:{fake.account}:agent/"
                 f"{request.match_info['agentId']}",
@@ -239,8 +240,12 @@ def create_app(fake: FakeBedrockAgents) -> web.Application:
         agent["agentStatus"] = "PREPARED"
         agent["preparedAt"] = agent["updatedAt"] = _now()
         return web.json_response(
-            {"agentId": agent["agentId"], "agentStatus": "PREPARING", "agentVersion": "DRAFT",
-             "preparedAt": agent["preparedAt"]},
+            {
+                "agentId": agent["agentId"],
+                "agentStatus": "PREPARING",
+                "agentVersion": "DRAFT",
+                "preparedAt": agent["preparedAt"],
+            },
             status=202,
         )
 
@@ -360,8 +365,13 @@ def create_app(fake: FakeBedrockAgents) -> web.Application:
         events = [
             encode_event("trace", base | {"trace": {"orchestrationTrace": {"rationale": {"text": "route"}}}}),
             encode_event("chunk", {"bytes": base64.b64encode(reply[:10].encode()).decode()}),
-            encode_event("trace", base | {"trace": {"orchestrationTrace": {
-                "modelInvocationOutput": {"metadata": {"usage": usage}}}}}),
+            encode_event(
+                "trace",
+                base
+                | {
+                    "trace": {"orchestrationTrace": {"modelInvocationOutput": {"metadata": {"usage": usage}}}}
+                },
+            ),
             encode_event("chunk", {"bytes": base64.b64encode(reply[10:].encode()).decode()}),
         ]
         return web.Response(
