@@ -67,7 +67,7 @@ def prompt_text(name: str) -> str:
 
 
 def prompt(name: str, **values: str) -> str:
-    """The prompt with `{schema}`, `{models}` and the given placeholders filled in."""
+    """The prompt with `{schema}`, `{models}` and the given values filled in."""
     text = prompt_text(name)
     values = {"schema": json.dumps(json_schema()), "models": ", ".join(AGENT_MODELS), **values}
     for key, value in values.items():

@@ -1,6 +1,6 @@
 """The outbound-request security log: one entry per agent HTTP request, as the spec's resource.
 
-URLs are stored as the agent wrote them (with `${SECRET}` placeholders), never with
+URLs are stored as the agent wrote them (with `${SECRET}` references), never with
 secrets substituted.
 """
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
 from aiohttp import web
 
 from api.context import services
@@ -14,46 +17,36 @@ from svc.authoring import AssistBody, GenerateBody, TestChatBody
 routes = RouteTable()
 
 
-def unavailable(exc: ProviderError) -> web.Response:
-    """503 before the stream starts: the model's provider is not configured."""
-    return error_response(503, exc.detail)
+async def streamed(
+    request: web.Request, start: Callable[[], AsyncIterator[dict[str, Any]]]
+) -> web.StreamResponse:
+    """Validate and start (a 503 before streaming when the provider is not configured), then relay."""
+    try:
+        events = start()
+    except ProviderError as exc:
+        return error_response(503, exc.detail)
+    return await relay(request, events)
 
 
 @routes.post("/api/templates/generate", auth="K", body=GenerateBody)
 async def generate(request: web.Request, body: GenerateBody) -> web.StreamResponse:
     """Stream a team definition generated from a description."""
-    try:
-        events = services(request).authoring.generate(body, public=False)
-    except ProviderError as exc:
-        return unavailable(exc)
-    return await relay(request, events)
+    return await streamed(request, lambda: services(request).authoring.generate(body, public=False))
 
 
 @routes.post("/api/templates/generate/public", auth="P", body=GenerateBody)
 async def generate_public(request: web.Request, body: GenerateBody) -> web.StreamResponse:
     """The same without a key, on the providerA small model, 5 per hour per IP."""
-    try:
-        events = services(request).authoring.generate(body, public=True)
-    except ProviderError as exc:
-        return unavailable(exc)
-    return await relay(request, events)
+    return await streamed(request, lambda: services(request).authoring.generate(body, public=True))
 
 
 @routes.post("/api/templates/assist", auth="K", body=AssistBody)
 async def assist(request: web.Request, body: AssistBody) -> web.StreamResponse:
     """Stream an edit of a definition (APPLY) or an answer about it (DISCUSS); never saves."""
-    try:
-        events = services(request).authoring.assist(body)
-    except ProviderError as exc:
-        return unavailable(exc)
-    return await relay(request, events)
+    return await streamed(request, lambda: services(request).authoring.assist(body))
 
 
 @routes.post("/api/templates/test-chat", auth="K", body=TestChatBody)
 async def test_chat(request: web.Request, body: TestChatBody) -> web.StreamResponse:
     """Stream the root agent's reply to the last message."""
-    try:
-        events = services(request).authoring.test_chat(body)
-    except ProviderError as exc:
-        return unavailable(exc)
-    return await relay(request, events)
+    return await streamed(request, lambda: services(request).authoring.test_chat(body))
