@@ -17,13 +17,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import aiohttp
-from cryptography.fernet import Fernet
+from harness import running_service, wait_ready  # bench/harness.py
 
 from svc.embedded import free_port
 
@@ -55,20 +53,6 @@ class Result:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def wait_ready(url: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(url) as response:
-                    if response.status < 500:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
-
-
 async def drive(name: str, url: str, headers: dict[str, str], clients: int, requests: int) -> Result:
     """`clients` concurrent keep-alive clients, each sending `requests` GETs one after another."""
     latencies: list[float] = []
@@ -90,23 +74,12 @@ async def drive(name: str, url: str, headers: dict[str, str], clients: int, requ
 
 
 async def main(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory() as data_dir:
-        api_port, bare_port = free_port(), free_port()
-        env = {
-            **os.environ, "SVC_DATA_DIR": data_dir,
-            "SVC_RATE_LIMITS": os.environ.get("BENCH_RATE_LIMITS", "1000"),
-            "SVC_SECRET_KEYS": Fernet.generate_key().decode(),
-        }
-        env.pop("SVC_MONGODB_URI", None)
-        svc = Path(sys.executable).with_name("svc")
-        api = subprocess.Popen(
-            [str(svc), "--log-level", "WARNING", "serve", "--port", str(api_port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        bare = subprocess.Popen([sys.executable, "-c", BARE_SERVER, str(bare_port)])
-        try:
-            base = f"http://127.0.0.1:{api_port}"
-            await wait_ready(f"{base}/api/health")
+    bare_port = free_port()
+    bare = subprocess.Popen([sys.executable, "-c", BARE_SERVER, str(bare_port)])
+    try:
+        rate_limits = os.environ.get("BENCH_RATE_LIMITS", "1000")
+        async with running_service(SVC_RATE_LIMITS=rate_limits, SVC_SCHEDULER="off") as service:
+            base = service.base
             await wait_ready(f"http://127.0.0.1:{bare_port}/bare")
             async with aiohttp.ClientSession() as session:
                 body = {"email": "bench@example.com", "password": "bench-password", "name": "Bench"}
@@ -119,11 +92,9 @@ async def main(args: argparse.Namespace) -> None:
                 ("GET unknown path (404)", f"{base}/api/nowhere", {}),
             ]
             results = [await drive(name, url, h, args.clients, args.requests) for name, url, h in targets]
-        finally:
-            for process in (api, bare):
-                process.terminate()
-            for process in (api, bare):
-                process.wait(timeout=30)
+    finally:
+        bare.terminate()
+        bare.wait(timeout=30)
     print_table(results, args)
 
 

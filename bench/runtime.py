@@ -17,33 +17,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent))
+from harness import percentile, running_service  # bench/harness.py
 from policy import mixed_rules, policy
 
-from api import wait_ready
 from svc.embedded import free_port
 from svc.policy import compile_policy, evaluate
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 
 LATENCY_S = 0.05
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def start_fake() -> tuple[FakeLLM, web.AppRunner, str]:
@@ -116,35 +107,16 @@ def policy_micros() -> float:
 
 async def main(args: argparse.Namespace) -> None:
     fake, fake_runner, fake_url = await start_fake()
-    with tempfile.TemporaryDirectory() as data_dir:
-        port = free_port()
-        env = {
-            **os.environ,
-            "SVC_DATA_DIR": data_dir,
-            "SVC_RATE_LIMITS": "off",
-            "SVC_SECRET_KEYS": Fernet.generate_key().decode(),
-            "SVC_PROVIDERA_API_KEY": DEFAULT_KEY,
-            "SVC_PROVIDERA_BASE_URL": fake_url,
-            "SVC_ACTOR_IDLE_SECONDS": "600",
-        }
-        env.pop("SVC_MONGODB_URI", None)
-        api = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("svc")),
-                "--log-level",
-                "WARNING",
-                "serve",
-                "--port",
-                str(port),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        base = f"http://127.0.0.1:{port}"
-        rows: list[tuple[str, str, str]] = []
-        try:
-            await wait_ready(f"{base}/api/health")
+    rows: list[tuple[str, str, str]] = []
+    try:
+        async with running_service(
+            SVC_RATE_LIMITS="off",
+            SVC_SCHEDULER="off",
+            SVC_PROVIDERA_API_KEY=DEFAULT_KEY,
+            SVC_PROVIDERA_BASE_URL=fake_url,
+            SVC_ACTOR_IDLE_SECONDS="600",
+        ) as service:
+            base = service.base
             timeout = aiohttp.ClientTimeout(total=600)
             async with aiohttp.ClientSession(timeout=timeout) as session:
                 body = {"email": "bench@example.com", "password": "bench-password"}
@@ -208,10 +180,8 @@ async def main(args: argparse.Namespace) -> None:
                 )
                 count, mean_mb = actor_memory_mb()
                 rows.append(("(d) memory per install actor", f"{mean_mb:.0f} MB RSS ({count} actors)", ""))
-        finally:
-            api.terminate()
-            api.wait(timeout=60)
-            await fake_runner.cleanup()
+    finally:
+        await fake_runner.cleanup()
     rows.insert(3, ("(c) policy evaluation, 100 rules", f"{policy_micros():.1f} µs", "< 20 µs"))
     width = max(len(r[0]) for r in rows) + 2
     print(f"\n{'measurement':<{width}}{'result':<48}target")

@@ -22,6 +22,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
+from harness import percentile  # bench/harness.py
+
 from svc.embedded import EmbeddedMongo
 from svc.schedules import SchedulerCore
 from svc.store import Store
@@ -44,11 +46,6 @@ class RecordingRuntime:
 
     async def cancel(self, install_id: str, run_id: str) -> str | None:
         return None
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -15,27 +15,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent))
-from api import wait_ready
+from harness import percentile, running_service  # bench/harness.py
+
 from svc.embedded import free_port
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _text_of(data: object) -> str | None:
@@ -68,35 +60,15 @@ async def main(args: argparse.Namespace) -> None:
     fake_port = free_port()
     await web.TCPSite(runner, "127.0.0.1", fake_port).start()
     text = " ".join(f"w{n}" for n in range(args.chunks))
-    with tempfile.TemporaryDirectory() as data_dir:
-        port = free_port()
-        env = {
-            **os.environ,
-            "SVC_DATA_DIR": data_dir,
-            "SVC_RATE_LIMITS": "off",
-            "SVC_SCHEDULER": "off",
-            "SVC_SECRET_KEYS": Fernet.generate_key().decode(),
-            "SVC_PROVIDERA_API_KEY": DEFAULT_KEY,
-            "SVC_PROVIDERA_BASE_URL": f"http://127.0.0.1:{fake_port}",
-        }
-        env.pop("SVC_MONGODB_URI", None)
-        api = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("svc")),
-                "--log-level",
-                "WARNING",
-                "serve",
-                "--port",
-                str(port),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        base = f"http://127.0.0.1:{port}"
-        firsts_direct, firsts_relay, added = [], [], []
-        try:
-            await wait_ready(f"{base}/api/health")
+    firsts_direct, firsts_relay, added = [], [], []
+    try:
+        async with running_service(
+            SVC_RATE_LIMITS="off",
+            SVC_SCHEDULER="off",
+            SVC_PROVIDERA_API_KEY=DEFAULT_KEY,
+            SVC_PROVIDERA_BASE_URL=f"http://127.0.0.1:{fake_port}",
+        ) as service:
+            base = service.base
             async with aiohttp.ClientSession() as session:
                 async with session.post(
                     f"{base}/api/auth/signup", json={"email": "b@example.com", "password": "bench-password"}
@@ -140,10 +112,8 @@ async def main(args: argparse.Namespace) -> None:
                         (started + b - a) * 1000
                         for a, b in zip(written[-len(relayed) :], relayed, strict=False)
                     ]
-        finally:
-            api.terminate()
-            api.wait(timeout=60)
-            await runner.cleanup()
+    finally:
+        await runner.cleanup()
     print(f"\n{args.chunks} chunks x {args.runs} runs, {args.pause_ms:g} ms between upstream chunks\n")
     print(f"{'measurement':<44}{'p50':>10}{'p99':>10}")
     print("-" * 64)

@@ -14,23 +14,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import aiohttp
-from cryptography.fernet import Fernet
+from harness import percentile, running_service  # bench/harness.py
 
 from svc.definitions import TeamDefinition, check_definition
-from svc.embedded import STATE_FILE, free_port, uri_for
+from svc.embedded import STATE_FILE, uri_for
 from svc.store import Store
-
-sys.path.insert(0, str(Path(__file__).parent))
-from api import wait_ready
 
 
 def big_definition(agents: int = 50, rules: int = 20) -> dict[str, object]:
@@ -54,11 +46,6 @@ def big_definition(agents: int = 50, rules: int = 20) -> dict[str, object]:
             for i in range(agents)
         ],
     }
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def bench_validation(iterations: int) -> tuple[str, list[float]]:
@@ -106,34 +93,20 @@ async def drive(url: str, requests: int) -> list[float]:
 
 
 async def bench_listing(requests: int) -> list[tuple[str, list[float]]]:
-    with tempfile.TemporaryDirectory() as data_dir:
-        port = free_port()
-        env = {**os.environ, "SVC_DATA_DIR": data_dir, "SVC_RATE_LIMITS": "off",
-               "SVC_SECRET_KEYS": Fernet.generate_key().decode()}
-        env.pop("SVC_MONGODB_URI", None)
-        api = subprocess.Popen(
-            [str(Path(sys.executable).with_name("svc")), "--log-level", "WARNING",
-             "serve", "--port", str(port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        try:
-            base = f"http://127.0.0.1:{port}"
-            await wait_ready(f"{base}/api/health")
-            db_port = json.loads((Path(data_dir) / STATE_FILE).read_text())["port"]
-            await seed(uri_for(db_port), 1000)
-            async with aiohttp.ClientSession() as session:
-                cursor, url = None, f"{base}/api/templates?limit=100"
-                for _ in range(9):  # walk to the last page
-                    async with session.get(url if cursor is None else f"{url}&cursor={cursor}") as response:
-                        cursor = (await response.json())["nextCursor"]
-            return [
-                ("GET /api/templates (first 50)", await drive(f"{base}/api/templates", requests)),
-                ("GET ... limit=100, page 10",
-                 await drive(f"{base}/api/templates?limit=100&cursor={cursor}", requests)),
-            ]
-        finally:
-            api.terminate()
-            api.wait(timeout=30)
+    async with running_service(SVC_RATE_LIMITS="off", SVC_SCHEDULER="off") as service:
+        base = service.base
+        db_port = json.loads((service.data_dir / STATE_FILE).read_text())["port"]
+        await seed(uri_for(db_port), 1000)
+        async with aiohttp.ClientSession() as session:
+            cursor, url = None, f"{base}/api/templates?limit=100"
+            for _ in range(9):  # walk to the last page
+                async with session.get(url if cursor is None else f"{url}&cursor={cursor}") as response:
+                    cursor = (await response.json())["nextCursor"]
+        return [
+            ("GET /api/templates (first 50)", await drive(f"{base}/api/templates", requests)),
+            ("GET ... limit=100, page 10",
+             await drive(f"{base}/api/templates?limit=100&cursor={cursor}", requests)),
+        ]
 
 
 def main() -> None:
