@@ -13,6 +13,7 @@ security log with the URL as the agent wrote it.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -29,7 +30,7 @@ from plugins.types import ChatMessage, ProviderError, ToolCall, ToolSpec
 from svc.clock import utcnow
 from svc.egress import EgressDenied, egress_client
 from svc.llm import LLM
-from svc.policy import compile_policy, evaluate
+from svc.policy import CompiledPolicy, compile_policy, evaluate
 from svc.security_log import RequestRecord, SecurityLog
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,16 @@ class RunScope:
 def substitute(text: str, secrets: dict[str, str]) -> str:
     """`${NAME}` replaced by the secret's value (unknown names stay as written)."""
     return SECRET_REFERENCE.sub(lambda m: secrets.get(m.group(1), m.group(0)), text)
+
+
+def compiled_policy(policy: dict[str, Any] | None) -> CompiledPolicy | None:
+    """The agent's policy, compiled once per process (compiling costs milliseconds; runs repeat it)."""
+    return None if policy is None else _compile(json.dumps(policy, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=512)
+def _compile(policy_json: str) -> CompiledPolicy | None:
+    return compile_policy(json.loads(policy_json))
 
 
 def root_agent(definition: dict[str, Any]) -> dict[str, Any]:
@@ -195,7 +206,7 @@ class TeamRunner:
         steps.append(step)
         if self.on_step_start is not None:
             self.on_step_start(step)
-        policy = compile_policy(agent.get("accessPolicy"))
+        policy = compiled_policy(agent.get("accessPolicy"))
         messages: list[ChatMessage] = [ChatMessage("user", task)]
         try:
             for _ in range(MAX_ITERATIONS):
@@ -231,7 +242,7 @@ class TeamRunner:
     # ---- http_request ------------------------------------------------------------------
 
     async def _http_request(
-        self, scope: RunScope, agent: dict[str, Any], policy: Any, arguments: dict[str, Any]
+        self, scope: RunScope, agent: dict[str, Any], policy: CompiledPolicy | None, arguments: dict[str, Any]
     ) -> str:
         method = str(arguments.get("method", "GET")).upper()
         written_url = str(arguments.get("url", ""))
