@@ -545,6 +545,21 @@ class Installs:
         doc = await self.owned(principal, install_id)
         if doc["status"] == "cancelled":
             raise Conflict("Install is already cancelled")
+        deleted, warnings = await self._remove_upstream(doc, remove_upstream)
+        await self.retire(doc)
+        response: dict[str, Any] = {
+            "ok": True,
+            "installId": install_id,
+            "platform": doc["platform"],
+            "deletedAgents": deleted,
+        }
+        if warnings:
+            response["warnings"] = list(warnings)
+        return response
+
+    async def _remove_upstream(self, doc: Document, remove_upstream: bool) -> tuple[int, tuple[str, ...]]:
+        """orchC (or any platform when asked): delete the agents upstream; (deleted, warnings)."""
+        install_id = doc["_id"]
         deleted, warnings = 0, ()
         if doc["platform"] == "orchC" or (remove_upstream and doc["platform"] != "svc"):
             context = DeprovisionContext(
@@ -560,7 +575,12 @@ class Installs:
                 result = await self.plugins.deprovision(doc["platform"], context)
             except PlatformError as exc:
                 raise BadGateway(exc.detail, upstreamStatus=exc.upstream_status) from None
-            deleted, warnings = result.deleted_agents, result.warnings
+            deleted, warnings = result.deleted_agents, tuple(result.warnings)
+        return deleted, warnings
+
+    async def retire(self, doc: Document) -> None:
+        """Mark the install cancelled: its webhook and install tokens stop working at once."""
+        install_id = doc["_id"]
         unset = {"webhookTokenHash": "", "webhookTokenEncrypted": ""}
         if doc["platform"] == "orchC":
             unset["credentialsEncrypted"] = ""
@@ -572,15 +592,6 @@ class Installs:
             },
         )
         await self.store.install_tokens.delete_many({"installId": install_id})
-        response: dict[str, Any] = {
-            "ok": True,
-            "installId": install_id,
-            "platform": doc["platform"],
-            "deletedAgents": deleted,
-        }
-        if warnings:
-            response["warnings"] = list(warnings)
-        return response
 
     # ---- helpers ---------------------------------------------------------------------
 

@@ -8,12 +8,16 @@ from config.settings import Settings
 from plugins.manager import Plugins
 from svc.accounts import Accounts
 from svc.authoring import Authoring
+from svc.billing import UsageReport
 from svc.cache import TTLCache
+from svc.charges import Charges
 from svc.credentials import Credentials, Principal
 from svc.installs import Installs
 from svc.keys import ApiKeys
 from svc.llm import LLM
 from svc.mailer import Mailer
+from svc.payments import PaymentProvider
+from svc.payouts import Payouts
 from svc.pipelines import Outreach
 from svc.ports import Runtime
 from svc.ratelimit import RateLimiter
@@ -48,6 +52,9 @@ class Services:
     schedules: Schedules
     outreach: Outreach
     authoring: Authoring
+    usage: UsageReport
+    charges: Charges
+    payouts: Payouts
 
     @classmethod
     def build(
@@ -61,6 +68,12 @@ class Services:
         credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
         installs = Installs(store, vault, plugins, credentials, key_cache, settings, Runs(store))
         llm = LLM(plugins, settings)
+        provider = (
+            PaymentProvider(settings.stripe_api_key, settings.stripe_api_base, settings.stripe_webhook_secret)
+            if settings.stripe_api_key
+            else None
+        )
+        charges = Charges(store, mailer, provider)
         return cls(
             settings=settings,
             store=store,
@@ -80,6 +93,9 @@ class Services:
             schedules=Schedules(store, installs),
             outreach=Outreach(store, installs),
             authoring=Authoring(llm),
+            usage=UsageReport(store),
+            charges=charges,
+            payouts=Payouts(store, charges, provider),
         )
 
     async def close(self) -> None:

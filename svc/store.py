@@ -108,7 +108,19 @@ INDEXES: dict[str, list[Index]] = {
     "runs": [
         Index([("installId", ASCENDING), ("runId", ASCENDING)], unique=True),
         Index([("templateId", ASCENDING), ("createdAt", DESCENDING)]),
+        Index([("installId", ASCENDING), ("createdAt", ASCENDING)]),
     ],
+    # One invoice per install and period: the guard against charging a period twice.
+    "invoices": [
+        Index(
+            [("installId", ASCENDING), ("periodStart", ASCENDING), ("periodEnd", ASCENDING)],
+            unique=True,
+            name="one_invoice_per_period",
+        ),
+        Index([("installId", ASCENDING), ("status", ASCENDING), ("periodEnd", DESCENDING)]),
+        Index([("builderUserId", ASCENDING), ("status", ASCENDING)]),
+    ],
+    "payment_events": [Index([("receivedAt", ASCENDING)], ttl_seconds=90 * 24 * 3600)],
     "vault_secrets": [
         Index(
             [

@@ -1,0 +1,437 @@
+"""Charging deployers: invoices, charge-cycle, cancel billing, earnings and the monthly cycle.
+
+An invoice is the record of one install's charge for one period, unique on
+(installId, periodStart, periodEnd). It is written *before* the provider is called
+(`processing`), and the provider's idempotency key is derived from the invoice's
+install, period and attempt, so:
+
+- two racing calls for one period create one invoice; the loser waits for the winner
+  and answers `already_paid`;
+- a process that dies while the provider charges leaves a `processing` invoice; once
+  its claim is older than CLAIM_LEASE, the next caller (or the monthly job) takes it
+  over and repeats the call with the same key, which the provider answers with the
+  first payment instead of charging again;
+- a declined card marks the invoice `failed`; a later call retries with attempt + 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import Field, StrictInt
+from pymongo import DESCENDING, ReturnDocument
+from pymongo.errors import DuplicateKeyError
+
+from svc import tokens
+from svc.billing import MIN_CHARGE_CENTS, check_period, install_amount, money, split_fee
+from svc.clock import aware, iso, utcnow
+from svc.credentials import Principal
+from svc.errors import BadGateway, BadRequest, Conflict, Forbidden, NotFound, PaymentRequired
+from svc.mailer import Mailer
+from svc.models import RequestBody
+from svc.payments import PaymentDeclined, PaymentProvider, ProviderError, unavailable
+from svc.store import Document, Store
+
+log = logging.getLogger(__name__)
+
+CLAIM_LEASE = timedelta(minutes=5)
+RACE_WAIT_S = 10.0
+RACE_POLL_S = 0.1
+BATCH = 200
+
+
+class ChargeCycleBody(RequestBody):
+    """POST /api/stripe/charge-cycle."""
+
+    installId: str = Field(min_length=1, max_length=64)
+    amountCents: StrictInt = Field(ge=MIN_CHARGE_CENTS, le=99_999_999)
+    periodStart: datetime | None = None
+    periodEnd: datetime | None = None
+
+
+def previous_month(now: datetime) -> tuple[datetime, datetime]:
+    """[first of last month, first of this month) in UTC."""
+    end = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    start = (end - timedelta(days=1)).replace(day=1)
+    return start, end
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class ChargeOutcome:
+    """What a charge request came to."""
+
+    invoice: Document
+    charged_now: bool  # False: the period was paid before this call
+
+
+class Charges:
+    """Invoices and the calls that move money."""
+
+    def __init__(self, store: Store, mailer: Mailer, provider: PaymentProvider | None) -> None:
+        self.store = store
+        self.mailer = mailer
+        self.provider = provider
+
+    @property
+    def _invoices(self) -> Any:
+        return self.store["invoices"]
+
+    def _require_provider(self) -> PaymentProvider:
+        if self.provider is None:
+            raise unavailable()
+        return self.provider
+
+    # ---- POST /api/stripe/charge-cycle -------------------------------------------------
+
+    async def charge_cycle(self, principal: Principal, body: ChargeCycleBody) -> Document:
+        """Charge an install for a period once; a second call answers `already_paid`."""
+        self._require_provider()
+        if principal.install_id is not None and principal.install_id != body.installId:
+            raise Forbidden(f"This key is scoped to install {principal.install_id}")
+        if (body.periodStart is None) != (body.periodEnd is None):
+            raise BadRequest("periodStart and periodEnd go together: send both or neither")
+        if body.periodStart is not None and body.periodEnd is not None:
+            start, end = _utc(body.periodStart), _utc(body.periodEnd)
+        else:
+            start, end = previous_month(utcnow())
+        check_period(start, end)
+        install = await self.store.installs.find_one({"_id": body.installId})
+        if install is None or install.get("status") == "pending":
+            raise NotFound("Install not found")
+        outcome = await self.charge(install, start, end, body.amountCents, "charge_cycle", wait=True)
+        invoice = outcome.invoice
+        if not outcome.charged_now:
+            return {"status": "already_paid", "invoiceId": invoice["_id"]}
+        return {
+            "invoiceId": invoice["_id"],
+            "paymentIntentId": invoice["paymentIntentId"],
+            "status": "succeeded",
+            "amountCents": invoice["amountCents"],
+        }
+
+    # ---- the charge itself ---------------------------------------------------------------
+
+    async def charge(
+        self,
+        install: Document,
+        start: datetime,
+        end: datetime,
+        amount: int,
+        source: str,
+        *,
+        wait: bool,
+        now: datetime | None = None,
+    ) -> ChargeOutcome:
+        """Claim the period's invoice, charge through the provider, record the outcome."""
+        provider = self._require_provider()
+        if not install.get("payCustomerId") or not install.get("payPaymentMethodId"):
+            raise Conflict("The install has no saved payment method (payCustomerId and payPaymentMethodId)")
+        now = now or utcnow()
+        invoice = await self._claim(install, start, end, amount, source, now, wait)
+        if invoice["status"] == "paid":
+            return ChargeOutcome(invoice, charged_now=False)
+        try:
+            charge = await provider.charge(
+                amount_cents=invoice["amountCents"],
+                customer_id=install["payCustomerId"],
+                payment_method_id=install["payPaymentMethodId"],
+                fee_cents=invoice["feeCents"],
+                destination=invoice.get("payoutAccountId"),
+                idempotency_key=f"svc-charge:{invoice['installId']}:{iso(start)}:{iso(end)}:{invoice['attempt']}",
+                metadata={
+                    "invoiceId": invoice["_id"],
+                    "installId": install["_id"],
+                    "attempt": str(invoice["attempt"]),
+                },
+                description=f"{install['templateName']} usage {iso(start)} to {iso(end)}",
+            )
+        except PaymentDeclined as exc:
+            await self._invoices.update_one(
+                {"_id": invoice["_id"], "claim": invoice["claim"]},
+                {"$set": {"status": "failed", "failure": exc.message, "updatedAt": utcnow()}},
+            )
+            raise PaymentRequired(
+                f"The payment was declined: {exc.message}", code="payment_declined"
+            ) from None
+        except ProviderError as exc:
+            # Unknown outcome: the invoice stays `processing` and is resumed with the same key.
+            raise BadGateway(str(exc)) from None
+        paid = await self._invoices.find_one_and_update(
+            {"_id": invoice["_id"]},
+            {
+                "$set": {
+                    "status": "paid",
+                    "paymentIntentId": charge.payment_intent_id,
+                    "paidAt": utcnow(),
+                    "updatedAt": utcnow(),
+                },
+                "$unset": {"failure": ""},
+            },
+            return_document=ReturnDocument.AFTER,
+        )
+        assert paid is not None
+        log.info("install charged", extra={"installId": install["_id"], "amountCents": paid["amountCents"]})
+        return ChargeOutcome(paid, charged_now=True)
+
+    async def _claim(
+        self,
+        install: Document,
+        start: datetime,
+        end: datetime,
+        amount: int,
+        source: str,
+        now: datetime,
+        wait: bool,
+    ) -> Document:
+        """The period's invoice, claimed by this call, or already paid."""
+        claim = tokens.new_id()
+        template = await self.store["templates"].find_one({"_id": install["templateId"]}) or {}
+        builder_user, account = await self._payee(template)
+        fee, builder = split_fee(amount)
+        doc: Document = {
+            "_id": f"inv_{tokens.new_id()}",
+            "installId": install["_id"],
+            "templateId": install["templateId"],
+            "builderUserId": builder_user,
+            "payoutAccountId": account,
+            "deployer": install.get("owner"),
+            "periodStart": start,
+            "periodEnd": end,
+            "amountCents": amount,
+            "feeCents": fee,
+            "builderAmountCents": builder,
+            "status": "processing",
+            "attempt": 1,
+            "claim": claim,
+            "claimedAt": now,
+            "source": source,
+            "createdAt": utcnow(),
+            "updatedAt": utcnow(),
+        }
+        try:
+            await self._invoices.insert_one(doc)
+            return doc
+        except DuplicateKeyError:
+            pass
+        key = {"installId": install["_id"], "periodStart": start, "periodEnd": end}
+        deadline = asyncio.get_running_loop().time() + (RACE_WAIT_S if wait else 0)
+        while True:
+            existing = await self._invoices.find_one(key)
+            if existing is None:  # removed under us: try again from the start
+                return await self._claim(install, start, end, amount, source, now, wait)
+            if existing["status"] == "paid":
+                return existing
+            stale = aware(existing["claimedAt"]) + CLAIM_LEASE <= now
+            if existing["status"] == "failed" or stale:
+                update: Document = {"claim": claim, "claimedAt": now, "updatedAt": utcnow()}
+                if existing["status"] == "failed":
+                    update.update(
+                        status="processing",
+                        attempt=existing["attempt"] + 1,
+                        amountCents=amount,
+                        feeCents=fee,
+                        builderAmountCents=builder,
+                    )
+                taken = await self._invoices.find_one_and_update(
+                    {"_id": existing["_id"], "claim": existing["claim"], "status": existing["status"]},
+                    {"$set": update},
+                    return_document=ReturnDocument.AFTER,
+                )
+                if taken is not None:
+                    return taken
+                continue
+            if asyncio.get_running_loop().time() >= deadline:
+                raise Conflict("A charge for this install and period is in progress; try again shortly")
+            await asyncio.sleep(RACE_POLL_S)
+
+    async def _payee(self, template: Document) -> tuple[str | None, str | None]:
+        """The builder paid for this template, and their payout account when it is active.
+
+        A template owned by an org pays the org's owner. Without an active payout
+        account the builder's share is held on the platform balance (docs/billing.md).
+        """
+        owner = template.get("owner") or {}
+        user_id = owner.get("id") if owner.get("kind") == "user" else None
+        if owner.get("kind") == "org":
+            org = await self.store.orgs.find_one({"_id": owner["id"]}, {"ownerId": 1})
+            member = await self.store.org_members.find_one({"orgId": owner["id"], "role": "owner"})
+            user_id = (member or {}).get("userId") or (org or {}).get("ownerId")
+        if user_id is None:
+            return None, None
+        user = await self.store.users.find_one({"_id": user_id}, {"payout": 1})
+        payout = (user or {}).get("payout") or {}
+        return user_id, payout.get("accountId") if payout.get("status") == "active" else None
+
+    # ---- PATCH /api/stripe/installs/:id/cancel -------------------------------------------
+
+    async def cancel_install(
+        self, user_id: str, install_id: str, retire: Callable[[Document], Awaitable[None]]
+    ) -> Document:
+        """Bill completed runs since the last paid period, mail a receipt, cancel the install."""
+        self._require_provider()
+        install = await self.store.installs.find_one(
+            {"_id": install_id, "$or": [{"deployedBy": user_id}, {"owner": {"kind": "user", "id": user_id}}]}
+        )
+        if install is None or install.get("status") == "pending":
+            raise NotFound("Install not found")
+        if install["status"] == "cancelled":
+            raise Conflict("Install is already cancelled")
+        template = await self.store["templates"].find_one({"_id": install["templateId"]}) or {}
+        now = utcnow()
+        since = await self.billed_until(install)
+        amount = (
+            await install_amount(self.store, install_id, template, since, now)
+            if template.get("pricingModel", "free") != "free"
+            else 0
+        )
+        charged, note = False, "No charge: the amount since the last invoice is under $0.50."
+        if amount >= MIN_CHARGE_CENTS:
+            if not install.get("payCustomerId") or not install.get("payPaymentMethodId"):
+                note = f"{money(amount)} is due; no payment method is saved on this install."
+            else:
+                try:
+                    await self.charge(install, since, now, amount, "cancel", wait=True, now=now)
+                    charged, note = True, f"Charged {money(amount)} to the saved payment method."
+                except (PaymentRequired, BadGateway, Conflict) as exc:
+                    note = f"{money(amount)} is due; the charge did not go through ({exc.message})."
+        await retire(install)
+        await self._receipt(install, user_id, since, now, amount if charged else 0, note)
+        return {"status": "cancelled", "charged": charged, "amountCents": amount if charged else 0}
+
+    async def billed_until(self, install: Document) -> datetime:
+        """The end of the install's last paid invoice, or its creation."""
+        last = await self._invoices.find_one(
+            {"installId": install["_id"], "status": "paid"}, sort=[("periodEnd", DESCENDING)]
+        )
+        return aware(last["periodEnd"]) if last else aware(install["createdAt"])
+
+    async def _receipt(
+        self, install: Document, user_id: str, since: datetime, until: datetime, amount: int, note: str
+    ) -> None:
+        user = await self.store.users.find_one({"_id": user_id}, {"email": 1})
+        to = install.get("deployerEmail") or (user or {}).get("email")
+        if not to:
+            return
+        body = (
+            f"Your install of {install['templateName']} ({install['_id']}) is cancelled.\n\n"
+            f"Usage period: {iso(since)} to {iso(until)}\n"
+            f"Amount charged: {money(amount)}\n{note}\n"
+        )
+        await self.mailer.send(to, f"Receipt: {install['templateName']} cancelled", body, "cancel_receipt")
+
+    # ---- the monthly cycle -------------------------------------------------------------------
+
+    async def run_cycle(
+        self, cycle_end: datetime, now: datetime, renew: Callable[[], Awaitable[None]] | None = None
+    ) -> dict[str, int]:
+        """Charge every active paid install with a saved payment method up to `cycle_end`.
+
+        Each install's period starts where its last paid invoice ended, so a rerun after a
+        crash finds the same periods (and their invoices) and charges nobody twice; an
+        amount under 50 cents is carried into the next cycle.
+        """
+        self._require_provider()
+        paid_templates = {
+            doc["_id"]: doc
+            async for doc in self.store["templates"].find(
+                {"kind": "template", "pricingModel": {"$in": ["per_run", "per_k_tokens"]}},
+                {"pricingModel": 1, "priceUsdCents": 1, "owner": 1},
+            )
+        }
+        counts = {"charged": 0, "alreadyPaid": 0, "skipped": 0, "failed": 0}
+        query = {
+            "status": "completed",
+            "templateId": {"$in": list(paid_templates)},
+            "payCustomerId": {"$type": "string"},
+            "payPaymentMethodId": {"$type": "string"},
+        }
+        async for install in self.store.installs.find(query).sort("_id", 1).batch_size(BATCH):
+            since = await self.billed_until(install)
+            if since >= cycle_end:
+                counts["alreadyPaid"] += 1
+                continue
+            template = paid_templates[install["templateId"]]
+            amount = await install_amount(self.store, install["_id"], template, since, cycle_end)
+            if amount < MIN_CHARGE_CENTS:
+                counts["skipped"] += 1
+                continue
+            try:
+                outcome = await self.charge(install, since, cycle_end, amount, "monthly", wait=False, now=now)
+                counts["charged" if outcome.charged_now else "alreadyPaid"] += 1
+            except (PaymentRequired, BadGateway, Conflict) as exc:
+                counts["failed"] += 1
+                log.warning(
+                    "monthly charge failed", extra={"installId": install["_id"], "reason": exc.message}
+                )
+            if renew is not None:
+                await renew()
+        log.info("billing cycle done", extra={"cycleEnd": iso(cycle_end), **counts})
+        return counts
+
+    # ---- GET /api/stripe/my-earnings ---------------------------------------------------------
+
+    async def earnings(self, user_id: str) -> Document:
+        """Paid invoices of the builder's templates, by template (one aggregation)."""
+        self._require_provider()
+        pipeline = [
+            {"$match": {"builderUserId": user_id, "status": "paid"}},
+            {"$sort": {"periodStart": -1}},
+            {
+                "$group": {
+                    "_id": "$templateId",
+                    "paidCount": {"$sum": 1},
+                    "builderAmountCents": {"$sum": "$builderAmountCents"},
+                    "lastPaidAt": {"$first": "$periodStart"},
+                }
+            },
+            {"$sort": {"lastPaidAt": -1}},
+        ]
+        rows = [row async for row in await self._invoices.aggregate(pipeline)]
+        templates = {
+            doc["_id"]: doc
+            async for doc in self.store["templates"].find(
+                {"_id": {"$in": [row["_id"] for row in rows]}}, {"name": 1, "slug": 1}
+            )
+        }
+        by_template = [
+            {
+                "templateId": row["_id"],
+                "name": templates.get(row["_id"], {}).get("name"),
+                "slug": templates.get(row["_id"], {}).get("slug"),
+                "paidCount": row["paidCount"],
+                "builderAmountCents": row["builderAmountCents"],
+                "lastPaidAt": iso(row["lastPaidAt"]),
+            }
+            for row in rows
+        ]
+        return {
+            "totalBuilderAmountCents": sum(row["builderAmountCents"] for row in by_template),
+            "byTemplate": by_template,
+        }
+
+    # ---- provider events -----------------------------------------------------------------------
+
+    async def payment_settled(self, intent: Document, succeeded: bool) -> None:
+        """A payment intent event: settle the invoice a crashed call left `processing`."""
+        metadata = intent.get("metadata") or {}
+        invoice_id, attempt = metadata.get("invoiceId"), metadata.get("attempt")
+        if not invoice_id or not str(attempt or "").isdigit():
+            return
+        update: Document = (
+            {"status": "paid", "paymentIntentId": intent.get("id"), "paidAt": utcnow()}
+            if succeeded
+            else {"status": "failed", "failure": "payment failed (provider event)"}
+        )
+        await self._invoices.update_one(
+            {"_id": invoice_id, "attempt": int(attempt), "status": "processing"},
+            {"$set": {**update, "updatedAt": utcnow()}},
+        )

@@ -1,0 +1,143 @@
+"""Periodic service jobs: the monthly billing cycle and the run poller.
+
+Each job is one document in `jobs`. A fire is claimed with a conditional update of
+`nextRunAt` (as schedules are), so any number of schedulers run it once. The billing
+job also records the cycle it is running with a lease: a scheduler that dies mid-cycle
+leaves the lease to expire, and the next tick takes the same cycle over and finishes
+it (the invoices make that safe: nobody is charged twice).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import DuplicateKeyError
+
+from svc import tokens
+from svc.charges import Charges
+from svc.clock import aware, iso, utcnow
+from svc.schedules import next_fire
+from svc.store import Document, Store
+
+log = logging.getLogger(__name__)
+
+BILLING = "billing-cycle"
+RUN_POLL = "run-poll"
+LEASE = timedelta(minutes=10)
+
+Poll = Callable[[datetime], Awaitable[int]]
+
+
+class Jobs:
+    """Fires the periodic jobs that are due; call `tick` often (the scheduler does, each second)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        billing_cron: str,
+        charges: Charges | None,
+        poll: Poll | None,
+        poll_seconds: float,
+    ) -> None:
+        self.store = store
+        self.billing_cron = billing_cron
+        self.charges = charges
+        self.poll = poll
+        self.poll_seconds = poll_seconds
+
+    @property
+    def _jobs(self) -> AsyncCollection[Document]:
+        return self.store["jobs"]
+
+    async def tick(self, now: datetime | None = None) -> None:
+        """Run what is due (each job guards its own failures)."""
+        now = now or utcnow()
+        if self.charges is not None and self.charges.provider is not None:
+            try:
+                await self._billing(now)
+            except Exception:
+                log.exception("billing job failed")
+        if self.poll is not None:
+            try:
+                await self._run_poll(now)
+            except Exception:
+                log.exception("run poll failed")
+
+    async def _ensure(self, name: str, first_run: datetime) -> Document:
+        doc = await self._jobs.find_one({"_id": name})
+        if doc is not None:
+            return doc
+        try:
+            await self._jobs.insert_one({"_id": name, "nextRunAt": first_run, "running": None})
+        except DuplicateKeyError:
+            pass
+        doc = await self._jobs.find_one({"_id": name})
+        assert doc is not None
+        return doc
+
+    # ---- billing ---------------------------------------------------------------------------
+
+    async def _billing(self, now: datetime) -> None:
+        assert self.charges is not None
+        doc = await self._ensure(BILLING, next_fire(self.billing_cron, "UTC", now))
+        token = tokens.new_id()
+        running = doc.get("running")
+        if running is not None:
+            if aware(running["leaseUntil"]) > now:
+                return  # another scheduler is on it
+            claimed = await self._jobs.find_one_and_update(
+                {"_id": BILLING, "running.token": running["token"]},
+                {"$set": {"running.token": token, "running.leaseUntil": now + LEASE}},
+            )
+            if claimed is None:
+                return
+            cycle_end = aware(running["cycleEnd"])
+            log.warning(
+                "billing cycle taken over after an interrupted run", extra={"cycleEnd": iso(cycle_end)}
+            )
+        else:
+            due = aware(doc["nextRunAt"])
+            if due > now:
+                return
+            claimed = await self._jobs.find_one_and_update(
+                {"_id": BILLING, "nextRunAt": doc["nextRunAt"], "running": None},
+                {
+                    "$set": {
+                        "nextRunAt": next_fire(self.billing_cron, "UTC", now),
+                        "running": {"cycleEnd": due, "token": token, "leaseUntil": now + LEASE},
+                    }
+                },
+            )
+            if claimed is None:
+                return
+            cycle_end = due
+
+        async def renew() -> None:
+            await self._jobs.update_one(
+                {"_id": BILLING, "running.token": token},
+                {"$set": {"running.leaseUntil": max(now, utcnow()) + LEASE}},
+            )
+
+        counts = await self.charges.run_cycle(cycle_end, now, renew)
+        await self._jobs.update_one(
+            {"_id": BILLING, "running.token": token},
+            {"$set": {"running": None, "lastCycleEnd": cycle_end, "lastCounts": counts}},
+        )
+
+    # ---- polling -------------------------------------------------------------------------------
+
+    async def _run_poll(self, now: datetime) -> None:
+        assert self.poll is not None
+        doc = await self._ensure(RUN_POLL, now)
+        if aware(doc["nextRunAt"]) > now:
+            return
+        claimed = await self._jobs.find_one_and_update(
+            {"_id": RUN_POLL, "nextRunAt": doc["nextRunAt"]},
+            {"$set": {"nextRunAt": now + timedelta(seconds=self.poll_seconds)}},
+        )
+        if claimed is not None:
+            await self.poll(now)

@@ -1,0 +1,166 @@
+"""Deployer payment methods and builder payout accounts (Connect), and provider webhooks.
+
+A builder's payout account is kept on the user as `payout: {accountId, status}`;
+the status is refreshed when the builder asks for it and when the provider sends
+`account.updated`. Charges route the builder's share only to an `active` account.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+from pymongo.errors import DuplicateKeyError
+
+from svc.accounts import EMAIL_PATTERN
+from svc.charges import Charges
+from svc.clock import utcnow
+from svc.errors import BadGateway, NotFound, Unprocessable
+from svc.models import RequestBody
+from svc.payments import (
+    CONNECT_DASHBOARD_URL,
+    ConnectNotEnabled,
+    PaymentProvider,
+    ProviderError,
+    WebhookEvent,
+    payout_status,
+    unavailable,
+)
+from svc.store import Document, Store
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+SubscriptionHandler = Callable[[WebhookEvent], Awaitable[None]]
+
+
+class SetupIntentBody(RequestBody):
+    """POST /api/stripe/setup-intent."""
+
+    email: str = Field(max_length=254)
+
+    @field_validator("email")
+    @classmethod
+    def _email(cls, value: str) -> str:
+        if not EMAIL_PATTERN.fullmatch(value.strip().lower()):
+            raise ValueError("not a valid email address")
+        return value.strip().lower()
+
+
+class OnboardBody(RequestBody):
+    """POST /api/stripe/connect/onboard."""
+
+    returnUrl: str = Field(min_length=1, max_length=2000)
+
+    @field_validator("returnUrl")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("returnUrl must be an http(s) URL")
+        return value
+
+
+class Payouts:
+    """Setup intents for deployers, Connect onboarding for builders, provider events."""
+
+    def __init__(self, store: Store, charges: Charges, provider: PaymentProvider | None) -> None:
+        self.store = store
+        self.charges = charges
+        self.provider = provider
+        self.subscription_handler: SubscriptionHandler | None = None
+
+    def _require_provider(self) -> PaymentProvider:
+        if self.provider is None:
+            raise unavailable()
+        return self.provider
+
+    async def setup_intent(self, body: SetupIntentBody) -> Document:
+        """A customer and a setup intent; the confirmed method is attached to the install later."""
+        client_secret, customer_id = await _provider_call(self._require_provider().setup_intent(body.email))
+        return {"clientSecret": client_secret, "customerId": customer_id}
+
+    async def onboard(self, user_id: str, body: OnboardBody) -> Document:
+        """A one-time onboarding URL; creates the payout account on first use."""
+        provider = self._require_provider()
+        user = await self._user(user_id)
+        account_id = (user.get("payout") or {}).get("accountId")
+        if account_id is None:
+            try:
+                account_id = await _provider_call(provider.create_payout_account(user["email"], user_id))
+            except ConnectNotEnabled:
+                raise Unprocessable(
+                    "Payouts are not enabled on the platform's payment account (Connect enrollment "
+                    "is required)",
+                    code="connect_enrollment_required",
+                    dashboardUrl=CONNECT_DASHBOARD_URL,
+                ) from None
+            # Two racing first calls: the first account written wins; the other is left unused.
+            await self.store.users.update_one(
+                {"_id": user_id, "payout.accountId": {"$exists": False}},
+                {"$set": {"payout": {"accountId": account_id, "status": "pending_onboarding"}}},
+            )
+            user = await self._user(user_id)
+            account_id = user["payout"]["accountId"]
+        return {"url": await _provider_call(provider.onboarding_link(account_id, body.returnUrl))}
+
+    async def status(self, user_id: str) -> Document:
+        """not_connected, pending_onboarding, restricted, or active with a dashboard link."""
+        provider = self._require_provider()
+        account_id = ((await self._user(user_id)).get("payout") or {}).get("accountId")
+        if account_id is None:
+            return {"status": "not_connected"}
+        account = await _provider_call(provider.payout_account(account_id))
+        await self.store.users.update_one(
+            {"_id": user_id, "payout.accountId": account_id}, {"$set": {"payout.status": account.status}}
+        )
+        if account.status != "active":
+            return {"status": account.status}
+        return {"status": "active", "dashboardUrl": await _provider_call(provider.dashboard_link(account_id))}
+
+    async def _user(self, user_id: str) -> Document:
+        user = await self.store.users.find_one({"_id": user_id}, {"email": 1, "payout": 1})
+        if user is None:
+            raise NotFound("User not found")
+        return user
+
+    # ---- POST /api/stripe/webhook --------------------------------------------------------
+
+    async def webhook(self, payload: bytes, signature: str | None) -> Document:
+        """Verify, then apply each event once (a redelivered event changes nothing)."""
+        event = self._require_provider().verify(payload, signature)
+        if await self.store["payment_events"].find_one({"_id": event.id}, {"_id": 1}):
+            return {"received": True}
+        await self._apply(event)
+        try:
+            await self.store["payment_events"].insert_one(
+                {"_id": event.id, "type": event.type, "receivedAt": utcnow()}
+            )
+        except DuplicateKeyError:
+            pass
+        return {"received": True}
+
+    async def _apply(self, event: WebhookEvent) -> None:
+        obj = event.data
+        if event.type in ("payment_intent.succeeded", "payment_intent.payment_failed"):
+            await self.charges.payment_settled(obj, event.type == "payment_intent.succeeded")
+        elif event.type == "account.updated" and isinstance(obj.get("id"), str):
+            await self.store.users.update_one(
+                {"payout.accountId": obj["id"]}, {"$set": {"payout.status": payout_status(obj)}}
+            )
+        elif event.type.startswith(("customer.subscription.", "checkout.session.")):
+            if self.subscription_handler is not None:
+                await self.subscription_handler(event)
+        else:
+            log.info("payment event ignored", extra={"eventType": event.type})
+
+
+async def _provider_call(call: Awaitable[T]) -> T:
+    """Await a provider call; an unknown failure becomes a 502 with the provider's reason."""
+    try:
+        return await call
+    except ProviderError as exc:
+        raise BadGateway(str(exc)) from None
