@@ -50,8 +50,9 @@ class ChargeCycleBody(RequestBody):
 
     installId: str = Field(min_length=1, max_length=64)
     amountCents: StrictInt = Field(ge=MIN_CHARGE_CENTS, le=99_999_999)
-    periodStart: datetime | None = None
-    periodEnd: datetime | None = None
+    # ISO 8601 text on the wire; the body is otherwise strict.
+    periodStart: datetime | None = Field(default=None, strict=False)
+    periodEnd: datetime | None = Field(default=None, strict=False)
 
 
 def previous_month(now: datetime) -> tuple[datetime, datetime]:

@@ -164,7 +164,7 @@ class PaymentProvider:
         """The account's current status."""
         async with _translated():
             account = await self.client.v1.accounts.retrieve_async(account_id)
-        return PayoutAccount(account_id, payout_status(account))
+        return PayoutAccount(account_id, payout_status(account.to_dict()))
 
     async def dashboard_link(self, account_id: str) -> str:
         """A login link to the builder's Express dashboard."""
@@ -237,7 +237,7 @@ class PaymentProvider:
         return WebhookEvent(event.id, event.type, event.data.object.to_dict())
 
 
-def payout_status(account: Any) -> str:
+def payout_status(account: dict[str, Any]) -> str:
     """The spec's payout status of a provider account object."""
     requirements = account.get("requirements") or {}
     if requirements.get("disabled_reason"):

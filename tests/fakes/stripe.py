@@ -88,6 +88,10 @@ class FakeStripe:
         ).encode()
 
 
+FAKE = web.AppKey("fake", FakeStripe)
+PARAMS = web.RequestKey("params", dict)
+
+
 def _id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
@@ -117,8 +121,7 @@ def _error(status: int, kind: str, message: str, code: str | None = None, **extr
 
 
 def _fake(request: web.Request) -> FakeStripe:
-    fake: FakeStripe = request.app["fake"]
-    return fake
+    return request.app[FAKE]
 
 
 @web.middleware
@@ -129,7 +132,7 @@ async def authorise(request: web.Request, handler: Any) -> web.StreamResponse:
     fake.requests.append((request.method, request.path, params))
     if request.headers.get("Authorization") != f"Bearer {fake.api_key}":
         return _error(401, "invalid_request_error", "Invalid API Key provided")
-    request["params"] = params
+    request[PARAMS] = params
     key = request.headers.get("Idempotency-Key")
     if request.method == "POST" and key and key in fake.idempotent:
         status, body = fake.idempotent[key]
@@ -142,14 +145,14 @@ async def authorise(request: web.Request, handler: Any) -> web.StreamResponse:
 
 
 async def create_customer(request: web.Request) -> web.Response:
-    params = request["params"]
+    params = request[PARAMS]
     customer = {"id": _id("cus"), "object": "customer", "email": params.get("email"), "metadata": {}}
     _fake(request).customers[customer["id"]] = customer
     return web.json_response(customer)
 
 
 async def create_setup_intent(request: web.Request) -> web.Response:
-    params = request["params"]
+    params = request[PARAMS]
     fake = _fake(request)
     if params.get("customer") not in fake.customers:
         return _error(400, "invalid_request_error", "No such customer", "resource_missing")
@@ -175,7 +178,7 @@ async def create_account(request: web.Request) -> web.Response:
             "You can only create new accounts if you've signed up for Connect, which you can "
             "do at https://dashboard.stripe.com/connect.",
         )
-    params = request["params"]
+    params = request[PARAMS]
     account = {
         "id": _id("acct"),
         "object": "account",
@@ -199,7 +202,7 @@ async def get_account(request: web.Request) -> web.Response:
 
 
 async def create_account_link(request: web.Request) -> web.Response:
-    fake, params = _fake(request), request["params"]
+    fake, params = _fake(request), request[PARAMS]
     if params.get("account") not in fake.accounts:
         return _error(400, "invalid_request_error", "No such account", "resource_missing")
     return web.json_response(
@@ -224,7 +227,7 @@ async def create_login_link(request: web.Request) -> web.Response:
 
 
 async def create_payment_intent(request: web.Request) -> web.Response:
-    fake, params = _fake(request), request["params"]
+    fake, params = _fake(request), request[PARAMS]
     fake.charge_attempts += 1
     if fake.fail_charges:
         return _error(500, "api_error", "An unknown error occurred")
@@ -279,7 +282,7 @@ async def get_payment_intent(request: web.Request) -> web.Response:
 
 
 async def create_checkout_session(request: web.Request) -> web.Response:
-    fake, params = _fake(request), request["params"]
+    fake, params = _fake(request), request[PARAMS]
     customer = params.get("customer")
     if customer is None:
         customer = _id("cus")
@@ -307,7 +310,7 @@ async def create_checkout_session(request: web.Request) -> web.Response:
 
 
 async def create_portal_session(request: web.Request) -> web.Response:
-    fake, params = _fake(request), request["params"]
+    fake, params = _fake(request), request[PARAMS]
     if params.get("customer") not in fake.customers:
         return _error(400, "invalid_request_error", "No such customer", "resource_missing")
     return web.json_response(
@@ -342,7 +345,7 @@ def start_subscription(fake: FakeStripe, session_id: str, trial_days: int = 14) 
 
 
 async def update_subscription(request: web.Request) -> web.Response:
-    fake, params = _fake(request), request["params"]
+    fake, params = _fake(request), request[PARAMS]
     subscription = fake.subscriptions.get(request.match_info["id"])
     if subscription is None:
         return _error(404, "invalid_request_error", "No such subscription", "resource_missing")
@@ -361,7 +364,7 @@ async def get_subscription(request: web.Request) -> web.Response:
 def create_app(fake: FakeStripe) -> web.Application:
     """The fake as an aiohttp application."""
     app = web.Application(middlewares=[authorise])
-    app["fake"] = fake
+    app[FAKE] = fake
     app.router.add_post("/v1/customers", create_customer)
     app.router.add_post("/v1/setup_intents", create_setup_intent)
     app.router.add_post("/v1/accounts", create_account)
