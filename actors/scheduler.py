@@ -1,8 +1,10 @@
-"""The Scheduler actor: fires due cron schedules every second.
+"""The Scheduler actor: fires due cron schedules every second, and the service's jobs.
 
 One per database (`scheduler:<database>`), detached. Any number may run (one per
 API process that could not find it, or a restarted one): every fire is claimed
-atomically in MongoDB, so each fires once.
+atomically in MongoDB, so each fires once. The periodic jobs (the monthly billing
+cycle, the run poller) run in a task of their own, so a long billing cycle never
+delays a schedule.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ import logging
 import ray
 
 from config.settings import Settings
+from plugins.manager import Plugins
+from svc.jobs import Jobs
 from svc.schedules import SchedulerCore
+from svc.services import Services
 from svc.store import Store
+from svc.vault import Vault
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +54,17 @@ class SchedulerActor:
         store = Store.connect(self.mongodb_uri)
         runtime = RayRuntime(self.settings.ray_address, self.mongodb_uri, self.settings, self.vault_keys)
         core = SchedulerCore(store, runtime)
+        services = Services.build(
+            self.settings, store, Vault(self.vault_keys), runtime, Plugins(self.settings.disabled_plugins)
+        )
+        jobs = Jobs.for_services(services)
+        jobs_task: asyncio.Task[None] | None = None
         while True:
             try:
                 await core.tick()
             except Exception as exc:  # a bad tick must not stop the scheduler
                 log.warning("scheduler tick failed: %s", type(exc).__name__)
+            if jobs_task is None or jobs_task.done():
+                jobs_task = asyncio.create_task(jobs.tick())
             self.ticks += 1
             await asyncio.sleep(TICK_S)

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from croniter import croniter
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -61,6 +62,13 @@ class Settings(BaseModel):
     disabled_plugins: tuple[str, ...] = ()
     actor_idle_seconds: float = 300.0
     scheduler_enabled: bool = True
+
+    @field_validator("billing_cron_schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        if not croniter.is_valid(value) or len(value.split()) != 5:
+            raise ValueError(f"BILLING_CRON_SCHEDULE is not a 5-field cron expression: {value!r}")
+        return value
 
     @property
     def cookie_secure(self) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
@@ -21,6 +22,9 @@ from svc.charges import Charges
 from svc.clock import aware, iso, utcnow
 from svc.schedules import next_fire
 from svc.store import Document, Store
+
+if TYPE_CHECKING:
+    from svc.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,17 @@ class Jobs:
         self.charges = charges
         self.poll = poll
         self.poll_seconds = poll_seconds
+
+    @classmethod
+    def for_services(cls, services: Services) -> Jobs:
+        """The jobs of a process's services (the scheduler actor builds its own)."""
+        return cls(
+            services.store,
+            billing_cron=services.settings.billing_cron_schedule,
+            charges=services.charges,
+            poll=None,
+            poll_seconds=300,
+        )
 
     @property
     def _jobs(self) -> AsyncCollection[Document]:

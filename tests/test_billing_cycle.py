@@ -1,0 +1,156 @@
+"""The monthly billing job: charges every active paid install once per cycle, even across a crash.
+
+The job's tick is driven directly with explicit times (the scheduler actor calls the same
+`Jobs.tick` every second), against the app's store and the fake payment provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from api.context import SERVICES
+from svc.jobs import BILLING, LEASE, Jobs
+from tests.billing_helpers import Deal, paid_install, payment_settings, report, start_fake_stripe
+from tests.conftest import app_store
+
+
+def first_of_next_month(moment: datetime) -> datetime:
+    return (moment.replace(day=28) + timedelta(days=4)).replace(
+        day=1, hour=0, minute=0, second=0, microsecond=0
+    )
+
+
+# Runs are reported now, so the cycle that bills them ends on the next 1st.
+CYCLE_END = first_of_next_month(datetime.now(UTC))
+
+
+def jobs_of(client: Any, cron: str = "0 0 1 * *") -> Jobs:
+    services = client.server.app[SERVICES]
+    return Jobs(services.store, billing_cron=cron, charges=services.charges, poll=None, poll_seconds=300)
+
+
+async def deals_with_usage(client: Any, fake: Any, count: int) -> list[Deal]:
+    first = await paid_install(client, fake, model="per_run", price=100)
+    deals = [first]
+    for _ in range(count - 1):
+        deals.append(
+            await paid_install(
+                client, fake, builder=(first.builder, first.builder_key), template=first.template
+            )
+        )
+    for deal in deals:
+        await report(client, deal)
+    return deals
+
+
+async def arm(jobs: Jobs) -> None:
+    """The job's first tick schedules the next 1st of the month; make that the test's cycle end."""
+    await jobs.tick(datetime.now(UTC))
+    doc = await jobs.store["jobs"].find_one({"_id": BILLING})
+    assert doc["nextRunAt"] == CYCLE_END
+
+
+async def test_monthly_cycle_charges_each_paid_install_once(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    deals = await deals_with_usage(client, fake, 3)
+    unpaid = await paid_install(client, fake, card=None)  # no saved payment method: left alone
+    await report(client, unpaid)
+    free = await paid_install(client, fake, model="free", price=None)
+    await report(client, free)
+    jobs = jobs_of(client)
+    await arm(jobs)
+    await jobs.tick(CYCLE_END - timedelta(seconds=1))
+    assert fake.succeeded_charges() == []  # not due yet
+    await jobs.tick(CYCLE_END + timedelta(seconds=5))
+    charged = sorted(pi["metadata"]["installId"] for pi in fake.succeeded_charges())
+    assert charged == sorted(deal.install_id for deal in deals)
+    assert all(pi["amount"] == 100 for pi in fake.succeeded_charges())
+    # The next tick, and a racing second scheduler, find nothing due.
+    await asyncio.gather(jobs.tick(CYCLE_END + timedelta(minutes=1)), jobs_of(client).tick(CYCLE_END))
+    assert len(fake.succeeded_charges()) == 3
+    doc = await app_store(client)["jobs"].find_one({"_id": BILLING})
+    assert doc["running"] is None
+    assert doc["nextRunAt"] == first_of_next_month(CYCLE_END)
+    assert doc["lastCounts"]["charged"] == 3
+
+
+async def test_racing_schedulers_run_the_cycle_once(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    await deals_with_usage(client, fake, 2)
+    first, second = jobs_of(client), jobs_of(client)
+    await arm(first)
+    due = CYCLE_END + timedelta(seconds=1)
+    await asyncio.gather(first.tick(due), second.tick(due))
+    assert len(fake.succeeded_charges()) == 2
+    assert fake.charge_attempts == 2
+
+
+async def test_a_crash_mid_cycle_is_resumed_without_charging_twice(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server, hang_on_charge=2)
+    client = await make_client(**payment_settings(fake))
+    deals = await deals_with_usage(client, fake, 3)
+    jobs = jobs_of(client)
+    await arm(jobs)
+    started = CYCLE_END + timedelta(seconds=30)
+    cycle = asyncio.create_task(jobs.tick(started))
+    # The provider takes the second charge and never answers: the scheduler dies waiting.
+    for _ in range(200):
+        if len(fake.payment_intents) == 2:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.1)
+    cycle.cancel()
+    await asyncio.gather(cycle, return_exceptions=True)
+    invoices = app_store(client)["invoices"]
+    statuses = sorted([doc["status"] async for doc in invoices.find({})])
+    assert statuses == ["paid", "processing"]
+    fake.hang_on_charge = None
+    # Within the lease another scheduler leaves the cycle alone.
+    await jobs_of(client).tick(started + timedelta(minutes=1))
+    assert await invoices.count_documents({}) == 2
+    # After it, the cycle is taken over and finished: the second charge is recovered, not repeated.
+    await jobs_of(client).tick(started + LEASE + timedelta(seconds=1))
+    assert len(fake.payment_intents) == 3
+    charged = sorted(pi["metadata"]["installId"] for pi in fake.succeeded_charges())
+    assert charged == sorted(deal.install_id for deal in deals)
+    assert [doc["status"] async for doc in invoices.find({})] == ["paid"] * 3
+    assert [doc["attempt"] async for doc in invoices.find({})] == [1, 1, 1]  # same key: a replay
+    doc = await app_store(client)["jobs"].find_one({"_id": BILLING})
+    assert doc["running"] is None and doc["lastCycleEnd"] == CYCLE_END
+    # A rerun of the same cycle charges nobody.
+    await app_store(client)["jobs"].update_one({"_id": BILLING}, {"$set": {"nextRunAt": CYCLE_END}})
+    await jobs_of(client).tick(started + LEASE + timedelta(minutes=2))
+    assert len(fake.payment_intents) == 3
+
+
+async def test_small_amounts_carry_over_to_the_next_cycle(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake, model="per_run", price=30)
+    await report(client, deal)  # 30 cents: under the 50-cent minimum
+    jobs = jobs_of(client)
+    await arm(jobs)
+    await jobs.tick(CYCLE_END + timedelta(seconds=1))
+    assert fake.succeeded_charges() == []
+    await report(client, deal)  # another 30 cents, still before the next cycle end
+    await app_store(client)["jobs"].update_one({"_id": BILLING}, {"$set": {"nextRunAt": CYCLE_END}})
+    await jobs.tick(CYCLE_END + timedelta(seconds=2))
+    [intent] = fake.succeeded_charges()
+    assert intent["amount"] == 60
+
+
+async def test_the_cron_comes_from_billing_cron_schedule(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake, billing_cron_schedule="30 6 * * 1"))
+    services = client.server.app[SERVICES]
+    jobs = Jobs.for_services(services)
+    monday_morning = datetime(2026, 11, 23, 6, 30, tzinfo=UTC)
+    await jobs.tick(datetime(2026, 11, 22, 12, 0, tzinfo=UTC))
+    doc = await app_store(client)["jobs"].find_one({"_id": BILLING})
+    assert doc["nextRunAt"] == monday_morning
