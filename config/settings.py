@@ -55,6 +55,9 @@ class Settings(BaseModel):
     stripe_api_key: str | None = None
     stripe_api_base: str | None = None
     stripe_webhook_secret: str | None = None
+    # The org Pro plan: a provider price id, or (unset) a monthly price of pro_price_cents.
+    stripe_pro_price_id: str | None = None
+    pro_price_cents: int = Field(default=4900, ge=50)
     smtp_url: str | None = None
     app_api_keys: tuple[AppKey, ...] = ()
     billing_cron_schedule: str = "0 0 1 * *"
@@ -110,6 +113,8 @@ class Settings(BaseModel):
             "stripe_api_key": get("SVC_STRIPE_API_KEY"),
             "stripe_api_base": get("SVC_STRIPE_API_BASE"),
             "stripe_webhook_secret": get("SVC_STRIPE_WEBHOOK_SECRET"),
+            "stripe_pro_price_id": get("SVC_STRIPE_PRO_PRICE_ID"),
+            "pro_price_cents": int(get("SVC_PRO_PRICE_CENTS") or 4900),
             "smtp_url": get("SVC_SMTP_URL"),
             "app_api_keys": parse_app_keys(get("APP_API_KEYS")),
             "billing_cron_schedule": get("BILLING_CRON_SCHEDULE") or "0 0 1 * *",

@@ -11,12 +11,13 @@ is absent and the payment endpoints answer 503.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import stripe
 
-from svc.errors import BadRequest, Unavailable
+from svc.errors import BadGateway, BadRequest, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,17 @@ class WebhookEvent:
     id: str
     type: str
     data: dict[str, Any]
+
+
+T = TypeVar("T")
+
+
+async def provider_call(call: Awaitable[T]) -> T:
+    """Await a provider call; a provider failure becomes a 502 with the provider's reason."""
+    try:
+        return await call
+    except ProviderError as exc:
+        raise BadGateway(str(exc)) from None
 
 
 def unavailable() -> Unavailable:
@@ -180,7 +192,7 @@ class PaymentProvider:
         org_id: str,
         customer_id: str | None,
         email: str | None,
-        price_id: str,
+        price: dict[str, Any],
         trial_days: int,
         success_url: str,
         cancel_url: str,
@@ -189,7 +201,7 @@ class PaymentProvider:
         params: dict[str, Any] = {
             "mode": "subscription",
             "client_reference_id": org_id,
-            "line_items": [{"price": price_id, "quantity": 1}],
+            "line_items": [{**price, "quantity": 1}],
             "payment_method_collection": "always",
             "subscription_data": {"trial_period_days": trial_days, "metadata": {"orgId": org_id}},
             "metadata": {"orgId": org_id},
@@ -211,6 +223,12 @@ class PaymentProvider:
                 {"customer": customer_id, "return_url": return_url}
             )
         return str(session.url)
+
+    async def subscription(self, subscription_id: str) -> dict[str, Any]:
+        """The subscription as the provider holds it."""
+        async with _translated():
+            subscription = await self.client.v1.subscriptions.retrieve_async(subscription_id)
+        return subscription.to_dict()
 
     async def cancel_at_period_end(self, subscription_id: str) -> dict[str, Any]:
         """Schedule the subscription's end; the updated subscription."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -18,22 +17,21 @@ from pymongo.errors import DuplicateKeyError
 from svc.accounts import EMAIL_PATTERN
 from svc.charges import Charges
 from svc.clock import utcnow
-from svc.errors import BadGateway, NotFound, Unprocessable
+from svc.errors import NotFound, Unprocessable
 from svc.models import RequestBody
 from svc.payments import (
     CONNECT_DASHBOARD_URL,
     ConnectNotEnabled,
     PaymentProvider,
-    ProviderError,
     WebhookEvent,
     payout_status,
+    provider_call,
     unavailable,
 )
 from svc.store import Document, Store
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 SubscriptionHandler = Callable[[WebhookEvent], Awaitable[None]]
 
 
@@ -80,7 +78,7 @@ class Payouts:
 
     async def setup_intent(self, body: SetupIntentBody) -> Document:
         """A customer and a setup intent; the confirmed method is attached to the install later."""
-        client_secret, customer_id = await _provider_call(self._require_provider().setup_intent(body.email))
+        client_secret, customer_id = await provider_call(self._require_provider().setup_intent(body.email))
         return {"clientSecret": client_secret, "customerId": customer_id}
 
     async def onboard(self, user_id: str, body: OnboardBody) -> Document:
@@ -90,7 +88,7 @@ class Payouts:
         account_id = (user.get("payout") or {}).get("accountId")
         if account_id is None:
             try:
-                account_id = await _provider_call(provider.create_payout_account(user["email"], user_id))
+                account_id = await provider_call(provider.create_payout_account(user["email"], user_id))
             except ConnectNotEnabled:
                 raise Unprocessable(
                     "Payouts are not enabled on the platform's payment account (Connect enrollment "
@@ -105,7 +103,7 @@ class Payouts:
             )
             user = await self._user(user_id)
             account_id = user["payout"]["accountId"]
-        return {"url": await _provider_call(provider.onboarding_link(account_id, body.returnUrl))}
+        return {"url": await provider_call(provider.onboarding_link(account_id, body.returnUrl))}
 
     async def status(self, user_id: str) -> Document:
         """not_connected, pending_onboarding, restricted, or active with a dashboard link."""
@@ -113,13 +111,13 @@ class Payouts:
         account_id = ((await self._user(user_id)).get("payout") or {}).get("accountId")
         if account_id is None:
             return {"status": "not_connected"}
-        account = await _provider_call(provider.payout_account(account_id))
+        account = await provider_call(provider.payout_account(account_id))
         await self.store.users.update_one(
             {"_id": user_id, "payout.accountId": account_id}, {"$set": {"payout.status": account.status}}
         )
         if account.status != "active":
             return {"status": account.status}
-        return {"status": "active", "dashboardUrl": await _provider_call(provider.dashboard_link(account_id))}
+        return {"status": "active", "dashboardUrl": await provider_call(provider.dashboard_link(account_id))}
 
     async def _user(self, user_id: str) -> Document:
         user = await self.store.users.find_one({"_id": user_id}, {"email": 1, "payout": 1})
@@ -156,11 +154,3 @@ class Payouts:
                 await self.subscription_handler(event)
         else:
             log.info("payment event ignored", extra={"eventType": event.type})
-
-
-async def _provider_call(call: Awaitable[T]) -> T:
-    """Await a provider call; an unknown failure becomes a 502 with the provider's reason."""
-    try:
-        return await call
-    except ProviderError as exc:
-        raise BadGateway(str(exc)) from None
