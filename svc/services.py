@@ -14,6 +14,7 @@ from svc.installs import Installs
 from svc.keys import ApiKeys
 from svc.llm import LLM
 from svc.mailer import Mailer
+from svc.orgs import Orgs
 from svc.pipelines import Outreach
 from svc.ports import Runtime
 from svc.ratelimit import RateLimiter
@@ -48,6 +49,7 @@ class Services:
     schedules: Schedules
     outreach: Outreach
     authoring: Authoring
+    orgs: Orgs
 
     @classmethod
     def build(
@@ -61,6 +63,8 @@ class Services:
         credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
         installs = Installs(store, vault, plugins, credentials, key_cache, settings, Runs(store))
         llm = LLM(plugins, settings)
+        orgs = Orgs(store, accounts, mailer, vault, key_cache, settings, installs)
+        installs.governance = orgs
         return cls(
             settings=settings,
             store=store,
@@ -80,6 +84,7 @@ class Services:
             schedules=Schedules(store, installs),
             outreach=Outreach(store, installs),
             authoring=Authoring(llm),
+            orgs=orgs,
         )
 
     async def close(self) -> None:
