@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -192,7 +193,8 @@ class ApprovalsQuery(RequestBody):
 
 def slugify(name: str) -> str:
     """URL-safe: lowercase ASCII letters, digits and single hyphens; `org` when nothing is left."""
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:SLUG_MAX].strip("-")
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^a-z0-9]+", "-", ascii_name.lower()).strip("-")[:SLUG_MAX].strip("-")
     if slug in RESERVED_SLUGS:
         return f"{slug}-org"
     return slug or "org"
