@@ -25,6 +25,7 @@ from api.handlers import (
     health,
     installs,
     openapi,
+    orgs,
     runtime,
     templates,
 )
@@ -50,6 +51,7 @@ ROUTES: tuple[Route, ...] = (
     *runtime.routes,
     *console.routes,
     *billing.routes,
+    *orgs.routes,
     *openapi.routes,
 )
 STORE = web.AppKey("store", Store)

@@ -1,4 +1,5 @@
-"""The `svc` command: `svc serve` starts the API, `svc users create` adds an account."""
+"""The `svc` command: `svc serve` starts the API, `svc users create` adds an account,
+`svc orgs set-plan` sets an org's plan by hand."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from aiohttp import web
 
@@ -15,9 +17,13 @@ from api.app import create_app
 from api.logs import configure_logging
 from config.settings import Settings
 from svc.accounts import Accounts, public_user
+from svc.cache import TTLCache
 from svc.embedded import EmbeddedMongo
 from svc.errors import ServiceError
+from svc.mailer import Mailer
+from svc.orgs import Orgs, Plan
 from svc.store import Store
+from svc.vault import Vault
 
 log = logging.getLogger("svc")
 
@@ -38,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--email", required=True)
     create.add_argument("--password", required=True, help="at least 8 characters; '-' reads it from stdin")
     create.add_argument("--name", default=None)
+
+    orgs = commands.add_parser("orgs", help="manage organisations (operators)")
+    orgs_commands = orgs.add_subparsers(dest="orgs_command", required=True, metavar="ACTION")
+    set_plan = orgs_commands.add_parser("set-plan", help="set an org's plan by hand (audited)")
+    set_plan.add_argument("slug", metavar="SLUG")
+    set_plan.add_argument("plan", choices=["pro", "free"])
     return parser
 
 
@@ -48,6 +60,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings.from_env()
     if args.command == "serve":
         web.run_app(create_app(settings), host=args.host, port=args.port, access_log=None, print=None)
+        return 0
+    if args.command == "orgs":
+        try:
+            org = asyncio.run(set_org_plan(settings, args.slug, args.plan))
+        except ServiceError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 1
+        print(json.dumps(org))
         return 0
     password = sys.stdin.readline().rstrip("\n") if args.password == "-" else args.password
     try:
@@ -67,6 +87,23 @@ async def create_user(settings: Settings, email: str, password: str, name: str |
     try:
         await store.ensure_indexes()
         return await Accounts(store).create_user(email, password, name)
+    finally:
+        await store.close()
+        if embedded is not None:
+            await embedded.stop()
+
+
+async def set_org_plan(settings: Settings, slug: str, plan: Plan) -> dict[str, Any]:
+    """Write the plan through Orgs.apply_subscription (joining a running embedded server if any)."""
+    embedded = None if settings.mongodb_uri else EmbeddedMongo(settings.data_dir)
+    uri = settings.mongodb_uri or await embedded.start()  # type: ignore[union-attr]
+    store = Store.connect(uri)
+    try:
+        await store.ensure_indexes()
+        accounts = Accounts(store)
+        vault = Vault.from_settings(settings.secret_keys, settings.data_dir)
+        orgs = Orgs(store, accounts, Mailer(store, settings.smtp_url), vault, TTLCache(), settings)
+        return await orgs.set_plan(slug, plan)
     finally:
         await store.close()
         if embedded is not None:

@@ -15,6 +15,7 @@ STATUS: dict[type[errors.ServiceError], int] = {
     errors.Forbidden: 403,
     errors.NotFound: 404,
     errors.Conflict: 409,
+    errors.Gone: 410,
     errors.Unprocessable: 422,
     errors.RateLimited: 429,
     errors.BadGateway: 502,

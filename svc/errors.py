@@ -38,6 +38,10 @@ class Conflict(ServiceError):
     """The request clashes with the current state."""
 
 
+class Gone(ServiceError):
+    """The thing existed but is no longer usable (an expired invitation)."""
+
+
 class Unprocessable(ServiceError):
     """Well-formed, but cannot be carried out (a missing snapshot, an upstream precondition)."""
 

@@ -36,6 +36,7 @@ from svc.credentials import Credentials, Principal, require_unscoped
 from svc.definitions import VARIABLE_REFERENCE
 from svc.errors import BadGateway, BadRequest, Conflict, NotFound
 from svc.models import RequestBody
+from svc.ports import Governance
 from svc.runs import InvokeBody, Runs, SelfReportBody
 from svc.store import Document, Store
 from svc.templates import is_owner, owner_of
@@ -46,6 +47,14 @@ log = logging.getLogger(__name__)
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 MAX_LISTED = 500
 BILLING_FIELDS = ("deployerEmail", "payCustomerId", "payPaymentMethodId")
+# Status `pending` means provisioning, except on an install waiting for governance approval
+# (`approval: "pending"`, provisioned and listed, but not ready for runs until approved).
+VISIBLE: Document = {"$or": [{"status": {"$ne": "pending"}}, {"approval": "pending"}]}
+
+
+def is_visible(doc: Document) -> bool:
+    """False while provisioning (a governance-pending install is visible)."""
+    return doc.get("status") != "pending" or doc.get("approval") == "pending"
 
 
 class CreateInstallBody(RequestBody):
@@ -118,6 +127,8 @@ class Installs:
         self.key_cache = key_cache
         self.settings = settings
         self.runs = runs
+        # Set once the org service exists (svc.services); None means no governance gating.
+        self.governance: Governance | None = None
 
     # ---- creating --------------------------------------------------------------------
 
@@ -205,8 +216,9 @@ class Installs:
             raise
         if platform.id in ("svc", "orchA", "orchC") and install_secrets:
             await self._remember_secrets(principal, company_id or result.company_id, install_secrets)
+        gated = self.governance is not None and await self.governance.requires_approval(doc["owner"])
         update: Document = {
-            "status": "completed",
+            "status": "pending" if gated else "completed",
             "companyId": company_id or result.company_id,
             "deployedAgents": [vars(agent) for agent in result.deployed_agents],
             "platformData": result.platform_data,
@@ -218,7 +230,13 @@ class Installs:
             update["webhookTokenHash"] = tokens.digest(webhook_token)
             update["webhookTokenEncrypted"] = self.vault.encrypt(webhook_token)
             await self._link_key(principal, install_id)
+        if gated:
+            update["approval"] = "pending"
         await self.store.installs.update_one({"_id": install_id}, {"$set": update})
+        approval_id = None
+        if gated:
+            assert self.governance is not None
+            approval_id = await self.governance.request_approval({**doc, **update}, principal)
         response: dict[str, Any] = {
             "installId": install_id,
             "platform": platform.id,
@@ -229,7 +247,30 @@ class Installs:
             response["companyId"] = update["companyId"]
         if result.warnings:
             response["warnings"] = list(result.warnings)
+        if approval_id is not None:
+            response["status"] = "pending"
+            response["approvalId"] = approval_id
         return response
+
+    async def settle_approval(self, install_id: str, org_id: str, approved: bool) -> None:
+        """Governance decision: a waiting install of the org becomes ready, or is cancelled."""
+        waiting = {"_id": install_id, "owner.kind": "org", "owner.id": org_id, "approval": "pending"}
+        now = utcnow()
+        if approved:
+            await self.store.installs.update_one(
+                {**waiting, "status": "pending"},
+                {"$set": {"status": "completed", "approval": "approved", "updatedAt": now}},
+            )
+            return
+        rejected = await self.store.installs.update_one(
+            {**waiting, "status": "pending"},
+            {
+                "$set": {"status": "cancelled", "approval": "rejected", "cancelledAt": now, "updatedAt": now},
+                "$unset": {"webhookTokenHash": "", "webhookTokenEncrypted": ""},
+            },
+        )
+        if rejected.modified_count:
+            await self.store.install_tokens.delete_many({"installId": install_id})
 
     def _platform(self, platform_id: str) -> PlatformInfo:
         platform = self.plugins.platform(platform_id)
@@ -305,8 +346,9 @@ class Installs:
         await self.store.install_tokens.delete_many({"installId": install_id})
 
     async def _link_key(self, principal: Principal, install_id: str) -> None:
-        """Link the creating key to the new install (spec: so whoami resolves); it then reaches only it."""
-        if principal.via != "key" or principal.key_id is None:
+        """Link the creating personal key to the new install (spec: so whoami resolves); it then
+        reaches only it. Org keys are shared by the org and stay unscoped (docs/orgs.md)."""
+        if principal.via != "key" or principal.key_id is None or principal.org_id is not None:
             return
         doc = await self.store.api_keys.find_one_and_update(
             {"_id": principal.key_id}, {"$set": {"installId": install_id}}
@@ -363,7 +405,7 @@ class Installs:
         doc = await self.store.installs.find_one({"_id": install_id})
         if (
             doc is None
-            or doc.get("status") == "pending"
+            or not is_visible(doc)
             or doc.get("owner") != owner_of(principal)
             or (principal.install_id is not None and principal.install_id != install_id)
         ):
@@ -372,7 +414,7 @@ class Installs:
 
     async def list(self, principal: Principal) -> list[dict[str, Any]]:
         """The caller's installs, newest first (an install-scoped key sees its install only)."""
-        query: Document = {"owner": owner_of(principal), "status": {"$ne": "pending"}}
+        query: Document = {"owner": owner_of(principal), **VISIBLE}
         if principal.install_id is not None:
             query["_id"] = principal.install_id
         docs = await self.store.installs.find(query).sort("createdAt", DESCENDING).to_list(MAX_LISTED)
@@ -401,7 +443,7 @@ class Installs:
         if org_ids:
             reach.append({"owner.kind": "org", "owner.id": {"$in": org_ids}})
         docs = (
-            await self.store.installs.find({"platform": "svc", "status": {"$ne": "pending"}, "$or": reach})
+            await self.store.installs.find({"platform": "svc", "$and": [VISIBLE, {"$or": reach}]})
             .sort("createdAt", DESCENDING)
             .to_list(MAX_LISTED)
         )

@@ -27,3 +27,15 @@ class Runtime(Protocol):
     async def cancel(self, install_id: str, run_id: str) -> str | None:
         """Cancel a run; the key of the step it was in, or None when it is not running."""
         ...
+
+
+class Governance(Protocol):
+    """Deployment approval for org installs (implemented by svc.orgs.Orgs)."""
+
+    async def requires_approval(self, owner: dict[str, str]) -> bool:
+        """True when a new install for this owner must wait for an owner's or admin's approval."""
+        ...
+
+    async def request_approval(self, install: dict[str, Any], principal: Any) -> str:
+        """Open the approval request for a waiting install and notify the approvers; its id."""
+        ...

@@ -16,6 +16,8 @@ from svc.installs import Installs
 from svc.keys import ApiKeys
 from svc.llm import LLM
 from svc.mailer import Mailer
+from svc.org_billing import OrgBilling
+from svc.orgs import Orgs
 from svc.payments import PaymentProvider
 from svc.payouts import Payouts
 from svc.pipelines import Outreach
@@ -55,6 +57,8 @@ class Services:
     usage: UsageReport
     charges: Charges
     payouts: Payouts
+    orgs: Orgs
+    org_billing: OrgBilling
 
     @classmethod
     def build(
@@ -68,12 +72,17 @@ class Services:
         credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
         installs = Installs(store, vault, plugins, credentials, key_cache, settings, Runs(store))
         llm = LLM(plugins, settings)
+        orgs = Orgs(store, accounts, mailer, vault, key_cache, settings, installs)
+        installs.governance = orgs
         provider = (
             PaymentProvider(settings.stripe_api_key, settings.stripe_api_base, settings.stripe_webhook_secret)
             if settings.stripe_api_key
             else None
         )
         charges = Charges(store, mailer, provider)
+        payouts = Payouts(store, charges, provider)
+        org_billing = OrgBilling(store, orgs, provider, settings)
+        payouts.subscription_handler = org_billing.handle_event
         return cls(
             settings=settings,
             store=store,
@@ -95,7 +104,9 @@ class Services:
             authoring=Authoring(llm),
             usage=UsageReport(store),
             charges=charges,
-            payouts=Payouts(store, charges, provider),
+            payouts=payouts,
+            orgs=orgs,
+            org_billing=org_billing,
         )
 
     async def close(self) -> None:

@@ -109,6 +109,7 @@ INDEXES: dict[str, list[Index]] = {
         Index([("installId", ASCENDING), ("runId", ASCENDING)], unique=True),
         Index([("templateId", ASCENDING), ("createdAt", DESCENDING)]),
         Index([("installId", ASCENDING), ("createdAt", ASCENDING)]),
+        Index([("owner.kind", ASCENDING), ("owner.id", ASCENDING), ("createdAt", DESCENDING)]),
     ],
     # One invoice per install and period: the guard against charging a period twice.
     "invoices": [
@@ -132,7 +133,33 @@ INDEXES: dict[str, list[Index]] = {
             unique=True,
         ),
     ],
-    "org_members": [Index([("userId", ASCENDING), ("joinedAt", ASCENDING)])],
+    "org_members": [
+        Index([("userId", ASCENDING), ("joinedAt", ASCENDING)]),
+        Index([("orgId", ASCENDING), ("userId", ASCENDING)], unique=True),
+        Index([("orgId", ASCENDING), ("role", ASCENDING)]),
+        Index([("orgId", ASCENDING), ("joinedAt", ASCENDING)]),
+    ],
+    "orgs": [
+        Index([("slug", ASCENDING)], unique=True),
+        # Looked up by the payment webhook.
+        Index([("payCustomerId", ASCENDING)], partial={"payCustomerId": STRING}),
+        Index([("paySubscriptionId", ASCENDING)], partial={"paySubscriptionId": STRING}),
+    ],
+    # One pending invitation per email and org (a new one replaces the token); kept 30 days
+    # past expiry so that a late accept reads "expired".
+    "org_invitations": [
+        Index([("orgId", ASCENDING), ("email", ASCENDING)], unique=True),
+        Index([("tokenHash", ASCENDING)], unique=True),
+        Index([("orgId", ASCENDING), ("expiresAt", ASCENDING)]),
+        Index([("purgeAt", ASCENDING)], ttl_seconds=0),
+    ],
+    "org_secrets": [Index([("orgId", ASCENDING), ("key", ASCENDING)], unique=True)],
+    "org_approvals": [
+        Index([("orgId", ASCENDING), ("status", ASCENDING), ("createdAt", DESCENDING)]),
+        Index([("orgId", ASCENDING), ("createdAt", DESCENDING)]),
+    ],
+    # Append-only; never expires (kept after the org is deleted).
+    "org_audit": [Index([("orgId", ASCENDING), ("createdAt", DESCENDING), ("_id", DESCENDING)])],
 }
 
 

@@ -1,0 +1,101 @@
+"""Org plans through the fake payment provider: checkout, webhook-driven plan, portal, cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.billing_helpers import payment_settings, start_fake_stripe
+from tests.conftest import app_store
+from tests.fakes.stripe import start_subscription
+from tests.orgs_helpers import audit_actions, ok, send, world
+
+
+async def post_event(client: Any, fake: Any, kind: str, obj: dict[str, Any]) -> None:
+    payload = fake.event(kind, obj)
+    headers = {"Content-Type": "application/json", "Stripe-Signature": fake.sign(payload)}
+    response = await client.post("/api/stripe/webhook", data=payload, headers=headers)
+    assert response.status == 200, await response.text()
+
+
+async def status_of(client: Any, caller: Any, slug: str) -> dict[str, Any]:
+    return dict(await ok(await send(client, caller, "GET", f"/api/orgs/{slug}/billing/status")))
+
+
+async def test_checkout_trial_portal_and_cancel(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    w = await world(client)
+    base = w.base
+    free = await status_of(client, w.member, w.slug)
+    assert free["plan"] == "free" and free["isPro"] is False and free["hasCustomer"] is False
+    assert (await send(client, w.member, "GET", f"{base}/secrets")).status == 402
+
+    assert (await send(client, w.member, "POST", f"{base}/billing/checkout")).status == 403
+    assert (await send(client, w.outsider, "POST", f"{base}/billing/checkout")).status == 404
+    body = await ok(await send(client, w.admin, "POST", f"{base}/billing/checkout"))
+    [session] = fake.checkout_sessions.values()
+    assert body["url"] == session["url"]
+    assert session["mode"] == "subscription"
+    assert session["client_reference_id"] == w.org["id"]
+    assert session["payment_method_collection"] == "always"  # card required
+    assert session["subscription_data"]["trial_period_days"] == "14"
+
+    # The customer completes the checkout; the provider tells us.
+    subscription = start_subscription(fake, session["id"])
+    await post_event(client, fake, "checkout.session.completed", session)
+    pro = await status_of(client, w.member, w.slug)
+    assert pro["plan"] == "pro" and pro["isPro"] is True and pro["isTrialing"] is True
+    assert pro["subscriptionStatus"] == "trialing"
+    assert pro["trialDaysLeft"] in (13, 14) and pro["hasCustomer"] is True
+    assert (await send(client, w.member, "GET", f"{base}/secrets")).status == 200
+    # A second checkout while subscribed is refused.
+    assert (await send(client, w.owner, "POST", f"{base}/billing/checkout")).status == 409
+
+    assert (await send(client, w.member, "GET", f"{base}/billing/portal")).status == 403
+    portal = await ok(await send(client, w.admin, "GET", f"{base}/billing/portal"))
+    assert portal["url"].endswith(f"/portal/{subscription['customer']}")
+
+    assert (await send(client, w.admin, "POST", f"{base}/billing/cancel")).status == 403
+    cancelled = await ok(await send(client, w.owner, "POST", f"{base}/billing/cancel"))
+    assert cancelled["ok"] is True and "until" in cancelled["message"]
+    assert fake.subscriptions[subscription["id"]]["cancel_at_period_end"] is True
+    org = await app_store(client).orgs.find_one({"_id": w.org["id"]})
+    assert org["cancelAtPeriodEnd"] is True and org["plan"] == "pro"  # no immediate effect
+    actions = [event["action"] for event in await audit_actions(client, w.org["id"])]
+    assert "billing.checkout_started" in actions and "billing.cancel_requested" in actions
+
+    # At the period's end the provider deletes the subscription: back to free.
+    await post_event(client, fake, "customer.subscription.deleted", fake.subscriptions[subscription["id"]])
+    ended = await status_of(client, w.member, w.slug)
+    assert ended["plan"] == "free" and ended["subscriptionStatus"] == "cancelled"
+    assert (await send(client, w.member, "GET", f"{base}/secrets")).status == 402
+
+
+async def test_subscription_updates_follow_the_provider(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    w = await world(client)
+    await ok(await send(client, w.owner, "POST", f"{w.base}/billing/checkout"))
+    [session] = fake.checkout_sessions.values()
+    subscription = start_subscription(fake, session["id"])
+    await post_event(client, fake, "checkout.session.completed", session)
+    for provider_status, plan, status in (
+        ("active", "pro", "active"),
+        ("past_due", "free", "past_due"),
+        ("active", "pro", "active"),
+    ):
+        await post_event(
+            client, fake, "customer.subscription.updated", dict(subscription, status=provider_status)
+        )
+        body = await status_of(client, w.owner, w.slug)
+        assert (body["plan"], body["subscriptionStatus"]) == (plan, status)
+
+
+async def test_org_billing_without_a_provider_is_503(make_client: Any) -> None:
+    client = await make_client(**payment_settings(None))
+    w = await world(client)
+    for method, path in (("POST", "checkout"), ("GET", "portal"), ("POST", "cancel")):
+        response = await send(client, w.owner, method, f"{w.base}/billing/{path}")
+        assert response.status == 503, path
+        assert (await response.json())["error"] == "Payments are not configured"
+    assert (await status_of(client, w.owner, w.slug))["plan"] == "free"  # the rest works

@@ -1,0 +1,120 @@
+"""Org analytics: windows (free 30 days, Pro 365, wider ones clamped), zero-filled days, per template."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from svc import tokens
+from svc.clock import iso, utcnow
+from tests.conftest import app_store, bearer
+from tests.orgs_helpers import make_pro, ok, org_key, send, world
+from tests.runtime_helpers import member
+from tests.templates_helpers import publish_template
+
+
+def parse(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+async def org_install(client: Any, key: str, name: str, **definition: Any) -> tuple[str, str]:
+    team = {"version": "v1", "agents": [member("a"), member("b")], **definition}
+    template = await publish_template(client, key, name=name, visibility="team", definition=team)
+    response = await client.post(
+        "/api/installs", json={"templateId": template["id"], "platform": "svc"}, headers=bearer(key)
+    )
+    return (await ok(response, 201))["installId"], template["id"]
+
+
+async def report(client: Any, key: str, install_id: str, status: str) -> None:
+    """A run recorded through the API (stamped now)."""
+    body = {"agentKey": "a", "status": status, "inputTokens": 1, "outputTokens": 1}
+    await ok(await client.post(f"/api/installs/{install_id}/runs", json=body, headers=bearer(key)))
+
+
+async def backdate(client: Any, install_id: str, days: int, status: str = "completed") -> None:
+    """A run recorded `days` ago (the run API always stamps now, so older runs are seeded)."""
+    install = await app_store(client).installs.find_one({"_id": install_id})
+    await app_store(client)["runs"].insert_one(
+        {
+            "_id": tokens.new_id(),
+            "runId": tokens.new_id(),
+            "installId": install_id,
+            "templateId": install["templateId"],
+            "owner": install["owner"],
+            "status": status,
+            "createdAt": utcnow() - timedelta(days=days),
+        }
+    )
+
+
+async def test_free_org_defaults_zero_fill_and_clamping(make_client):
+    client = await make_client(rate_limit_multiplier=None)
+    w = await world(client)
+    key = await org_key(client, w.owner, w.slug)
+    team_id, template_id = await org_install(client, key, "Support Team")
+    pipeline_id, _ = await org_install(client, key, "Outreach", gates=[{"name": "review", "after": "a"}])
+    await report(client, key, team_id, "completed")
+    await report(client, key, team_id, "failed")
+    await report(client, key, pipeline_id, "completed")
+    await backdate(client, team_id, 3)
+    await backdate(client, team_id, 60)  # outside what a free org may see
+    # Runs of someone else's install never count.
+    other = await world(client)
+    other_key = await org_key(client, other.owner, other.slug)
+    other_install, _ = await org_install(client, other_key, "Theirs")
+    await report(client, other_key, other_install, "completed")
+
+    body = await ok(await send(client, w.member, "GET", f"{w.base}/analytics"))
+    assert (body["isPro"], body["maxDays"], body["totalRuns"], body["successRate"]) == (False, 30, 4, 0.75)
+    start, end = parse(body["fromDate"]), parse(body["toDate"])
+    assert end - start == timedelta(days=30) and abs((utcnow() - end).total_seconds()) < 60
+    assert len(body["byDay"]) == 31
+    assert [d["date"] for d in body["byDay"]] == sorted(d["date"] for d in body["byDay"])
+    today, three_ago = utcnow().date().isoformat(), (utcnow() - timedelta(days=3)).date().isoformat()
+    days = {d["date"]: (d["total"], d["success"]) for d in body["byDay"]}
+    assert days[today] == (3, 2) and days[three_ago] == (1, 1)
+    assert sum(t for t, _ in days.values()) == 4 and list(days.values()).count((0, 0)) == 29
+    assert body["byTemplate"] == [
+        {"templateId": template_id, "name": "Support Team", "total": 3, "success": 2},
+        {"templateId": f"pipeline:{pipeline_id}:Outreach", "name": "Outreach", "total": 1, "success": 1},
+    ]
+
+    # A wider window is clamped to 30 days: the 60-day-old run stays out.
+    wide = await ok(
+        await send(client, w.member, "GET", f"{w.base}/analytics?from={iso(utcnow() - timedelta(days=90))}")
+    )
+    assert parse(wide["toDate"]) - parse(wide["fromDate"]) == timedelta(days=30)
+    assert wide["totalRuns"] == 4
+
+    # Pro: up to 365 days.
+    await make_pro(client, w.org["id"])
+    pro = await ok(
+        await send(client, w.member, "GET", f"{w.base}/analytics?from={iso(utcnow() - timedelta(days=400))}")
+    )
+    assert (pro["isPro"], pro["maxDays"], pro["totalRuns"]) == (True, 365, 5)
+    assert parse(pro["toDate"]) - parse(pro["fromDate"]) == timedelta(days=365)
+    assert len(pro["byDay"]) == 366
+
+
+async def test_explicit_windows_and_bad_values(make_client):
+    client = await make_client(rate_limit_multiplier=None)
+    w = await world(client)
+    path = f"{w.base}/analytics"
+    body = await ok(
+        await send(client, w.member, "GET", f"{path}?from=2026-01-01T00:00:00Z&to=2026-01-03T12:00:00Z")
+    )
+    assert (body["fromDate"], body["toDate"]) == ("2026-01-01T00:00:00.000Z", "2026-01-03T12:00:00.000Z")
+    assert body["byDay"] == [
+        {"date": "2026-01-01", "total": 0, "success": 0},
+        {"date": "2026-01-02", "total": 0, "success": 0},
+        {"date": "2026-01-03", "total": 0, "success": 0},
+    ]
+    assert body["totalRuns"] == 0 and body["successRate"] is None and body["byTemplate"] == []
+    for bad in ("from=soon", "to=2026-02-30", "from=2026-01-05T00:00:00Z&to=2026-01-01T00:00:00Z"):
+        response = await send(client, w.member, "GET", f"{path}?{bad}")
+        assert response.status == 400, bad
+    naive = await ok(
+        await send(client, w.member, "GET", f"{path}?from=2026-01-01T00:00:00&to=2026-01-02T00:00:00")
+    )
+    assert naive["fromDate"] == "2026-01-01T00:00:00.000Z", "a time without an offset is UTC"

@@ -1,0 +1,148 @@
+"""Deployment governance end to end: a gated install waits, the webhook refuses it, a decision settles it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conftest import app_store, bearer
+from tests.installs_helpers import list_installs, mine, published_team, svc_install
+from tests.orgs_helpers import World, last_mail, ok, org_key, send, world
+from tests.runtime_helpers import provider_settings, start_llm
+
+
+async def governed(make_client: Any, aiohttp_server: Any) -> tuple[Any, World, str, Any]:
+    llm, url = await start_llm(aiohttp_server)
+    client = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
+    w = await world(client, pro=True)
+    await ok(await send(client, w.admin, "PATCH", f"{w.base}/settings/governance", {"enabled": True}))
+    key = await org_key(client, w.admin, w.slug)  # the admin created the key: the requestor
+    return client, w, key, llm
+
+
+async def webhook_token(client: Any, caller: Any, install_id: str) -> str:
+    (item,) = [i for i in await mine(client, caller) if i["id"] == install_id]
+    return str(item["webhookToken"])
+
+
+async def test_approved_install_becomes_ready(make_client, aiohttp_server):
+    client, w, key, llm = await governed(make_client, aiohttp_server)
+    template = await published_team(client, key, name="Gated Team")
+    created = await svc_install(client, key, template["id"], company="Acme", tone="dry")
+    install_id = created["installId"]
+    assert created["status"] == "pending" and created["approvalId"]
+
+    # Provisioned, listed as pending, but not ready for triggers.
+    assert [(i["id"], i["status"]) for i in await list_installs(client, key)] == [(install_id, "pending")]
+    (summary,) = [i for i in await mine(client, w.member) if i["id"] == install_id]
+    assert summary["status"] == "pending"
+    token = await webhook_token(client, w.member, install_id)
+    refused = await client.post(f"/api/webhook/{token}", json={"inputText": "go"})
+    assert refused.status == 409
+    assert await refused.json() == {"error": "Install is not ready (status: pending)"}
+    run = await client.post(f"/api/installs/{install_id}/run", json={"task": "x"}, headers=bearer(key))
+    assert run.status == 409
+
+    # The request exists and every owner and admin was emailed.
+    approvals = (await ok(await send(client, w.member, "GET", f"{w.base}/approvals?status=pending")))[
+        "approvals"
+    ]
+    (approval,) = approvals
+    assert (approval["installId"], approval["templateName"], approval["status"]) == (
+        install_id,
+        "Gated Team",
+        "pending",
+    )
+    assert (approval["requestedBy"], approval["requestedByEmail"]) == (w.admin.id, w.admin.email)
+    for manager in (w.owner, w.admin):
+        mail = await last_mail(client, manager.email, "org_approval_requested")
+        assert "Gated Team" in mail["subject"]
+    assert (
+        await app_store(client)["outbox"].count_documents(
+            {"to": w.member.email, "kind": "org_approval_requested"}
+        )
+        == 0
+    )
+
+    # Members cannot decide; the owner approves; a second decision is refused.
+    path = f"{w.base}/approvals/{approval['id']}"
+    assert (await send(client, w.member, "PATCH", path, {"status": "approved"})).status == 403
+    decided = await ok(await send(client, w.owner, "PATCH", path, {"status": "approved", "note": "ship it"}))
+    assert decided["approval"]["status"] == "approved" and decided["approval"]["reviewedBy"] == w.owner.id
+    assert decided["approval"]["note"] == "ship it" and decided["approval"]["reviewedAt"]
+    again = await send(client, w.admin, "PATCH", path, {"status": "rejected"})
+    assert again.status == 409
+    assert (await send(client, w.owner, "PATCH", path, {"status": "pending"})).status == 400
+    mail = await last_mail(client, w.admin.email, "org_approval_decided")
+    assert "approved" in mail["subject"] and "ship it" in mail["body"]
+
+    # Ready: the webhook queues a run.
+    assert [i["status"] for i in await list_installs(client, key)] == ["completed"]
+    llm.script(text="done")
+    queued = await client.post(f"/api/webhook/{token}", json={"inputText": "go"})
+    assert queued.status == 200 and (await queued.json())["status"] == "queued"
+    listed = (await ok(await send(client, w.member, "GET", f"{w.base}/approvals?status=approved")))[
+        "approvals"
+    ]
+    assert [a["id"] for a in listed] == [approval["id"]]
+    assert (await send(client, w.member, "GET", f"{w.base}/approvals?status=bogus")).status == 400
+
+
+async def test_rejected_install_is_cancelled(make_client, aiohttp_server):
+    client, w, key, _ = await governed(make_client, aiohttp_server)
+    template = await published_team(client, key, name="Rejected Team")
+    install_id = (await svc_install(client, key, template["id"]))["installId"]
+    token = await webhook_token(client, w.owner, install_id)
+    (approval,) = (await ok(await send(client, w.owner, "GET", f"{w.base}/approvals")))["approvals"]
+    body = {"status": "rejected", "note": "not this quarter"}
+    await ok(await send(client, w.admin, "PATCH", f"{w.base}/approvals/{approval['id']}", body))
+    assert [i["status"] for i in await list_installs(client, key)] == ["cancelled"]
+    assert (await client.post(f"/api/webhook/{token}", json={})).status == 404, "the webhook token is revoked"
+    assert await app_store(client).install_tokens.count_documents({"installId": install_id}) == 0
+    mail = await last_mail(client, w.admin.email, "org_approval_decided")
+    assert "rejected" in mail["subject"] and "not this quarter" in mail["body"]
+
+
+async def test_without_governance_or_pro_installs_are_ready_at_once(make_client, aiohttp_server):
+    client, w, key, _ = await governed(make_client, aiohttp_server)
+    await ok(await send(client, w.owner, "PATCH", f"{w.base}/settings/governance", {"enabled": False}))
+    template = await published_team(client, key)
+    created = await svc_install(client, key, template["id"])
+    assert "status" not in created
+    assert [i["status"] for i in await list_installs(client, key)] == ["completed"]
+    # Personal installs of a member never wait for the org.
+    assert (await ok(await send(client, w.owner, "GET", f"{w.base}/approvals")))["approvals"] == []
+
+
+async def test_manual_approval_requests(make_client, aiohttp_server):
+    client, w, key, _ = await governed(make_client, aiohttp_server)
+    await ok(await send(client, w.owner, "PATCH", f"{w.base}/settings/governance", {"enabled": False}))
+    template = await published_team(client, key, name="Manual")
+    install_id = (await svc_install(client, key, template["id"]))["installId"]
+    body = {"installId": install_id, "templateId": template["id"], "templateName": "Manual"}
+    created = await ok(await send(client, w.member, "POST", f"{w.base}/approvals", body), 201)
+    approval = created["approval"]
+    assert (approval["status"], approval["requestedBy"], approval["requestedByEmail"]) == (
+        "pending",
+        w.member.id,
+        w.member.email,
+    )
+    assert approval["orgId"] == w.org["id"]
+    for manager in (w.owner, w.admin):
+        await last_mail(client, manager.email, "org_approval_requested")
+    await ok(
+        await send(client, w.admin, "PATCH", f"{w.base}/approvals/{approval['id']}", {"status": "approved"})
+    )
+    await last_mail(client, w.member.email, "org_approval_decided")
+    # An install of another tenant cannot be named.
+    other = await world(client, pro=True)
+    other_key = await org_key(client, other.owner, other.slug)
+    foreign = await published_team(client, other_key)
+    foreign_install = (await svc_install(client, other_key, foreign["id"]))["installId"]
+    body = {"installId": foreign_install, "templateId": foreign["id"], "templateName": "x"}
+    assert (await send(client, w.member, "POST", f"{w.base}/approvals", body)).status == 404
+    # A decision on another org's request is 404.
+    assert (
+        await send(
+            client, other.owner, "PATCH", f"{other.base}/approvals/{approval['id']}", {"status": "approved"}
+        )
+    ).status == 404
