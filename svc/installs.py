@@ -406,11 +406,24 @@ class Installs:
         if (
             doc is None
             or not is_visible(doc)
-            or doc.get("owner") != owner_of(principal)
             or (principal.install_id is not None and principal.install_id != install_id)
+            or not (doc.get("owner") == owner_of(principal) or await self._reached_by_session(principal, doc))
         ):
             raise NotFound("Install not found")
         return doc
+
+    async def _reached_by_session(self, principal: Principal, doc: Document) -> bool:
+        """A signed-in user also reaches what `/installs/mine` shows: installs they deployed and
+        installs of orgs they belong to. Keys do not: a member's personal key stays personal."""
+        if principal.via != "session" or principal.user_id is None:
+            return False
+        if doc.get("deployedBy") == principal.user_id:
+            return True
+        owner = doc.get("owner") or {}
+        if owner.get("kind") != "org":
+            return False
+        member = {"orgId": owner["id"], "userId": principal.user_id}
+        return await self.store.org_members.find_one(member, {"_id": 1}) is not None
 
     async def list(self, principal: Principal) -> list[dict[str, Any]]:
         """The caller's installs, newest first (an install-scoped key sees its install only)."""

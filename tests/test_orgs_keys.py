@@ -116,8 +116,11 @@ async def test_org_installs_are_reached_by_org_keys_only(make_client):
         ):
             response = await client.request(method, path, json={"tone": "x"}, headers=bearer(foreign))
             assert response.status == 404, (method, path)
-    # The member's session does not reach it through K/S routes either.
-    assert (await send(client, w.member, "GET", f"/api/installs/{install_id}/events")).status == 404
+    # The dashboard (a member's session) reaches it through K/S routes, as /installs/mine lists it;
+    # another org's member does not.
+    assert (await send(client, w.member, "GET", f"/api/installs/{install_id}/events")).status == 200
+    assert (await send(client, other.member, "GET", f"/api/installs/{install_id}/events")).status == 404
+    assert (await send(client, w.outsider, "GET", f"/api/installs/{install_id}/events")).status == 404
 
     # Managed installs: members see it with the org's name and slug; outsiders do not.
     for caller in (w.member, w.admin, w.owner):
