@@ -17,7 +17,7 @@ from actors.runtime import RayRuntime
 from api.auth import authenticate, bearer_token, optional_key
 from api.bodies import parse_body, parse_query
 from api.context import PRINCIPAL, ROUTE_TABLE, SERVICES, SETTINGS
-from api.handlers import accounts, authoring, console, health, installs, openapi, runtime, templates
+from api.handlers import accounts, authoring, console, health, installs, openapi, runs, runtime, templates
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config.settings import Settings
@@ -39,6 +39,7 @@ ROUTES: tuple[Route, ...] = (
     *templates.routes,
     *runtime.routes,
     *console.routes,
+    *runs.routes,
     *openapi.routes,
 )
 STORE = web.AppKey("store", Store)

@@ -17,6 +17,8 @@ from svc.mailer import Mailer
 from svc.pipelines import Outreach
 from svc.ports import Runtime
 from svc.ratelimit import RateLimiter
+from svc.run_analytics import RunAnalytics
+from svc.run_poller import RunPoller
 from svc.runs import Runs
 from svc.runs_exec import RunService
 from svc.schedules import Schedules
@@ -48,6 +50,9 @@ class Services:
     schedules: Schedules
     outreach: Outreach
     authoring: Authoring
+    runs: Runs
+    run_analytics: RunAnalytics
+    run_poller: RunPoller
 
     @classmethod
     def build(
@@ -59,7 +64,8 @@ class Services:
         multiplier = settings.rate_limit_multiplier
         mailer = Mailer(store, settings.smtp_url)
         credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
-        installs = Installs(store, vault, plugins, credentials, key_cache, settings, Runs(store))
+        runs = Runs(store)
+        installs = Installs(store, vault, plugins, credentials, key_cache, settings, runs)
         llm = LLM(plugins, settings)
         return cls(
             settings=settings,
@@ -80,6 +86,9 @@ class Services:
             schedules=Schedules(store, installs),
             outreach=Outreach(store, installs),
             authoring=Authoring(llm),
+            runs=runs,
+            run_analytics=RunAnalytics(store),
+            run_poller=RunPoller(store, vault, plugins, runs, settings),
         )
 
     async def close(self) -> None:
