@@ -113,34 +113,51 @@ FAILED = {"$eq": ["$status", "failed"]}
 HAS_TOKENS = {"$or": [{"$gt": ["$inputTokens", None]}, {"$gt": ["$outputTokens", None]}]}
 
 
+def _total(field: str) -> Document:
+    return {"$sum": f"${field}"}
+
+
 def breakdown_pipeline(template_id: str) -> list[Document]:
-    """Summary, by platform and by agent in one pass over the template's runs."""
+    """Summary, by platform and by agent, reading each run once.
+
+    The runs are grouped once by (platform, agent), which leaves a handful of rows;
+    the `$facet` then rolls those rows up three ways. Grouping the runs three times
+    (a `$group` per facet) would read every run three times.
+    """
     return [
         {"$match": {"templateId": template_id}},
-        # Only the grouped fields: lets the server answer from the analytics index alone.
-        {"$project": {"_id": 0, **{name: 1 for name in RUN_FIELDS if name != "installId"}}},
+        {
+            "$group": {
+                "_id": {"platform": "$platform", "agentKey": "$agentKey"},
+                "runs": {"$sum": 1},
+                "failed": _count_if(FAILED),
+                "inputTokens": _sum_of("inputTokens"),
+                "outputTokens": _sum_of("outputTokens"),
+                "hasTokens": {"$max": {"$cond": [HAS_TOKENS, 1, 0]}},
+            }
+        },
         {
             "$facet": {
                 "summary": [
                     {
                         "$group": {
                             "_id": None,
-                            "totalRuns": {"$sum": 1},
-                            "failedRuns": _count_if(FAILED),
-                            "totalInputTokens": _sum_of("inputTokens"),
-                            "totalOutputTokens": _sum_of("outputTokens"),
+                            "totalRuns": _total("runs"),
+                            "failedRuns": _total("failed"),
+                            "totalInputTokens": _total("inputTokens"),
+                            "totalOutputTokens": _total("outputTokens"),
                         }
                     }
                 ],
                 "byPlatform": [
                     {
                         "$group": {
-                            "_id": "$platform",
-                            "totalRuns": {"$sum": 1},
-                            "failedRuns": _count_if(FAILED),
-                            "inputTokens": _sum_of("inputTokens"),
-                            "outputTokens": _sum_of("outputTokens"),
-                            "hasTokens": {"$max": {"$cond": [HAS_TOKENS, 1, 0]}},
+                            "_id": "$_id.platform",
+                            "totalRuns": _total("runs"),
+                            "failedRuns": _total("failed"),
+                            "inputTokens": _total("inputTokens"),
+                            "outputTokens": _total("outputTokens"),
+                            "hasTokens": {"$max": "$hasTokens"},
                         }
                     },
                     {"$sort": {"totalRuns": -1, "_id": 1}},
@@ -148,11 +165,11 @@ def breakdown_pipeline(template_id: str) -> list[Document]:
                 "byAgent": [
                     {
                         "$group": {
-                            "_id": "$agentKey",
-                            "runs": {"$sum": 1},
-                            "failed": _count_if(FAILED),
-                            "inputTokens": _sum_of("inputTokens"),
-                            "outputTokens": _sum_of("outputTokens"),
+                            "_id": "$_id.agentKey",
+                            "runs": _total("runs"),
+                            "failed": _total("failed"),
+                            "inputTokens": _total("inputTokens"),
+                            "outputTokens": _total("outputTokens"),
                         }
                     },
                     {"$sort": {"runs": -1, "_id": 1}},
@@ -266,7 +283,8 @@ class RunAnalytics:
                 {"templateId": template_id}, {name: 1 for name in (*RUN_FIELDS, "errorMessage", "createdAt")}
             )
             .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
-            .to_list(limit)
+            .limit(limit)
+            .to_list(None)
         )
         return [
             {
