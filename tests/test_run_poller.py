@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from api.context import SERVICES
+from config.settings import Settings
 from svc.clock import aware
 from svc.run_poller import RunPoller
 from tests.conftest import bearer
@@ -131,3 +132,11 @@ async def test_only_active_orch_b_installs_are_polled(client, fake, store):
 
 async def test_poll_with_no_installs_is_zero(client):
     assert await poller(client).poll_once(now=datetime.now(UTC)) == 0
+
+
+def test_poll_interval_setting():
+    assert Settings.from_env({}).run_poll_seconds == 300
+    assert Settings.from_env({"SVC_RUN_POLL_SECONDS": "60"}).run_poll_seconds == 60
+    for bad in ("0", "-5", "soon"):
+        with pytest.raises(ValueError, match="SVC_RUN_POLL_SECONDS"):
+            Settings.from_env({"SVC_RUN_POLL_SECONDS": bad})
