@@ -26,6 +26,7 @@ from api.handlers import (
     installs,
     openapi,
     orgs,
+    runs,
     runtime,
     templates,
 )
@@ -52,6 +53,7 @@ ROUTES: tuple[Route, ...] = (
     *console.routes,
     *billing.routes,
     *orgs.routes,
+    *runs.routes,
     *openapi.routes,
 )
 STORE = web.AppKey("store", Store)

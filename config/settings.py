@@ -65,6 +65,8 @@ class Settings(BaseModel):
     disabled_plugins: tuple[str, ...] = ()
     actor_idle_seconds: float = 300.0
     scheduler_enabled: bool = True
+    # How often the run poller asks pull-only platforms (orchB) for finished runs (spec: 5 minutes).
+    run_poll_seconds: float = Field(default=300.0, gt=0)
 
     @field_validator("billing_cron_schedule")
     @classmethod
@@ -120,12 +122,26 @@ class Settings(BaseModel):
             "billing_cron_schedule": get("BILLING_CRON_SCHEDULE") or "0 0 1 * *",
             "actor_idle_seconds": float(get("SVC_ACTOR_IDLE_SECONDS") or 300),
             "scheduler_enabled": (get("SVC_SCHEDULER") or "on").lower() != "off",
+            "run_poll_seconds": parse_seconds("SVC_RUN_POLL_SECONDS", get("SVC_RUN_POLL_SECONDS"), 300.0),
             "disabled_plugins": tuple(
                 name.strip() for name in (get("SVC_DISABLED_PLUGINS") or "").split(",") if name.strip()
             ),
         }
         values.update(overrides)
         return cls.model_validate(values)
+
+
+def parse_seconds(name: str, raw: str | None, default: float) -> float:
+    """A positive number of seconds, or the default when unset; the error names the variable."""
+    if raw is None or not raw.strip():
+        return default
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a positive number of seconds, not {raw!r}") from None
+    if not seconds > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, not {raw!r}")
+    return seconds
 
 
 def parse_rate_limits(raw: str | None) -> float | None:

@@ -184,6 +184,9 @@ class RunReport:
     inputTokens: int | None = None
     outputTokens: int | None = None
     errorMessage: str | None = None
+    # When the run last changed upstream (ISO 8601): the poller keeps the newest as its cursor.
+    # Not part of equality: two reports of the same run are the same report.
+    updatedAt: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

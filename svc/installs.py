@@ -582,6 +582,7 @@ class Installs:
         keys = {agent["key"] for agent in doc["definition"]["agents"]}
         if body.agentKey not in keys:
             raise BadRequest(f"agentKey: no agent {body.agentKey!r} in this install")
+        await self.runs.require_tokens(doc, body.inputTokens, body.outputTokens)
         return await self.runs.record(
             doc,
             agent_key=body.agentKey,

@@ -60,8 +60,8 @@ class Jobs:
             services.store,
             billing_cron=services.settings.billing_cron_schedule,
             charges=services.charges,
-            poll=None,
-            poll_seconds=300,
+            poll=services.run_poller.poll_once,
+            poll_seconds=services.settings.run_poll_seconds,
         )
 
     @property

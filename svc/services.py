@@ -23,6 +23,8 @@ from svc.payouts import Payouts
 from svc.pipelines import Outreach
 from svc.ports import Runtime
 from svc.ratelimit import RateLimiter
+from svc.run_analytics import RunAnalytics
+from svc.run_poller import RunPoller
 from svc.runs import Runs
 from svc.runs_exec import RunService
 from svc.schedules import Schedules
@@ -59,6 +61,9 @@ class Services:
     payouts: Payouts
     orgs: Orgs
     org_billing: OrgBilling
+    runs: Runs
+    run_analytics: RunAnalytics
+    run_poller: RunPoller
 
     @classmethod
     def build(
@@ -70,7 +75,8 @@ class Services:
         multiplier = settings.rate_limit_multiplier
         mailer = Mailer(store, settings.smtp_url)
         credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
-        installs = Installs(store, vault, plugins, credentials, key_cache, settings, Runs(store))
+        runs = Runs(store)
+        installs = Installs(store, vault, plugins, credentials, key_cache, settings, runs)
         llm = LLM(plugins, settings)
         orgs = Orgs(store, accounts, mailer, vault, key_cache, settings, installs)
         installs.governance = orgs
@@ -107,6 +113,9 @@ class Services:
             payouts=payouts,
             orgs=orgs,
             org_billing=org_billing,
+            runs=runs,
+            run_analytics=RunAnalytics(store),
+            run_poller=RunPoller(store, vault, plugins, runs, settings),
         )
 
     async def close(self) -> None:

@@ -88,6 +88,7 @@ INDEXES: dict[str, list[Index]] = {
         Index([("webhookTokenHash", ASCENDING)], unique=True, partial={"webhookTokenHash": STRING}),
         Index([("templateId", ASCENDING), ("status", ASCENDING)]),
         Index([("deployedAgents.externalId", ASCENDING)]),
+        Index([("platform", ASCENDING), ("status", ASCENDING)]),  # the run poller's active orchB installs
         Index([("owner.kind", ASCENDING), ("owner.id", ASCENDING), ("createdAt", DESCENDING)]),
     ],
     "pipeline_runs": [
@@ -107,9 +108,23 @@ INDEXES: dict[str, list[Index]] = {
     "outbox": [Index([("createdAt", DESCENDING)])],
     "runs": [
         Index([("installId", ASCENDING), ("runId", ASCENDING)], unique=True),
+        # GET /api/runs: the newest runs of a template (and billing's period scans by template).
         Index([("templateId", ASCENDING), ("createdAt", DESCENDING)]),
         Index([("installId", ASCENDING), ("createdAt", ASCENDING)]),
         Index([("owner.kind", ASCENDING), ("owner.id", ASCENDING), ("createdAt", DESCENDING)]),
+        # GET /api/runs breakdowns: every field the $group stages read, so MongoDB can answer from
+        # the index alone (a covered scan) instead of fetching each run document.
+        Index(
+            [
+                ("templateId", ASCENDING),
+                ("platform", ASCENDING),
+                ("agentKey", ASCENDING),
+                ("status", ASCENDING),
+                ("inputTokens", ASCENDING),
+                ("outputTokens", ASCENDING),
+            ],
+            name="runs_analytics",
+        ),
     ],
     # One invoice per install and period: the guard against charging a period twice.
     "invoices": [

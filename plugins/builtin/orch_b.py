@@ -32,6 +32,7 @@ from plugins.types import (
     ProvisionResult,
     RunReport,
 )
+from svc.clock import iso
 from svc.egress import egress_client
 
 log = logging.getLogger(__name__)
@@ -389,13 +390,15 @@ def _report(item: Any, known: set[str], agent_ids: list[str]) -> tuple[RunReport
     if not isinstance(run_id, str) or agent_id not in known:
         return None, updated
     state = conversation.get("state")
+    stamp = iso(updated)
     if state in COMPLETED_STATES:
-        return RunReport(platformAgentId=agent_id, runId=run_id, status="completed"), updated
+        return RunReport(platformAgentId=agent_id, runId=run_id, status="completed", updatedAt=stamp), updated
     if state in FAILED_STATES:
         return RunReport(
             platformAgentId=agent_id,
             runId=run_id,
             status="failed",
             errorMessage=f"conversation state {state}",
+            updatedAt=stamp,
         ), updated
     return None, updated

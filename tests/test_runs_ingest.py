@@ -1,0 +1,216 @@
+"""POST /api/runs/ingest (install token) and the token rule shared with the self-report, over HTTP."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import bearer
+from tests.runs_helpers import (
+    ingest,
+    issue_token,
+    orch_a_install,
+    orch_b_install,
+    paid_template,
+    report,
+    start_paperclip,
+)
+from tests.templates_helpers import user_with_key
+
+
+@pytest.fixture
+async def paperclip(aiohttp_server):
+    return await start_paperclip(aiohttp_server)
+
+
+@pytest.fixture
+async def client(make_client):
+    return await make_client(rate_limit_multiplier=None)
+
+
+async def setup_orch_a(client, paperclip, pricing="free"):
+    """A builder's template and an orchA install of it; (key, install, token, {agentKey: externalId})."""
+    _, key = await user_with_key(client)
+    template = await paid_template(client, key, pricing)
+    install, token = await orch_a_install(client, key, paperclip, template["id"])
+    agents = {a["key"]: a["externalId"] for a in install["deployedAgents"]}
+    return key, install, token, agents
+
+
+async def test_ingest_records_once_and_answers_repeats_the_same(client, paperclip, store):
+    _, install, token, agents = await setup_orch_a(client, paperclip)
+    body = report(agents["writer"], runId="task-42", inputTokens=120, outputTokens=30)
+
+    first = await ingest(client, token, body)
+    assert first.status == 200, await first.text()
+    again = await ingest(client, token, body)
+    changed = await ingest(client, token, {**body, "status": "failed", "inputTokens": 1})
+
+    assert (
+        await first.json() == await again.json() == await changed.json() == {"ok": True, "runId": "task-42"}
+    )
+    runs = await store["runs"].find({"installId": install["installId"]}).to_list(None)
+    assert len(runs) == 1
+    run = runs[0]
+    assert (run["agentKey"], run["platformAgentId"], run["platform"]) == ("writer", agents["writer"], "orchA")
+    assert (run["status"], run["inputTokens"], run["outputTokens"]) == ("completed", 120, 30)
+    assert run["source"] == "ingest" and run["errorMessage"] is None
+
+
+async def test_failed_run_keeps_its_error_message(client, paperclip, store):
+    _, install, token, agents = await setup_orch_a(client, paperclip)
+    body = report(agents["lead"], runId="r-f", status="failed", errorMessage="tool crashed")
+    assert (await ingest(client, token, body)).status == 200
+    run = await store["runs"].find_one({"installId": install["installId"]})
+    assert (run["status"], run["errorMessage"], run["agentKey"]) == ("failed", "tool crashed", "lead")
+
+
+async def test_agent_can_be_named_by_key(client, paperclip, store):
+    _, _, token, agents = await setup_orch_a(client, paperclip)
+    body = report(agents["lead"], runId="by-key")
+    del body["platformAgentId"]
+    body["agentKey"] = "writer"
+    assert (await ingest(client, token, body)).status == 200
+    assert (await store["runs"].find_one({"runId": "by-key"}))["agentKey"] == "writer"
+    mismatch = await ingest(client, token, {**body, "runId": "x", "platformAgentId": agents["lead"]})
+    assert mismatch.status == 400
+
+
+async def test_only_an_install_token_is_accepted(client, paperclip, store):
+    caller, key = await user_with_key(client)
+    template = await paid_template(client, key)
+    install, token = await orch_a_install(client, key, paperclip, template["id"])
+    body = report(install["deployedAgents"][0]["externalId"])
+
+    personal_key = await ingest(client, key, body)
+    assert personal_key.status == 401
+    assert (await ingest(client, "svc_install_" + "x" * 43, body)).status == 401
+    assert (await ingest(client, token + "x", body)).status == 401
+    missing = await client.post("/api/runs/ingest", json=body)
+    assert missing.status == 401
+    cookie = await client.post("/api/runs/ingest", json=body, headers=caller.cookie)
+    assert cookie.status == 401
+    assert "error" in await personal_key.json()
+    assert await store["runs"].count_documents({}) == 0
+
+
+async def test_a_token_reaches_only_its_own_install(client, paperclip, store):
+    _, _, first_token, _ = await setup_orch_a(client, paperclip)
+    _, _, _, second_agents = await setup_orch_a(client, paperclip)
+    response = await ingest(client, first_token, report(second_agents["lead"]))
+    assert response.status == 400 and "platformAgentId" in (await response.json())["error"]
+    assert await store["runs"].count_documents({}) == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "mentions"),
+    [
+        ({"inputTokens": -1}, "inputTokens"),
+        ({"outputTokens": -5}, "outputTokens"),
+        ({"inputTokens": 1.5}, "inputTokens"),
+        ({"inputTokens": "100"}, "inputTokens"),
+        ({"outputTokens": True}, "outputTokens"),
+        ({"status": "done"}, "status"),
+        ({"status": "running"}, "status"),
+        ({"runId": ""}, "runId"),
+        ({"runId": None}, "runId"),
+        ({"platform": "orchB"}, "platform"),
+        ({"platform": None}, "platform"),
+        ({"platformAgentId": "someone-else"}, "platformAgentId"),
+        ({"platformAgentId": None}, "platformAgentId"),
+        ({"errorMessage": 5}, "errorMessage"),
+    ],
+)
+async def test_invalid_reports_are_400(client, paperclip, store, change, mentions):
+    _, _, token, agents = await setup_orch_a(client, paperclip)
+    response = await ingest(client, token, {**report(agents["lead"]), **change})
+    assert response.status == 400, await response.text()
+    assert mentions in (await response.json())["error"]
+    assert await store["runs"].count_documents({}) == 0
+
+
+async def test_malformed_body_is_400(client, paperclip):
+    _, _, token, _ = await setup_orch_a(client, paperclip)
+    response = await client.post(
+        "/api/runs/ingest", data=b"{not json", headers={**bearer(token), "Content-Type": "application/json"}
+    )
+    assert response.status == 400
+
+
+async def test_per_k_tokens_needs_token_counts(client, paperclip, store):
+    _, install, token, agents = await setup_orch_a(client, paperclip, pricing="per_k_tokens")
+    without = report(agents["lead"], runId="no-tokens")
+    del without["inputTokens"], without["outputTokens"]
+
+    refused = await ingest(client, token, without)
+    assert refused.status == 400
+    error = (await refused.json())["error"]
+    assert "inputTokens" in error and "outputTokens" in error and "per_k_tokens" in error
+    half = await ingest(client, token, {**without, "inputTokens": 10})
+    assert half.status == 400 and "outputTokens" in (await half.json())["error"]
+    nulls = await ingest(client, token, {**without, "inputTokens": None, "outputTokens": None})
+    assert nulls.status == 400
+    ok = await ingest(client, token, {**without, "inputTokens": 0, "outputTokens": 0})
+    assert ok.status == 200
+    assert await store["runs"].count_documents({"installId": install["installId"]}) == 1
+
+
+async def test_other_pricing_models_take_runs_without_tokens(client, paperclip):
+    for pricing in ("free", "per_run"):
+        _, _, token, agents = await setup_orch_a(client, paperclip, pricing=pricing)
+        body = report(agents["lead"], runId=f"r-{pricing}")
+        del body["inputTokens"], body["outputTokens"]
+        assert (await ingest(client, token, body)).status == 200
+
+
+async def test_orch_b_is_exempt_from_the_token_rule(client, aiohttp_server, monkeypatch, store):
+    _, key = await user_with_key(client)
+    template = await paid_template(client, key, "per_k_tokens")
+    install, _ = await orch_b_install(client, key, aiohttp_server, monkeypatch, template["id"])
+    token = await issue_token(client, install["installId"])
+    agent_id = install["deployedAgents"][0]["externalId"]
+    body = {"platformAgentId": agent_id, "platform": "orchB", "runId": "conv-1", "status": "completed"}
+    response = await ingest(client, token, body)
+    assert response.status == 200, await response.text()
+    run = await store["runs"].find_one({"installId": install["installId"]})
+    assert run["inputTokens"] is None and run["outputTokens"] is None
+
+
+async def test_self_report_follows_the_token_rule(client):
+    _, key = await user_with_key(client)
+    template = await paid_template(client, key, "per_k_tokens")
+    response = await client.post(
+        "/api/installs", json={"templateId": template["id"], "platform": "svc"}, headers=bearer(key)
+    )
+    install_id = (await response.json())["installId"]
+    url = f"/api/installs/{install_id}/runs"
+
+    refused = await client.post(url, json={"agentKey": "lead", "status": "completed"}, headers=bearer(key))
+    assert refused.status == 400 and "per_k_tokens" in (await refused.json())["error"]
+    body = {"agentKey": "lead", "status": "completed", "inputTokens": 5, "outputTokens": 6, "runId": "s-1"}
+    first = await client.post(url, json=body, headers=bearer(key))
+    again = await client.post(url, json=body, headers=bearer(key))
+    assert first.status == again.status == 200
+    assert await first.json() == await again.json() == {"ok": True, "runId": "s-1"}
+    negative = await client.post(url, json={**body, "inputTokens": -1}, headers=bearer(key))
+    assert negative.status == 400
+
+
+async def test_cancelled_install_refuses_reports_but_repeats_still_answer(client, paperclip, store):
+    _, install, token, agents = await setup_orch_a(client, paperclip)
+    recorded = report(agents["lead"], runId="before-cancel")
+    assert (await ingest(client, token, recorded)).status == 200
+    # A cancel that keeps the token (billing's cancel marks the install cancelled).
+    await store.installs.update_one({"_id": install["installId"]}, {"$set": {"status": "cancelled"}})
+
+    refused = await ingest(client, token, report(agents["lead"], runId="after-cancel"))
+    assert refused.status == 409 and "cancelled" in (await refused.json())["error"]
+    repeat = await ingest(client, token, recorded)
+    assert repeat.status == 200 and await repeat.json() == {"ok": True, "runId": "before-cancel"}
+    assert await store["runs"].count_documents({}) == 1
+
+
+async def test_deleted_install_token_no_longer_works(client, paperclip):
+    key, install, token, agents = await setup_orch_a(client, paperclip)
+    deleted = await client.delete(f"/api/installs/{install['installId']}", headers=bearer(key))
+    assert deleted.status == 200
+    assert (await ingest(client, token, report(agents["lead"]))).status == 401
