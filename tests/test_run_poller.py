@@ -140,3 +140,23 @@ def test_poll_interval_setting():
     for bad in ("0", "-5", "soon"):
         with pytest.raises(ValueError, match="SVC_RUN_POLL_SECONDS"):
             Settings.from_env({"SVC_RUN_POLL_SECONDS": bad})
+
+
+async def test_the_scheduler_jobs_poll_every_interval(client, fake, store):
+    """`Jobs.tick` (what the scheduler actor runs each second) polls once per SVC_RUN_POLL_SECONDS."""
+    from svc.jobs import Jobs
+
+    _, key = await user_with_key(client)
+    template = await paid_template(client, key)
+    install_id, agents = await orch_b_install(client, key, fake, template["id"])
+    now = datetime.now(UTC).replace(microsecond=0)
+    fake.add_conversation(agents["lead"], "completed", now - timedelta(minutes=2), "c-1")
+    jobs = Jobs.for_services(client.server.app[SERVICES])
+    interval = client.server.app[SERVICES].settings.run_poll_seconds
+    await jobs.tick(now)
+    assert await store["runs"].count_documents({"installId": install_id}) == 1
+    fake.add_conversation(agents["lead"], "completed", now - timedelta(minutes=1), "c-2")
+    await jobs.tick(now + timedelta(seconds=interval - 1))
+    assert await store["runs"].count_documents({"installId": install_id}) == 1, "not due yet"
+    await jobs.tick(now + timedelta(seconds=interval))
+    assert await store["runs"].count_documents({"installId": install_id}) == 2
