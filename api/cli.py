@@ -1,5 +1,6 @@
 """The `svc` command: `svc serve` starts the API, `svc users create` adds an account,
-`svc orgs set-plan` sets an org's plan by hand."""
+`svc orgs set-plan` sets an org's plan by hand, `svc runs rebuild-stats` recomputes the
+hourly run counters from the run records."""
 
 from __future__ import annotations
 
@@ -8,24 +9,26 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from aiohttp import web
 
 from api.app import create_app
 from api.logs import configure_logging
 from config.settings import Settings
+from svc import run_stats
 from svc.accounts import Accounts, public_user
 from svc.cache import TTLCache
 from svc.embedded import EmbeddedMongo
 from svc.errors import ServiceError
 from svc.mailer import Mailer
-from svc.orgs import Orgs, Plan
+from svc.orgs import Orgs
 from svc.store import Store
 from svc.vault import Vault
 
 log = logging.getLogger("svc")
+T = TypeVar("T")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     set_plan = orgs_commands.add_parser("set-plan", help="set an org's plan by hand (audited)")
     set_plan.add_argument("slug", metavar="SLUG")
     set_plan.add_argument("plan", choices=["pro", "free"])
+
+    runs = commands.add_parser("runs", help="run records (operators)")
+    runs_commands = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
+    rebuild = runs_commands.add_parser("rebuild-stats", help="recompute the hourly run counters")
+    rebuild.add_argument("--template", default=None, help="only this template's runs (default: all)")
     return parser
 
 
@@ -61,49 +69,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         web.run_app(create_app(settings), host=args.host, port=args.port, access_log=None, print=None)
         return 0
-    if args.command == "orgs":
-        try:
-            org = asyncio.run(set_org_plan(settings, args.slug, args.plan))
-        except ServiceError as exc:
-            print(f"error: {exc.message}", file=sys.stderr)
-            return 1
-        print(json.dumps(org))
-        return 0
-    password = sys.stdin.readline().rstrip("\n") if args.password == "-" else args.password
     try:
-        user = asyncio.run(create_user(settings, args.email, password, args.name))
+        result = asyncio.run(with_store(settings, lambda store: command(args, settings, store)))
     except ServiceError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
-    print(json.dumps(public_user(user)))
+    print(json.dumps(result))
     return 0
 
 
-async def create_user(settings: Settings, email: str, password: str, name: str | None) -> dict[str, object]:
-    """Create an account directly in the database (joining a running embedded server if any)."""
-    embedded = None if settings.mongodb_uri else EmbeddedMongo(settings.data_dir)
-    uri = settings.mongodb_uri or await embedded.start()  # type: ignore[union-attr]
-    store = Store.connect(uri)
-    try:
-        await store.ensure_indexes()
-        return await Accounts(store).create_user(email, password, name)
-    finally:
-        await store.close()
-        if embedded is not None:
-            await embedded.stop()
-
-
-async def set_org_plan(settings: Settings, slug: str, plan: Plan) -> dict[str, Any]:
-    """Write the plan through Orgs.apply_subscription (joining a running embedded server if any)."""
-    embedded = None if settings.mongodb_uri else EmbeddedMongo(settings.data_dir)
-    uri = settings.mongodb_uri or await embedded.start()  # type: ignore[union-attr]
-    store = Store.connect(uri)
-    try:
-        await store.ensure_indexes()
-        accounts = Accounts(store)
+async def command(args: argparse.Namespace, settings: Settings, store: Store) -> Any:
+    """One operator command against the store."""
+    if args.command == "orgs":
         vault = Vault.from_settings(settings.secret_keys, settings.data_dir)
-        orgs = Orgs(store, accounts, Mailer(store, settings.smtp_url), vault, TTLCache(), settings)
-        return await orgs.set_plan(slug, plan)
+        orgs = Orgs(store, Accounts(store), Mailer(store, settings.smtp_url), vault, TTLCache(), settings)
+        return await orgs.set_plan(args.slug, args.plan)
+    if args.command == "runs":
+        match = {"templateId": args.template} if args.template else {}
+        return {"buckets": await run_stats.rebuild(store, match)}
+    password = sys.stdin.readline().rstrip("\n") if args.password == "-" else args.password
+    return public_user(await Accounts(store).create_user(args.email, password, args.name))
+
+
+async def with_store(settings: Settings, work: Callable[[Store], Awaitable[T]]) -> T:
+    """Run `work` on the configured database (joining a running embedded server if any)."""
+    embedded = None if settings.mongodb_uri else EmbeddedMongo(settings.data_dir)
+    uri = settings.mongodb_uri or await embedded.start()  # type: ignore[union-attr]
+    store = Store.connect(uri)
+    try:
+        await store.ensure_indexes()
+        return await work(store)
     finally:
         await store.close()
         if embedded is not None:

@@ -10,15 +10,14 @@ total is the sum of its installs' amounts (each install is charged separately).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
 from svc.clock import iso, utcnow
 from svc.credentials import Principal
 from svc.errors import BadRequest, NotFound
+from svc.run_stats import usage_by_install
 from svc.store import Document, Store
 from svc.templates import PLATFORM_FEE_PERCENT, is_owner
 
@@ -64,55 +63,14 @@ def projected_monthly(total_cents: int, days: int) -> int:
     return (total_cents * MONTH_DAYS * 2 + days) // (days * 2)
 
 
-# ---- usage from run records ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InstallUsage:
-    """One install's runs in a period."""
-
-    install_id: str
-    runs: int
-    completed: int
-    tokens: int
-    billed_tokens: int
-
-
-def _tokens() -> dict[str, Any]:
-    return {"$add": [{"$ifNull": ["$inputTokens", 0]}, {"$ifNull": ["$outputTokens", 0]}]}
-
-
-def _completed(value: Any) -> dict[str, Any]:
-    return {"$cond": [{"$eq": ["$status", "completed"]}, value, 0]}
-
-
-async def usage_by_install(store: Store, match: Document) -> list[InstallUsage]:
-    """Runs, completed runs and tokens per install for the runs matching `match` (one aggregation)."""
-    pipeline = [
-        {"$match": match},
-        {
-            "$group": {
-                "_id": "$installId",
-                "runs": {"$sum": 1},
-                "completed": {"$sum": _completed(1)},
-                "tokens": {"$sum": _tokens()},
-                "billedTokens": {"$sum": _completed(_tokens())},
-            }
-        },
-        {"$sort": {"_id": 1}},
-    ]
-    cursor = await store["runs"].aggregate(pipeline)
-    return [
-        InstallUsage(row["_id"], row["runs"], row["completed"], row["tokens"], row["billedTokens"])
-        async for row in cursor
-    ]
+# ---- usage (from the hourly run counters, svc/run_stats.py) ---------------------------
 
 
 async def install_amount(
     store: Store, install_id: str, template: Document, start: datetime, end: datetime
 ) -> int:
     """What an install owes for its completed runs in [start, end)."""
-    usage = await usage_by_install(store, {"installId": install_id, "createdAt": {"$gte": start, "$lt": end}})
+    usage = await usage_by_install(store, {"installId": install_id}, start, end)
     if not usage:
         return 0
     return amount_cents(
@@ -163,8 +121,7 @@ class UsageReport:
                 raise NotFound("Template not found")
         end = now or utcnow()
         start = end - timedelta(days=query.periodDays)
-        match["createdAt"] = {"$gte": start, "$lt": end}
-        usage = await usage_by_install(self.store, match)
+        usage = await usage_by_install(self.store, match, start, end)
         model, price = template["pricingModel"], template.get("priceUsdCents")
         by_install = [
             {

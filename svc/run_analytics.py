@@ -1,8 +1,8 @@
 """Run analytics for a template's owner: GET /api/runs.
 
 The summary and the per-platform and per-agent breakdowns cover every run of the
-template and are computed inside MongoDB (one `$match` + `$facet` of `$group`s),
-so the cost does not grow with a Python loop over runs. The run list is a
+template and are computed inside MongoDB (one `$match` + `$facet` of `$group`s) over
+the hourly run counters (svc/run_stats.py), so the cost does not grow with the runs. The run list is a
 separate indexed `find` (templateId, createdAt desc), bounded by `limit`.
 
 Tool calls are the agents' outbound `http_request` calls, one entry each in the
@@ -16,18 +16,28 @@ or the egress guard, or a transport failure) or an HTTP status of 400 or more.
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
 from pymongo import DESCENDING
 
-from svc.clock import iso
+from svc import run_stats
+from svc.clock import iso, utcnow
 from svc.credentials import Principal, require_unscoped
 from svc.errors import BadRequest, NotFound
 from svc.store import Document, Store
 from svc.templates import owner_of
 
 DEFAULT_LIMIT = 100
+LATEST_WINDOWS = (
+    timedelta(hours=1),
+    timedelta(days=1),
+    timedelta(days=7),
+    timedelta(days=30),
+    timedelta(days=365),
+    None,
+)
 MAX_LIMIT = 500
 RUN_FIELDS = ("installId", "platform", "agentKey", "status", "inputTokens", "outputTokens")
 
@@ -105,35 +115,27 @@ def _count_if(condition: Document) -> Document:
     return {"$sum": {"$cond": [condition, 1, 0]}}
 
 
-def _sum_of(field: str) -> Document:
-    return {"$sum": {"$ifNull": [f"${field}", 0]}}
-
-
-FAILED = {"$eq": ["$status", "failed"]}
-HAS_TOKENS = {"$or": [{"$gt": ["$inputTokens", None]}, {"$gt": ["$outputTokens", None]}]}
-
-
 def _total(field: str) -> Document:
     return {"$sum": f"${field}"}
 
 
 def breakdown_pipeline(template_id: str) -> list[Document]:
-    """Summary, by platform and by agent, reading each run once.
+    """Summary, by platform and by agent, from the template's hourly run counters.
 
-    The runs are grouped once by (platform, agent), which leaves a handful of rows;
-    the `$facet` then rolls those rows up three ways. Grouping the runs three times
-    (a `$group` per facet) would read every run three times.
+    The counters (svc/run_stats.py) are grouped once by (platform, agent), which leaves
+    a handful of rows; the `$facet` then rolls those rows up three ways. The cost grows
+    with the hours the template has run in, not with its runs.
     """
     return [
         {"$match": {"templateId": template_id}},
         {
             "$group": {
                 "_id": {"platform": "$platform", "agentKey": "$agentKey"},
-                "runs": {"$sum": 1},
-                "failed": _count_if(FAILED),
-                "inputTokens": _sum_of("inputTokens"),
-                "outputTokens": _sum_of("outputTokens"),
-                "hasTokens": {"$max": {"$cond": [HAS_TOKENS, 1, 0]}},
+                "runs": _total("runs"),
+                "failed": _total("failed"),
+                "inputTokens": _total("inputTokens"),
+                "outputTokens": _total("outputTokens"),
+                "hasTokens": {"$max": {"$cond": [{"$gt": ["$tokenRuns", 0]}, 1, 0]}},
             }
         },
         {
@@ -230,7 +232,7 @@ class RunAnalytics:
         return template
 
     async def _breakdown(self, template_id: str) -> dict[str, Any]:
-        cursor = await self.store["runs"].aggregate(breakdown_pipeline(template_id))
+        cursor = await self.store[run_stats.COLLECTION].aggregate(breakdown_pipeline(template_id))
         (facets,) = await cursor.to_list(None)
         totals = next(iter(facets["summary"]), None) or {}
         total = int(totals.get("totalRuns", 0))
@@ -277,15 +279,24 @@ class RunAnalytics:
         return {"totalToolCalls": int(row.get("total", 0)), "failedToolCalls": int(row.get("failed", 0))}
 
     async def _latest(self, template_id: str, limit: int) -> list[dict[str, Any]]:
-        docs = (
-            await self.store["runs"]
-            .find(
-                {"templateId": template_id}, {name: 1 for name in (*RUN_FIELDS, "errorMessage", "createdAt")}
+        """The newest runs, looked for in widening windows: a store that reads every match
+        before sorting (the embedded server) then reads about `limit` runs, not all of them."""
+        fields = {name: 1 for name in (*RUN_FIELDS, "errorMessage", "createdAt")}
+        now = utcnow()
+        docs: list[Document] = []
+        for window in LATEST_WINDOWS:
+            query: Document = {"templateId": template_id}
+            if window is not None:
+                query["createdAt"] = {"$gte": now - window}
+            docs = (
+                await self.store["runs"]
+                .find(query, fields)
+                .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
+                .limit(limit)
+                .to_list(None)
             )
-            .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
-            .limit(limit)
-            .to_list(None)
-        )
+            if len(docs) >= limit:
+                break
         return [
             {
                 "id": doc["_id"],

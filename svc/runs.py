@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 from pymongo.errors import DuplicateKeyError
 
-from svc import tokens
+from svc import run_stats, tokens
 from svc.clock import utcnow
 from svc.errors import BadRequest, Conflict, NotFound
 from svc.models import RequestBody
@@ -147,6 +147,7 @@ class Runs:
             await self.store["runs"].insert_one(doc)
         except DuplicateKeyError:
             return run_id, False  # the same report again
+        await run_stats.count(self.store, doc)
         return run_id, True
 
     async def require_tokens(

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from svc import run_stats
 from svc.run_analytics import RunsReport
 from tests.conftest import bearer
 from tests.runs_helpers import ingest, orch_a_install, paid_template, report, start_paperclip
@@ -47,6 +48,8 @@ async def seed_runs(store, template_id: str, rows: list[tuple[str, str | None, s
         )
     if docs:
         await store["runs"].insert_many(docs)
+        # Seeding bypasses Runs.add, so the hourly counters are rebuilt as an operator would.
+        await run_stats.rebuild(store, {"templateId": template_id})
     return [d["_id"] for d in docs]
 
 
