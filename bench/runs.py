@@ -1,16 +1,16 @@
-"""Run analytics benchmark: GET /api/runs over 100,000 runs of one template, with and without indexes.
+"""Run analytics and billing benchmark: GET /api/runs and GET /api/billing over 100,000 runs of one
+template, with and without indexes.
 
     .venv/bin/python bench/runs.py [--runs 100000] [--requests 10]
 
 Starts `svc serve` (embedded database, local Ray), creates a user, a key and a
 published template over HTTP, then seeds the runs straight into MongoDB (batched
-insert_many, spread over 10 installs, 3 platforms and 4 agents) with 20,000
-security-log entries for the tool-call counts. Each endpoint in `endpoints()` is
-timed with the service's indexes, then again after dropping every index of the
-`runs` collection except `_id` and the unique (installId, runId) one.
-
-Other engineers: add a request to `endpoints()` (GET /api/billing, say) and it
-is timed in both rounds and printed in the same table.
+insert_many, spread over 10 installs, 3 platforms and 4 agents, about 29 days) with
+20,000 security-log entries for the tool-call counts, then builds the hourly run
+counters as `svc runs rebuild-stats` does (seeding bypasses the write path that
+keeps them). Each endpoint in `endpoints()` is timed with the service's indexes,
+then again after dropping every index of `runs` and `run_stats` except `_id` and
+the unique (installId, runId) one.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 import aiohttp
 from harness import percentile, running_service  # bench/harness.py
 
+from svc import run_stats
 from svc.embedded import STATE_FILE, uri_for
 from svc.store import Store
 
@@ -49,11 +50,14 @@ class Seeded:
 
 
 def endpoints(seeded: Seeded) -> list[tuple[str, str]]:
-    """(label, path) of every request timed. GET /api/billing goes here once it exists, e.g.
-    ("GET /api/billing (30 days)", f"/api/billing?templateId={seeded.template_id}")."""
+    """(label, path) of every request timed."""
+    template = seeded.template_id
     return [
-        ("GET /api/runs (limit 100)", f"/api/runs?templateId={seeded.template_id}"),
-        ("GET /api/runs (limit 500)", f"/api/runs?templateId={seeded.template_id}&limit=500"),
+        ("GET /api/runs (limit 100)", f"/api/runs?templateId={template}"),
+        ("GET /api/runs (limit 500)", f"/api/runs?templateId={template}&limit=500"),
+        ("GET /api/billing (30 days)", f"/api/billing?templateId={template}"),
+        ("GET /api/billing (7 days)", f"/api/billing?templateId={template}&periodDays=7"),
+        ("GET /api/billing (1 install)", f"/api/billing?templateId={template}&installId=bench-install-3"),
     ]
 
 
@@ -124,13 +128,14 @@ async def seed(store: Store, seeded: Seeded, runs: int) -> None:
 
 
 async def drop_runs_indexes(store: Store) -> list[str]:
-    """Drop the runs indexes except `_id` and the unique (installId, runId); the names dropped."""
+    """Drop the runs and run_stats indexes except `_id` and the unique (installId, runId)."""
     dropped = []
-    for name, info in (await store["runs"].index_information()).items():
-        if name == "_id_" or info.get("unique"):
-            continue
-        await store["runs"].drop_index(name)
-        dropped.append(name)
+    for collection in ("runs", run_stats.COLLECTION):
+        for name, info in (await store[collection].index_information()).items():
+            if name == "_id_" or info.get("unique"):
+                continue
+            await store[collection].drop_index(name)
+            dropped.append(f"{collection}.{name}")
     return dropped
 
 
@@ -159,6 +164,9 @@ async def bench(runs: int, requests: int) -> list[tuple[str, str, list[float]]]:
                 started = time.perf_counter()
                 await seed(store, seeded, runs)
                 print(f"seeded {runs:,} runs in {time.perf_counter() - started:.1f} s")
+                started = time.perf_counter()
+                buckets = await run_stats.rebuild(store, {"templateId": seeded.template_id})
+                print(f"built {buckets:,} hourly buckets in {time.perf_counter() - started:.1f} s")
                 for label, path in endpoints(seeded):
                     timings = await time_requests(session, service.base + path, seeded.key, requests)
                     results.append((label, "all", timings))
@@ -179,12 +187,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=10)
     args = parser.parse_args()
     results = asyncio.run(bench(args.runs, args.requests))
-    header = f"{'request':<28} {'runs indexes':<14} {'n':>4} {'p50 ms':>10} {'p99 ms':>10}"
+    header = f"{'request':<30} {'indexes':<14} {'n':>4} {'p50 ms':>10} {'p99 ms':>10}"
     print("\n" + header)
     print("-" * len(header))
     for label, indexes, timings in results:
         p50, p99 = percentile(timings, 0.5), percentile(timings, 0.99)
-        print(f"{label:<28} {indexes:<14} {len(timings):>4} {p50:>10.1f} {p99:>10.1f}")
+        print(f"{label:<30} {indexes:<14} {len(timings):>4} {p50:>10.1f} {p99:>10.1f}")
 
 
 if __name__ == "__main__":

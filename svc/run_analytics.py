@@ -2,7 +2,7 @@
 
 The summary and the per-platform and per-agent breakdowns cover every run of the
 template and are computed inside MongoDB (one `$match` + `$facet` of `$group`s) over
-the hourly run counters (svc/run_stats.py), so the cost does not grow with the runs. The run list is a
+the run counters (svc/run_stats.py), so the cost does not grow with the runs. The run list is a
 separate indexed `find` (templateId, createdAt desc), bounded by `limit`.
 
 Tool calls are the agents' outbound `http_request` calls, one entry each in the
@@ -120,14 +120,14 @@ def _total(field: str) -> Document:
 
 
 def breakdown_pipeline(template_id: str) -> list[Document]:
-    """Summary, by platform and by agent, from the template's hourly run counters.
+    """Summary, by platform and by agent, from the template's all-time run counters.
 
-    The counters (svc/run_stats.py) are grouped once by (platform, agent), which leaves
-    a handful of rows; the `$facet` then rolls those rows up three ways. The cost grows
-    with the hours the template has run in, not with its runs.
+    The counters (svc/run_stats.py, one per install, platform and agent) are grouped once
+    by (platform, agent), which leaves a handful of rows; the `$facet` then rolls those
+    rows up three ways. The cost grows with installs and agents, not with runs.
     """
     return [
-        {"$match": {"templateId": template_id}},
+        {"$match": {"kind": "total", "templateId": template_id}},
         {
             "$group": {
                 "_id": {"platform": "$platform", "agentKey": "$agentKey"},

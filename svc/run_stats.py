@@ -1,40 +1,53 @@
-"""Hourly counters of runs, so analytics and billing cost grows with hours, not with runs.
+"""Run counters, so analytics and billing cost grows with installs and days, not with runs.
 
-Every new run record adds one to its bucket in `run_stats`: one document per install,
-agent and UTC hour, holding run, failure and token totals. `GET /api/runs` sums the
-buckets of a template; `GET /api/billing` and the charges sum the whole hours of their
-period from the buckets and read only the two partial edge hours from the run records,
-so their figures are exact. The counters are written after the run record; if a process
-dies between the two writes, `svc runs rebuild-stats` recomputes them from the records.
+Every new run record adds one to three counters in `run_stats` (one bulk write):
+
+- `total`: all time, per template, install, platform and agent (GET /api/runs reads these);
+- `day` and `hour`: per install and UTC day or hour (billing reads these).
+
+A billing period is cut into whole days, then whole hours at either end, then the two
+partial hours at the very edges, which are read from the run records themselves. The
+figures are therefore exact for any period, and a 30-day period reads about 30 day
+counters, 46 hour counters and two hours of runs per install.
+
+The counters are written after the run record; if a process dies between the two
+writes, `svc runs rebuild-stats` recomputes them from the records.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pymongo import UpdateOne
-from pymongo.errors import DuplicateKeyError
+from pymongo.errors import BulkWriteError
 
 from svc.clock import aware
 from svc.store import Document, Store
 
-HOUR = timedelta(hours=1)
 COLLECTION = "run_stats"
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+COUNTERS = ("runs", "failed", "completed", "inputTokens", "outputTokens", "tokenRuns", "billedTokens")
 
 
-def hour_of(moment: datetime) -> datetime:
-    """The start of the UTC hour holding `moment`."""
-    return aware(moment).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+def _floor(moment: datetime, unit: timedelta) -> datetime:
+    moment = aware(moment).astimezone(UTC)
+    if unit == DAY:
+        return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    return moment.replace(minute=0, second=0, microsecond=0)
 
 
-def _tokens(doc: Document) -> int:
-    return int(doc.get("inputTokens") or 0) + int(doc.get("outputTokens") or 0)
+def _ceil(moment: datetime, unit: timedelta) -> datetime:
+    floor = _floor(moment, unit)
+    return floor if floor == moment else floor + unit
 
 
-def increments(run: Document) -> Document:
-    """What one run record adds to its bucket."""
+def increments(run: Document) -> dict[str, int]:
+    """What one run record adds to each of its counters."""
     completed = run["status"] == "completed"
+    tokens = int(run.get("inputTokens") or 0) + int(run.get("outputTokens") or 0)
     return {
         "runs": 1,
         "failed": 0 if completed else 1,
@@ -42,56 +55,80 @@ def increments(run: Document) -> Document:
         "inputTokens": int(run.get("inputTokens") or 0),
         "outputTokens": int(run.get("outputTokens") or 0),
         "tokenRuns": 1 if run.get("inputTokens") is not None or run.get("outputTokens") is not None else 0,
-        "billedTokens": _tokens(run) if completed else 0,
+        "billedTokens": tokens if completed else 0,
     }
 
 
-def bucket(run: Document) -> tuple[str, Document]:
-    """The bucket id of a run and the fields that identify it."""
-    hour = hour_of(run["createdAt"])
-    key = f"{run['templateId']}|{run['installId']}|{run.get('agentKey')}|{hour.isoformat()}"
-    return key, {
-        "templateId": run["templateId"],
-        "installId": run["installId"],
-        "platform": run["platform"],
-        "agentKey": run.get("agentKey"),
-        "owner": run.get("owner"),
-        "hour": hour,
-    }
+def counters_of(run: Document) -> list[tuple[str, Document]]:
+    """The (id, identifying fields) of the three counters a run adds to."""
+    base = {"templateId": run["templateId"], "installId": run["installId"], "owner": run.get("owner")}
+    total_id = f"total|{run['templateId']}|{run['installId']}|{run['platform']}|{run.get('agentKey')}"
+    out = [
+        (total_id, {**base, "kind": "total", "platform": run["platform"], "agentKey": run.get("agentKey")})
+    ]
+    for kind, unit in (("day", DAY), ("hour", HOUR)):
+        start = _floor(run["createdAt"], unit)
+        out.append(
+            (
+                f"{kind}|{run['templateId']}|{run['installId']}|{start.isoformat()}",
+                {**base, "kind": kind, "start": start},
+            )
+        )
+    return out
 
 
 async def count(store: Store, run: Document) -> None:
-    """Add a new run record to its bucket (an upsert; a racing first insert is retried)."""
-    key, fields = bucket(run)
-    update = {"$inc": increments(run), "$setOnInsert": fields}
+    """Add a new run record to its counters (upserts; a racing first insert is retried once)."""
+    inc = increments(run)
+    operations = [
+        UpdateOne({"_id": key}, {"$inc": inc, "$setOnInsert": fields}, upsert=True)
+        for key, fields in counters_of(run)
+    ]
     try:
-        await store[COLLECTION].update_one({"_id": key}, update, upsert=True)
-    except DuplicateKeyError:
-        await store[COLLECTION].update_one({"_id": key}, update, upsert=True)
+        await store[COLLECTION].bulk_write(operations, ordered=False)
+    except BulkWriteError:
+        await store[COLLECTION].bulk_write(operations, ordered=False)
 
 
 async def rebuild(store: Store, match: Document | None = None, batch: int = 1000) -> int:
-    """Recompute the buckets of the runs matching `match` from the run records; buckets written.
+    """Recompute the counters of the runs matching `match` from the records; counters written.
 
-    `match` may name templateId, installId, platform, agentKey or owner (fields both
-    collections have); the buckets it selects are replaced.
+    `match` may name templateId, installId or owner (fields both collections have); the
+    counters it selects are replaced.
     """
     match = match or {}
-    totals: dict[str, Document] = {}
-    fields: dict[str, Document] = {}
+    totals: dict[str, dict[str, Any]] = {}
     async for run in store["runs"].find(match):
-        key, identity = bucket(run)
-        fields[key] = identity
-        row = totals.setdefault(key, dict.fromkeys(increments(run), 0))
-        for name, value in increments(run).items():
-            row[name] += value
+        inc = increments(run)
+        for key, fields in counters_of(run):
+            row = totals.setdefault(key, {**fields, **dict.fromkeys(COUNTERS, 0)})
+            for name, value in inc.items():
+                row[name] += value
     await store[COLLECTION].delete_many(match)
-    operations = [
-        UpdateOne({"_id": key}, {"$set": {**fields[key], **row}}, upsert=True) for key, row in totals.items()
-    ]
+    operations = [UpdateOne({"_id": key}, {"$set": row}, upsert=True) for key, row in totals.items()]
     for start in range(0, len(operations), batch):
         await store[COLLECTION].bulk_write(operations[start : start + batch], ordered=False)
     return len(operations)
+
+
+# ---- reading ----------------------------------------------------------------------------
+
+
+def segments(start: datetime, end: datetime) -> list[tuple[str, datetime, datetime]]:
+    """[start, end) as ("day" | "hour" | "raw", low, high) pieces: whole days, whole hours, the rest."""
+    if start >= end:
+        return []
+    first_hour, last_hour = _ceil(start, HOUR), _floor(end, HOUR)
+    if first_hour >= last_hour:
+        return [("raw", start, end)]
+    out = [("raw", low, high) for low, high in ((start, first_hour), (last_hour, end)) if low < high]
+    first_day, last_day = _ceil(first_hour, DAY), _floor(last_hour, DAY)
+    if first_day >= last_day:
+        return [*out, ("hour", first_hour, last_hour)]
+    out += [
+        ("hour", low, high) for low, high in ((first_hour, first_day), (last_day, last_hour)) if low < high
+    ]
+    return [*out, ("day", first_day, last_day)]
 
 
 @dataclass(frozen=True)
@@ -105,7 +142,7 @@ class InstallUsage:
     billed_tokens: int
 
 
-def _raw_usage_pipeline(match: Document) -> list[Document]:
+def _raw_pipeline(match: Document) -> list[Document]:
     tokens = {"$add": [{"$ifNull": ["$inputTokens", 0]}, {"$ifNull": ["$outputTokens", 0]}]}
     completed = {"$eq": ["$status", "completed"]}
     return [
@@ -122,7 +159,7 @@ def _raw_usage_pipeline(match: Document) -> list[Document]:
     ]
 
 
-def _stats_usage_pipeline(match: Document) -> list[Document]:
+def _counter_pipeline(match: Document) -> list[Document]:
     return [
         {"$match": match},
         {
@@ -140,25 +177,15 @@ def _stats_usage_pipeline(match: Document) -> list[Document]:
 async def usage_by_install(
     store: Store, scope: Document, start: datetime, end: datetime
 ) -> list[InstallUsage]:
-    """Runs, completed runs and tokens per install in [start, end), for runs matching `scope`.
-
-    Whole hours come from the buckets; the partial hours at either edge from the records.
-    """
-    first_whole = hour_of(start) if hour_of(start) == start else hour_of(start) + HOUR
-    last_whole = hour_of(end)
-    queries: list[tuple[str, list[Document]]] = []
-    if first_whole < last_whole:
-        queries.append(
-            (COLLECTION, _stats_usage_pipeline({**scope, "hour": {"$gte": first_whole, "$lt": last_whole}}))
-        )
-        edges = [(start, first_whole), (last_whole, end)]
-    else:
-        edges = [(start, end)]
-    for low, high in edges:
-        if low < high:
-            queries.append(("runs", _raw_usage_pipeline({**scope, "createdAt": {"$gte": low, "$lt": high}})))
+    """Runs, completed runs and tokens per install in [start, end), for runs matching `scope`
+    (templateId and/or installId)."""
     totals: dict[str, dict[str, int]] = {}
-    for collection, pipeline in queries:
+    for kind, low, high in segments(start, end):
+        if kind == "raw":
+            collection, pipeline = "runs", _raw_pipeline({**scope, "createdAt": {"$gte": low, "$lt": high}})
+        else:
+            collection = COLLECTION
+            pipeline = _counter_pipeline({"kind": kind, **scope, "start": {"$gte": low, "$lt": high}})
         async for row in await store[collection].aggregate(pipeline):
             entry = totals.setdefault(row["_id"], {"runs": 0, "completed": 0, "tokens": 0, "billedTokens": 0})
             for name in entry:

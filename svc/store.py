@@ -126,11 +126,10 @@ INDEXES: dict[str, list[Index]] = {
             name="runs_analytics",
         ),
     ],
-    # Hourly run counters (svc/run_stats.py): what analytics and billing read instead of every run.
+    # Run counters (svc/run_stats.py): what analytics and billing read instead of every run.
     "run_stats": [
-        Index([("templateId", ASCENDING), ("hour", ASCENDING)]),
-        Index([("installId", ASCENDING), ("hour", ASCENDING)]),
-        Index([("owner.kind", ASCENDING), ("owner.id", ASCENDING), ("hour", ASCENDING)]),
+        Index([("kind", ASCENDING), ("templateId", ASCENDING), ("start", ASCENDING)]),
+        Index([("kind", ASCENDING), ("installId", ASCENDING), ("start", ASCENDING)]),
     ],
     # One invoice per install and period: the guard against charging a period twice.
     "invoices": [

@@ -1,7 +1,8 @@
-"""The hourly run counters: written with every run, exact for any period, rebuildable."""
+"""The run counters: written with every run, exact for any period, rebuildable."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -73,14 +74,35 @@ async def test_usage_is_exact_for_any_period(store) -> None:
         assert got == expected(records, start, end), (start, end)
 
 
+def test_segments_cover_the_period_once() -> None:
+    start = datetime(2026, 10, 10, 22, 17, 5, tzinfo=UTC)
+    end = datetime(2026, 10, 13, 1, 30, tzinfo=UTC)
+    assert run_stats.segments(start, end) == [
+        ("raw", start, datetime(2026, 10, 10, 23, tzinfo=UTC)),
+        ("raw", datetime(2026, 10, 13, 1, tzinfo=UTC), end),
+        ("hour", datetime(2026, 10, 10, 23, tzinfo=UTC), datetime(2026, 10, 11, tzinfo=UTC)),
+        ("hour", datetime(2026, 10, 13, tzinfo=UTC), datetime(2026, 10, 13, 1, tzinfo=UTC)),
+        ("day", datetime(2026, 10, 11, tzinfo=UTC), datetime(2026, 10, 13, tzinfo=UTC)),
+    ]
+    rng = random.Random(3)
+    for _ in range(500):
+        low = BASE + timedelta(seconds=rng.randint(0, 10 * 86400))
+        high = low + timedelta(seconds=rng.randint(0, 5 * 86400))
+        pieces = sorted(run_stats.segments(low, high), key=lambda piece: piece[1])
+        assert all(a[2] == b[1] for a, b in itertools.pairwise(pieces)), "contiguous"
+        if low < high:
+            assert pieces[0][1] == low and pieces[-1][2] == high
+
+
 async def test_buckets_hold_every_run_and_rebuild_gives_the_same(store) -> None:
     records = await seed(store, 120)
-    buckets = await store[run_stats.COLLECTION].find({}).to_list(None)
+    buckets = await store[run_stats.COLLECTION].find({"kind": "hour"}).to_list(None)
     assert sum(b["runs"] for b in buckets) == len(records)
     assert sum(b["failed"] for b in buckets) == sum(r["status"] == "failed" for r in records)
+    every = await store[run_stats.COLLECTION].find({}).to_list(None)
     before = {
         b["_id"]: {k: b[k] for k in ("runs", "failed", "completed", "inputTokens", "billedTokens")}
-        for b in buckets
+        for b in every
     }
     await store[run_stats.COLLECTION].delete_many({})
     assert await run_stats.rebuild(store, {"templateId": "tpl"}) == len(before)
@@ -96,5 +118,6 @@ async def test_a_repeated_report_is_not_counted_twice(store) -> None:
     runs = Runs(store)
     for _ in range(3):
         await runs.record(install("i1"), agent_key="lead", status="completed", source="t", run_id="same")
-    [bucket] = await store[run_stats.COLLECTION].find({}).to_list(None)
-    assert bucket["runs"] == 1
+    counters = await store[run_stats.COLLECTION].find({}).to_list(None)
+    assert sorted(c["kind"] for c in counters) == ["day", "hour", "total"]
+    assert all(c["runs"] == 1 for c in counters)
