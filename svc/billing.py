@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from svc.clock import iso, utcnow
 from svc.credentials import Principal
-from svc.errors import BadRequest, NotFound
+from svc.errors import BadRequest, Forbidden, NotFound
 from svc.run_stats import usage_by_install
 from svc.store import Document, Store
 from svc.templates import PLATFORM_FEE_PERCENT, is_owner
@@ -107,21 +107,23 @@ class UsageReport:
     ) -> Document:
         """The spec's GET /api/billing body."""
         template = await self._template(query)
-        match: Document = {"templateId": template["_id"]}
+        if principal.install_id is not None and query.installId != principal.install_id:
+            raise Forbidden(f"This key is scoped to install {principal.install_id}; pass that installId")
+        scope: Document = {"templateId": template["_id"]}
+        install = None
         if query.installId is not None:
-            match["installId"] = query.installId
-        if not is_owner(principal, template):
-            # A deployer sees the installs they own, and never learns of another's.
-            if query.installId is None:
-                raise NotFound("Template not found")
             install = await self.store.installs.find_one(
                 {"_id": query.installId, "templateId": template["_id"]}, {"owner": 1}
             )
-            if install is None or not is_owner(principal, install):
-                raise NotFound("Template not found")
+            scope = {"installId": query.installId}
+        # The builder sees every install; a deployer the install they own and no other (404 alike).
+        if not is_owner(principal, template) and (install is None or not is_owner(principal, install)):
+            raise NotFound("Template not found")
+        if query.installId is not None and install is None:
+            raise NotFound("Install not found")
         end = now or utcnow()
         start = end - timedelta(days=query.periodDays)
-        usage = await usage_by_install(self.store, match, start, end)
+        usage = await usage_by_install(self.store, scope, start, end)
         model, price = template["pricingModel"], template.get("priceUsdCents")
         by_install = [
             {

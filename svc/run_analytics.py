@@ -5,12 +5,12 @@ template and are computed inside MongoDB (one `$match` + `$facet` of `$group`s) 
 the run counters (svc/run_stats.py), so the cost does not grow with the runs. The run list is a
 separate indexed `find` (templateId, createdAt desc), bounded by `limit`.
 
-Tool calls are the agents' outbound `http_request` calls, one entry each in the
-`security_requests` log (svc/security_log.py), counted for the template's
-installs. That log keeps 30 days (its TTL index), so the two tool-call figures
-cover the last 30 days while the run figures cover all time. A tool call failed
-when it got no HTTP response (blocked by a rule, the default action, the judge
-or the egress guard, or a transport failure) or an HTTP status of 400 or more.
+Tool calls are the agents' outbound `http_request` calls: each entry written to the
+security log (svc/security_log.py) also adds to its install's all-time tool-call
+counter, so the figures cover all time like the run figures (the log itself keeps
+30 days). A tool call failed when it got no HTTP response (blocked by a rule, the
+default action, the judge or the egress guard, or a transport failure) or an HTTP
+status of 400 or more.
 """
 
 from __future__ import annotations
@@ -111,10 +111,6 @@ class RunsReport(BaseModel):
 # ---- pipelines -------------------------------------------------------------------------
 
 
-def _count_if(condition: Document) -> Document:
-    return {"$sum": {"$cond": [condition, 1, 0]}}
-
-
 def _total(field: str) -> Document:
     return {"$sum": f"${field}"}
 
@@ -178,19 +174,6 @@ def breakdown_pipeline(template_id: str) -> list[Document]:
                 ],
             }
         },
-    ]
-
-
-TOOL_CALL_FAILED = {
-    "$or": [{"$eq": [{"$ifNull": ["$statusCode", None]}, None]}, {"$gte": ["$statusCode", 400]}]
-}
-
-
-def tool_calls_pipeline(install_ids: list[str]) -> list[Document]:
-    """Tool calls (and failed ones) logged for these installs."""
-    return [
-        {"$match": {"installId": {"$in": install_ids}}},
-        {"$group": {"_id": None, "total": {"$sum": 1}, "failed": _count_if(TOOL_CALL_FAILED)}},
     ]
 
 
@@ -272,8 +255,12 @@ class RunAnalytics:
         installs = await self.store.installs.find({"templateId": template_id}, {"_id": 1}).to_list(None)
         if not installs:
             return {"totalToolCalls": 0, "failedToolCalls": 0}
-        cursor = await self.store["security_requests"].aggregate(
-            tool_calls_pipeline([doc["_id"] for doc in installs])
+        match = {"kind": "tools", "installId": {"$in": [doc["_id"] for doc in installs]}}
+        cursor = await self.store[run_stats.COLLECTION].aggregate(
+            [
+                {"$match": match},
+                {"$group": {"_id": None, "total": _total("toolCalls"), "failed": _total("failedToolCalls")}},
+            ]
         )
         row = next(iter(await cursor.to_list(None)), None) or {}
         return {"totalToolCalls": int(row.get("total", 0)), "failedToolCalls": int(row.get("failed", 0))}

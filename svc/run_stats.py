@@ -90,6 +90,23 @@ async def count(store: Store, run: Document) -> None:
         await store[COLLECTION].bulk_write(operations, ordered=False)
 
 
+async def count_tool_call(store: Store, install_id: str, status_code: int | None) -> None:
+    """Add an agent's outbound call to its install's all-time tool-call counter.
+
+    A call failed when it got no HTTP response (blocked, or a transport failure) or a
+    status of 400 or more.
+    """
+    failed = status_code is None or status_code >= 400
+    await store[COLLECTION].update_one(
+        {"_id": f"tools|{install_id}"},
+        {
+            "$inc": {"toolCalls": 1, "failedToolCalls": 1 if failed else 0},
+            "$setOnInsert": {"kind": "tools", "installId": install_id},
+        },
+        upsert=True,
+    )
+
+
 async def rebuild(store: Store, match: Document | None = None, batch: int = 1000) -> int:
     """Recompute the counters of the runs matching `match` from the records; counters written.
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pymongo import DESCENDING
 
-from svc import tokens
+from svc import run_stats, tokens
 from svc.clock import iso, utcnow
 from svc.store import Store
 
@@ -47,10 +47,11 @@ class SecurityLog:
         self.store = store
 
     async def record(self, entry: RequestRecord) -> None:
-        """Store one entry."""
+        """Store one entry, and count it as a tool call of the install (the log expires; counts stay)."""
         await self.store["security_requests"].insert_one(
             {"_id": tokens.new_id(), **asdict(entry), "createdAt": utcnow()}
         )
+        await run_stats.count_tool_call(self.store, entry.installId, entry.statusCode)
 
     async def latest(self, install_id: str) -> list[dict[str, Any]]:
         """The last 200 entries of an install, newest first."""

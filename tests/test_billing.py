@@ -143,8 +143,9 @@ async def test_a_deployer_sees_their_own_install_only(make_client: Any) -> None:
     await report(client, deal)
     await report(client, other)
     await report(client, other)
+    # The key that created the svc install is scoped to it: that install only.
     response = await billing(client, deal.deployer_key, templateId=deal.template["id"])
-    assert response.status == 404  # a deployer must name their install
+    assert response.status == 403
     response = await billing(
         client, deal.deployer_key, templateId=deal.template["id"], installId=deal.install_id
     )
@@ -154,6 +155,19 @@ async def test_a_deployer_sees_their_own_install_only(make_client: Any) -> None:
     assert body["usage"]["totalRuns"] == 1
     response = await billing(
         client, deal.deployer_key, templateId=deal.template["id"], installId=other.install_id
+    )
+    assert response.status == 403
+    # An unscoped key of the deployer: must name an install of theirs; another's is unknown to them.
+    unscoped = await create_key(client, deal.deployer)
+    assert (await billing(client, unscoped, templateId=deal.template["id"])).status == 404
+    response = await billing(client, unscoped, templateId=deal.template["id"], installId=other.install_id)
+    assert response.status == 404
+    response = await billing(client, unscoped, templateId=deal.template["id"], installId=deal.install_id)
+    assert response.status == 200
+    # The builder naming an install of another template learns nothing either.
+    stranger_deal = await paid_install(client, None)
+    response = await billing(
+        client, deal.builder_key, templateId=deal.template["id"], installId=stranger_deal.install_id
     )
     assert response.status == 404
 

@@ -10,6 +10,7 @@ import pytest
 
 from svc import run_stats
 from svc.run_analytics import RunsReport
+from svc.security_log import RequestRecord, SecurityLog
 from tests.conftest import bearer
 from tests.runs_helpers import ingest, orch_a_install, paid_template, report, start_paperclip
 from tests.templates_helpers import user_with_key
@@ -255,7 +256,7 @@ async def test_needs_an_api_key(client):
     assert invalid.status == 401 and (await invalid.json())["error"] == "Invalid API key"
 
 
-async def test_tool_calls_are_counted_from_the_security_log(client, store):
+async def test_tool_calls_are_counted_as_the_security_log_is_written(client, store):
     _, key = await user_with_key(client)
     template = await paid_template(client, key)
     other = await paid_template(client, key)
@@ -270,17 +271,26 @@ async def test_tool_calls_are_counted_from_the_security_log(client, store):
         ("i-2", "JUDGE", None),
         ("i-3", "BLOCK", None),  # another template's install
     ]
-    await store["security_requests"].insert_many(
-        [
-            {
-                "_id": f"s{i}",
-                "installId": install,
-                "decision": decision,
-                "statusCode": status,
-                "createdAt": NOW,
-            }
-            for i, (install, decision, status) in enumerate(entries)
-        ]
-    )
+    log = SecurityLog(store)  # the agent loop's write path
+    for install, decision, status in entries:
+        await log.record(
+            RequestRecord(
+                installId=install,
+                agentKey="lead",
+                agentName="Lead",
+                runId="r1",
+                method="GET",
+                url="https://api.example.com/x",
+                hostname="api.example.com",
+                path="/x",
+                decision=decision,
+                decisionSource="rule",
+                reason=None,
+                judgeReasoning=None,
+                judgeConfidence=None,
+                statusCode=status,
+                latencyMs=5,
+            )
+        )
     summary = (await runs_ok(client, key, templateId=template["id"]))["summary"]
     assert (summary["totalToolCalls"], summary["failedToolCalls"]) == (6, 3)
