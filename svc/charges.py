@@ -32,14 +32,19 @@ from svc.billing import MIN_CHARGE_CENTS, check_period, install_amount, money, s
 from svc.clock import aware, iso, utcnow
 from svc.credentials import Principal
 from svc.errors import BadGateway, BadRequest, Conflict, Forbidden, NotFound, PaymentRequired
+from svc.installs import is_visible
 from svc.mailer import Mailer
 from svc.models import RequestBody
-from svc.payments import PaymentDeclined, PaymentProvider, ProviderError, unavailable
+from svc.payments import PaymentDeclined, PaymentPending, PaymentProvider, ProviderError, unavailable
 from svc.store import Document, Store
 
 log = logging.getLogger(__name__)
 
 CLAIM_LEASE = timedelta(minutes=5)
+# The provider keeps idempotency keys for 24 hours: past that, resuming could charge again.
+KEY_LIFETIME = timedelta(hours=23)
+# How far back the monthly job looks for installs deleted without cancel billing.
+UNBILLED_CANCEL = timedelta(days=400)
 RACE_WAIT_S = 10.0
 RACE_POLL_S = 0.1
 BATCH = 200
@@ -105,9 +110,14 @@ class Charges:
         else:
             start, end = previous_month(utcnow())
         check_period(start, end)
+        if end > utcnow():
+            raise BadRequest("periodEnd must not be in the future")
         install = await self.store.installs.find_one({"_id": body.installId})
         if install is None or install.get("status") == "pending":
             raise NotFound("Install not found")
+        template = await self.store["templates"].find_one({"_id": install["templateId"]}, {"pricingModel": 1})
+        if (template or {}).get("pricingModel", "free") == "free":
+            raise Conflict("The install's template is free; there is nothing to charge")
         outcome = await self.charge(install, start, end, body.amountCents, "charge_cycle", wait=True)
         invoice = outcome.invoice
         if not outcome.charged_now:
@@ -136,7 +146,7 @@ class Charges:
         provider = self._require_provider()
         if not install.get("payCustomerId") or not install.get("payPaymentMethodId"):
             raise Conflict("The install has no saved payment method (payCustomerId and payPaymentMethodId)")
-        now = now or utcnow()
+        now = max(now or utcnow(), utcnow())
         invoice = await self._claim(install, start, end, amount, source, now, wait)
         if invoice["status"] == "paid":
             return ChargeOutcome(invoice, charged_now=False)
@@ -166,6 +176,15 @@ class Charges:
         except ProviderError as exc:
             # Unknown outcome: the invoice stays `processing` and is resumed with the same key.
             raise BadGateway(str(exc)) from None
+        except PaymentPending as exc:
+            # Accepted but not settled (a slow payment method): the provider's event settles it.
+            await self._invoices.update_one(
+                {"_id": invoice["_id"]},
+                {"$set": {"paymentIntentId": exc.payment_intent_id, "updatedAt": utcnow()}},
+            )
+            raise Conflict(
+                "The payment is processing; the invoice is settled when the provider confirms it"
+            ) from None
         paid = await self._invoices.find_one_and_update(
             {"_id": invoice["_id"]},
             {
@@ -220,9 +239,11 @@ class Charges:
         }
         try:
             await self._invoices.insert_one(doc)
-            return doc
         except DuplicateKeyError:
             pass
+        else:
+            await self._refuse_overlap(doc)
+            return doc
         key = {"installId": install["_id"], "periodStart": start, "periodEnd": end}
         deadline = asyncio.get_running_loop().time() + (RACE_WAIT_S if wait else 0)
         while True:
@@ -231,7 +252,13 @@ class Charges:
                 return await self._claim(install, start, end, amount, source, now, wait)
             if existing["status"] == "paid":
                 return existing
-            stale = aware(existing["claimedAt"]) + CLAIM_LEASE <= now
+            claimed_at = aware(existing["claimedAt"])
+            if existing["status"] == "processing" and claimed_at + KEY_LIFETIME <= now:
+                raise Conflict(
+                    f"Invoice {existing['_id']} has had an unknown outcome for over a day; "
+                    "an operator must check it with the payment provider"
+                )
+            stale = claimed_at + CLAIM_LEASE <= now
             if existing["status"] == "failed" or stale:
                 update: Document = {"claim": claim, "claimedAt": now, "updatedAt": utcnow()}
                 if existing["status"] == "failed":
@@ -253,6 +280,28 @@ class Charges:
             if asyncio.get_running_loop().time() >= deadline:
                 raise Conflict("A charge for this install and period is in progress; try again shortly")
             await asyncio.sleep(RACE_POLL_S)
+
+    async def _refuse_overlap(self, invoice: Document) -> None:
+        """409 (and no invoice) when another paid or pending invoice of the install covers part of
+        this period: the same usage is never billed twice. Of two racing overlaps the older wins."""
+        other = await self._invoices.find_one(
+            {
+                "installId": invoice["installId"],
+                "_id": {"$ne": invoice["_id"]},
+                "status": {"$in": ["paid", "processing"]},
+                "periodStart": {"$lt": invoice["periodEnd"]},
+                "periodEnd": {"$gt": invoice["periodStart"]},
+                "createdAt": {"$lte": invoice["createdAt"]},
+            }
+        )
+        if other is None:
+            return
+        await self._invoices.delete_one({"_id": invoice["_id"], "claim": invoice["claim"]})
+        raise Conflict(
+            f"The period overlaps invoice {other['_id']} ({iso(other['periodStart'])} to "
+            f"{iso(other['periodEnd'])}), which already bills this usage",
+            invoiceId=other["_id"],
+        )
 
     async def _payee(self, template: Document) -> tuple[str | None, str | None]:
         """The builder paid for this template, and their payout account when it is active.
@@ -279,15 +328,35 @@ class Charges:
     ) -> Document:
         """Bill completed runs since the last paid period, mail a receipt, cancel the install."""
         self._require_provider()
-        install = await self.store.installs.find_one(
-            {"_id": install_id, "$or": [{"deployedBy": user_id}, {"owner": {"kind": "user", "id": user_id}}]}
-        )
-        if install is None or install.get("status") == "pending":
+        mine = {
+            "_id": install_id,
+            "$or": [{"deployedBy": user_id}, {"owner": {"kind": "user", "id": user_id}}],
+        }
+        install = await self.store.installs.find_one(mine)
+        if install is None or not is_visible(install):
             raise NotFound("Install not found")
         if install["status"] == "cancelled":
             raise Conflict("Install is already cancelled")
-        template = await self.store["templates"].find_one({"_id": install["templateId"]}) or {}
+        # Claim the cancellation, so a double click (or two tabs) bills and mails once.
         now = utcnow()
+        claimed = await self.store.installs.find_one_and_update(
+            {
+                "$and": [
+                    mine,
+                    {"status": install["status"]},
+                    {
+                        "$or": [
+                            {"cancellingAt": {"$exists": False}},
+                            {"cancellingAt": {"$lt": now - CLAIM_LEASE}},
+                        ]
+                    },
+                ]
+            },
+            {"$set": {"cancellingAt": now}},
+        )
+        if claimed is None:
+            raise Conflict("A cancellation of this install is already in progress")
+        template = await self.store["templates"].find_one({"_id": install["templateId"]}) or {}
         since = await self.billed_until(install)
         amount = (
             await install_amount(self.store, install_id, template, since, now)
@@ -309,9 +378,10 @@ class Charges:
         return {"status": "cancelled", "charged": charged, "amountCents": amount if charged else 0}
 
     async def billed_until(self, install: Document) -> datetime:
-        """The end of the install's last paid invoice, or its creation."""
+        """The end of the install's last paid (or still settling) invoice, or its creation."""
         last = await self._invoices.find_one(
-            {"installId": install["_id"], "status": "paid"}, sort=[("periodEnd", DESCENDING)]
+            {"installId": install["_id"], "status": {"$in": ["paid", "processing"]}},
+            sort=[("periodEnd", DESCENDING)],
         )
         return aware(last["periodEnd"]) if last else aware(install["createdAt"])
 
@@ -348,25 +418,33 @@ class Charges:
                 {"pricingModel": 1, "priceUsdCents": 1, "owner": 1},
             )
         }
-        counts = {"charged": 0, "alreadyPaid": 0, "skipped": 0, "failed": 0}
+        counts = {"charged": 0, "alreadyPaid": 0, "skipped": 0, "failed": 0, "resumed": 0}
+        await self._resume_stale(now, counts)
         query = {
-            "status": "completed",
+            # Installs removed with DELETE (not through cancel billing) still owe their last usage.
+            "$or": [
+                {"status": "completed"},
+                {"status": "cancelled", "cancelledAt": {"$gt": cycle_end - UNBILLED_CANCEL}},
+            ],
             "templateId": {"$in": list(paid_templates)},
             "payCustomerId": {"$type": "string"},
             "payPaymentMethodId": {"$type": "string"},
         }
         async for install in self.store.installs.find(query).sort("_id", 1).batch_size(BATCH):
+            end = cycle_end
+            if install["status"] == "cancelled":
+                end = min(cycle_end, aware(install["cancelledAt"]))
             since = await self.billed_until(install)
-            if since >= cycle_end:
+            if since >= end:
                 counts["alreadyPaid"] += 1
                 continue
             template = paid_templates[install["templateId"]]
-            amount = await install_amount(self.store, install["_id"], template, since, cycle_end)
+            amount = await install_amount(self.store, install["_id"], template, since, end)
             if amount < MIN_CHARGE_CENTS:
                 counts["skipped"] += 1
                 continue
             try:
-                outcome = await self.charge(install, since, cycle_end, amount, "monthly", wait=False, now=now)
+                outcome = await self.charge(install, since, end, amount, "monthly", wait=False, now=now)
                 counts["charged" if outcome.charged_now else "alreadyPaid"] += 1
             except (PaymentRequired, BadGateway, Conflict) as exc:
                 counts["failed"] += 1
@@ -377,6 +455,30 @@ class Charges:
                 await renew()
         log.info("billing cycle done", extra={"cycleEnd": iso(cycle_end), **counts})
         return counts
+
+    async def _resume_stale(self, now: datetime, counts: dict[str, int]) -> None:
+        """Finish charges left `processing` by a process that died (their lease has run out)."""
+        stale = {"status": "processing", "claimedAt": {"$lt": now - CLAIM_LEASE, "$gt": now - KEY_LIFETIME}}
+        async for invoice in self._invoices.find(stale).limit(BATCH):
+            install = await self.store.installs.find_one({"_id": invoice["installId"]})
+            if install is None:
+                continue
+            try:
+                await self.charge(
+                    install,
+                    aware(invoice["periodStart"]),
+                    aware(invoice["periodEnd"]),
+                    invoice["amountCents"],
+                    invoice["source"],
+                    wait=False,
+                    now=now,
+                )
+                counts["resumed"] += 1
+            except (PaymentRequired, BadGateway, Conflict) as exc:
+                counts["failed"] += 1
+                log.warning(
+                    "resuming a charge failed", extra={"invoiceId": invoice["_id"], "reason": exc.message}
+                )
 
     # ---- GET /api/stripe/my-earnings ---------------------------------------------------------
 
@@ -433,6 +535,6 @@ class Charges:
             else {"status": "failed", "failure": "payment failed (provider event)"}
         )
         await self._invoices.update_one(
-            {"_id": invoice_id, "attempt": int(attempt), "status": "processing"},
+            {"_id": invoice_id, "attempt": int(attempt), "status": {"$in": ["processing", "failed"]}},
             {"$set": {**update, "updatedAt": utcnow()}},
         )

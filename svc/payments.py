@@ -37,6 +37,14 @@ class PaymentDeclined(Exception):
         self.code = code
 
 
+class PaymentPending(Exception):
+    """The payment was accepted but has not settled yet (the provider's event will say)."""
+
+    def __init__(self, payment_intent_id: str) -> None:
+        super().__init__(payment_intent_id)
+        self.payment_intent_id = payment_intent_id
+
+
 class ProviderError(Exception):
     """The provider failed or was unreachable; the outcome of a charge is unknown."""
 
@@ -140,8 +148,10 @@ class PaymentProvider:
             intent = await self.client.v1.payment_intents.create_async(
                 params, {"idempotency_key": idempotency_key}
             )
+        if intent.status == "processing":
+            raise PaymentPending(intent.id)
         if intent.status != "succeeded":
-            raise PaymentDeclined(f"The payment is {intent.status}", intent.status)
+            raise PaymentDeclined(f"The payment needs {intent.status.replace('_', ' ')}", intent.status)
         return Charge(intent.id, intent.amount, intent.status)
 
     # ---- builders (Connect) ------------------------------------------------------------

@@ -12,8 +12,8 @@ from typing import Any
 
 from api.context import SERVICES
 from svc.jobs import BILLING, LEASE, Jobs
-from tests.billing_helpers import Deal, paid_install, payment_settings, report, start_fake_stripe
-from tests.conftest import app_store
+from tests.billing_helpers import APP_KEY, Deal, paid_install, payment_settings, report, start_fake_stripe
+from tests.conftest import app_store, bearer
 
 
 def first_of_next_month(moment: datetime) -> datetime:
@@ -154,3 +154,39 @@ async def test_the_cron_comes_from_billing_cron_schedule(make_client: Any, aioht
     await jobs.tick(datetime(2026, 11, 22, 12, 0, tzinfo=UTC))
     doc = await app_store(client)["jobs"].find_one({"_id": BILLING})
     assert doc["nextRunAt"] == monday_morning
+
+
+async def test_an_install_deleted_without_cancel_billing_still_pays_its_usage(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    [deal] = await deals_with_usage(client, fake, 1)
+    response = await client.delete(f"/api/installs/{deal.install_id}", headers=bearer(deal.deployer_key))
+    assert response.status == 200
+    jobs = jobs_of(client)
+    await arm(jobs)
+    await jobs.tick(CYCLE_END + timedelta(seconds=1))
+    [intent] = fake.succeeded_charges()
+    assert intent["metadata"]["installId"] == deal.install_id and intent["amount"] == 100
+    await app_store(client)["jobs"].update_one({"_id": BILLING}, {"$set": {"nextRunAt": CYCLE_END}})
+    await jobs.tick(CYCLE_END + timedelta(seconds=2))
+    assert len(fake.succeeded_charges()) == 1  # billed up to the deletion, once
+
+
+async def test_the_monthly_job_does_not_rebill_what_charge_cycle_billed(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    [deal] = await deals_with_usage(client, fake, 1)
+    now = datetime.now(UTC)
+    period = {"installId": deal.install_id, "amountCents": 100, "periodStart": "2020-01-01T00:00:00Z"}
+    response = await client.post(
+        "/api/stripe/charge-cycle", json={**period, "periodEnd": now.isoformat()}, headers=bearer(APP_KEY)
+    )
+    assert response.status == 200, await response.text()
+    jobs = jobs_of(client)
+    await arm(jobs)
+    await jobs.tick(CYCLE_END + timedelta(seconds=1))
+    assert len(fake.succeeded_charges()) == 1

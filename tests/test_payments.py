@@ -494,3 +494,43 @@ async def test_webhook_settles_an_invoice_left_processing(make_client: Any, aioh
     unknown = await post_event(client, fake, fake.event("charge.refunded", {"id": "ch_1"}))
     assert unknown.status == 200
     assert json.loads(await unknown.text()) == {"received": True}
+
+
+async def test_a_double_cancel_bills_and_mails_once(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake, model="per_run", price=100)
+    await report(client, deal)
+    path = f"/api/stripe/installs/{deal.install_id}/cancel"
+    first, second = await asyncio.gather(
+        client.patch(path, headers=deal.deployer.cookie), client.patch(path, headers=deal.deployer.cookie)
+    )
+    assert sorted([first.status, second.status]) == [200, 409]
+    assert [pi["amount"] for pi in fake.succeeded_charges()] == [100]
+    receipts = await app_store(client)["outbox"].count_documents(
+        {"to": deal.deployer.email, "kind": "cancel_receipt"}
+    )
+    assert receipts == 1
+
+
+async def test_charge_cycle_refuses_overlaps_future_periods_and_free_templates(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake)
+    october = {"periodStart": "2026-10-01T00:00:00Z", "periodEnd": "2026-11-01T00:00:00Z"}
+    paid = await (await charge_cycle(client, installId=deal.install_id, amountCents=100, **october)).json()
+    overlapping = {"periodStart": "2026-10-15T00:00:00Z", "periodEnd": "2026-11-10T00:00:00Z"}
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=100, **overlapping)
+    assert response.status == 409
+    body = await response.json()
+    assert body["invoiceId"] == paid["invoiceId"] and "overlaps" in body["error"]
+    future = {"periodStart": "2026-10-01T00:00:00Z", "periodEnd": "2999-01-01T00:00:00Z"}
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=100, **future)
+    assert response.status == 400
+    free = await paid_install(client, fake, model="free", price=None)
+    response = await charge_cycle(client, installId=free.install_id, amountCents=100)
+    assert response.status == 409
+    assert len(fake.succeeded_charges()) == 1
+    assert await app_store(client)["invoices"].count_documents({}) == 1
