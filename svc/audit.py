@@ -15,6 +15,7 @@ from pymongo import DESCENDING
 
 from svc import tokens
 from svc.clock import iso, utcnow
+from svc.models import Timestamp
 from svc.store import Document, Store
 
 COLLECTION = "org_audit"
@@ -39,8 +40,8 @@ class AuditQuery(BaseModel):
 
     page: int = Field(default=1, ge=1, le=MAX_PAGE)
     limit: int = Field(default=50, ge=1, le=100)
-    from_: datetime | None = Field(default=None, alias="from", description="ISO 8601, inclusive")
-    to: datetime | None = Field(default=None, description="ISO 8601, inclusive")
+    from_: Timestamp | None = Field(default=None, alias="from", description="ISO 8601, inclusive")
+    to: Timestamp | None = Field(default=None, description="ISO 8601, inclusive")
 
 
 class AuditLog:

@@ -34,7 +34,7 @@ from svc.credentials import Principal
 from svc.errors import BadGateway, BadRequest, Conflict, Forbidden, NotFound, PaymentRequired
 from svc.installs import is_visible
 from svc.mailer import Mailer
-from svc.models import RequestBody
+from svc.models import RequestBody, Timestamp
 from svc.payments import PaymentDeclined, PaymentPending, PaymentProvider, ProviderError, unavailable
 from svc.store import Document, Store
 
@@ -55,9 +55,8 @@ class ChargeCycleBody(RequestBody):
 
     installId: str = Field(min_length=1, max_length=64)
     amountCents: StrictInt = Field(ge=MIN_CHARGE_CENTS, le=99_999_999)
-    # ISO 8601 text on the wire; the body is otherwise strict.
-    periodStart: datetime | None = Field(default=None, strict=False)
-    periodEnd: datetime | None = Field(default=None, strict=False)
+    periodStart: Timestamp | None = None
+    periodEnd: Timestamp | None = None
 
 
 def previous_month(now: datetime) -> tuple[datetime, datetime]:

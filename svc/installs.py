@@ -37,7 +37,7 @@ from svc.definitions import VARIABLE_REFERENCE
 from svc.errors import BadGateway, BadRequest, Conflict, NotFound
 from svc.models import RequestBody
 from svc.ports import Governance
-from svc.runs import InvokeBody, Runs, SelfReportBody
+from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
 from svc.store import Document, Store
 from svc.templates import is_owner, owner_of
 from svc.vault import Vault
@@ -539,8 +539,7 @@ class Installs:
             raise BadRequest(
                 f"invoke is only available for platform orchC (this install is {doc['platform']})"
             )
-        if doc["status"] == "cancelled":
-            raise Conflict("Install is cancelled")
+        require_ready(doc)
         context = InvokeContext(
             install_id=install_id,
             platform=doc["platform"],
@@ -579,6 +578,7 @@ class Installs:
     async def report_run(self, principal: Principal, install_id: str, body: SelfReportBody) -> str:
         """A run the deployer made directly on the platform (orchC self-report)."""
         doc = await self.owned(principal, install_id)
+        require_ready(doc)
         keys = {agent["key"] for agent in doc["definition"]["agents"]}
         if body.agentKey not in keys:
             raise BadRequest(f"agentKey: no agent {body.agentKey!r} in this install")

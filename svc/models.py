@@ -7,7 +7,27 @@ are dropped, never written.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+EARLIEST, LATEST = datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)
+
+
+def _bounded(value: datetime) -> datetime:
+    """UTC (a time without a zone is UTC), between 2000 and 2100: arithmetic on it cannot overflow."""
+    try:
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("must be between 2000-01-01 and 2100-01-01") from None
+    if not EARLIEST <= value < LATEST:
+        raise ValueError("must be between 2000-01-01 and 2100-01-01")
+    return value
+
+
+# An ISO 8601 time in a body or query (text on the wire, even in strict bodies).
+Timestamp = Annotated[datetime, Field(strict=False), AfterValidator(_bounded)]
 
 
 class RequestBody(BaseModel):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from svc.clock import iso, utcnow
 from svc.errors import BadRequest
+from svc.models import Timestamp
 from svc.store import Document, Store
 
 FREE_DAYS = 30
@@ -26,8 +27,8 @@ class AnalyticsQuery(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True)
 
-    from_: datetime | None = Field(default=None, alias="from", description="ISO 8601; default 30 days ago")
-    to: datetime | None = Field(default=None, description="ISO 8601; default now")
+    from_: Timestamp | None = Field(default=None, alias="from", description="ISO 8601; default 30 days ago")
+    to: Timestamp | None = Field(default=None, description="ISO 8601; default now")
 
 
 def utc(value: datetime) -> datetime:

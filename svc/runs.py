@@ -29,13 +29,23 @@ RunStatus = Literal["completed", "failed"]
 TOKENLESS_PLATFORMS = frozenset({"orchB"})
 
 
+def require_ready(install: Document) -> None:
+    """409 unless the install is ready: a pending approval or a cancellation stops runs and reports."""
+    if install["status"] != "completed":
+        raise Conflict(f"Install is not ready (status: {install['status']})")
+
+
+# Far above any real run, far below the 64-bit sums of the counters.
+MAX_TOKENS = 10**12
+
+
 class SelfReportBody(RequestBody):
     """POST /api/installs/:installId/runs."""
 
     agentKey: str = Field(min_length=1, max_length=64)
     status: RunStatus
-    inputTokens: int | None = Field(default=None, ge=0)
-    outputTokens: int | None = Field(default=None, ge=0)
+    inputTokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    outputTokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
     runId: str | None = Field(default=None, min_length=1, max_length=200)
     errorMessage: str | None = Field(default=None, max_length=2000)
 
@@ -52,8 +62,8 @@ class IngestBody(RequestBody):
     platform: str = Field(min_length=1, max_length=64)
     runId: str = Field(min_length=1, max_length=200)
     status: RunStatus
-    inputTokens: int | None = Field(default=None, ge=0)
-    outputTokens: int | None = Field(default=None, ge=0)
+    inputTokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    outputTokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
     errorMessage: str | None = Field(default=None, max_length=2000)
 
     @model_validator(mode="after")
@@ -189,8 +199,7 @@ class Runs:
             return {"ok": True, "runId": body.runId}
         if install["status"] == "cancelled":
             raise Conflict("Install is cancelled; it no longer accepts run reports")
-        if install["status"] != "completed":
-            raise Conflict(f"Install is not ready (status: {install['status']})")
+        require_ready(install)
         if body.platform != install["platform"]:
             raise BadRequest(f"platform: this install is on {install['platform']}, not {body.platform}")
         agent_key = self._agent_key(install, body)

@@ -32,7 +32,7 @@ from svc.mailer import Mailer
 from svc.models import RequestBody
 from svc.pipelines import PipelineExecutor
 from svc.ports import Runtime, RuntimeFailure
-from svc.runs import Runs
+from svc.runs import Runs, require_ready
 from svc.security_log import SecurityLog
 from svc.store import Document, Store
 from svc.vault import Vault
@@ -345,7 +345,7 @@ class RunService:
         install = await self.installs.owned(principal, install_id)
         if install["platform"] != "svc":
             raise BadRequest(f"run is for managed (svc) installs; this install is on {install['platform']}")
-        self._check_ready(install)
+        require_ready(install)
         run_id = tokens.new_id()
         return await self._dispatch(
             install_id, {"runId": run_id, "task": body.task, "source": "run"}, wait=True
@@ -356,7 +356,7 @@ class RunService:
         install = await self.store.installs.find_one({"_id": install_id})
         if install is None:
             raise NotFound("Webhook token not found")
-        self._check_ready(install)
+        require_ready(install)
         if body.callbackUrl is not None:
             try:
                 parsed = httpx.URL(body.callbackUrl)
@@ -479,11 +479,6 @@ class RunService:
             )
             raise NotFound("No active run for this install")
         return {"ok": True, "runId": active["_id"], "cancelledStep": step or None}
-
-    @staticmethod
-    def _check_ready(install: Document) -> None:
-        if install["status"] != "completed":
-            raise Conflict(f"Install is not ready (status: {install['status']})")
 
     async def _dispatch(self, install_id: str, payload: dict[str, Any], wait: bool) -> dict[str, Any]:
         if self.runtime is None:
