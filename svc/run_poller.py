@@ -94,6 +94,7 @@ class RunPoller:
         return 0
 
     async def _poll(self, install: Document, now: datetime) -> int:
+        # The install created its agents upstream, so a first poll (no cursor) finds its runs only.
         cursor = install.get("pollCursor")
         context = PollContext(
             install_id=install["_id"],
@@ -111,7 +112,7 @@ class RunPoller:
             updated = _parse(report.updatedAt)
             if updated is not None and (newest is None or updated > newest):
                 newest = updated
-            if await self._record(install, report, keys, updated, now):
+            if await self._record(install, report, keys, now):
                 recorded += 1
         change: dict[str, Any] = {"$set": {"lastPolledAt": now}}
         if newest is not None:
@@ -126,7 +127,6 @@ class RunPoller:
         install: Document,
         report: RunReport,
         keys: dict[str, str],
-        updated: datetime | None,
         now: datetime,
     ) -> bool:
         """Store one report; True when it is a run not seen before."""
@@ -140,9 +140,9 @@ class RunPoller:
             error_message=report.errorMessage,
             run_id=report.runId,
             platform_agent_id=report.platformAgentId,
-            # When it finished upstream (never later than now: a skewed upstream clock
-            # must not date a run into the future, where billing periods would miss it).
-            created_at=min(updated, now) if updated is not None else now,
+            # Dated when recorded, not when it finished upstream: a run found after a billing
+            # cycle closed must fall into the next period, not into one already charged.
+            created_at=now,
         )
         return new
 

@@ -112,19 +112,6 @@ INDEXES: dict[str, list[Index]] = {
         Index([("templateId", ASCENDING), ("createdAt", DESCENDING)]),
         Index([("installId", ASCENDING), ("createdAt", ASCENDING)]),
         Index([("owner.kind", ASCENDING), ("owner.id", ASCENDING), ("createdAt", DESCENDING)]),
-        # GET /api/runs breakdowns: every field the $group stages read, so MongoDB can answer from
-        # the index alone (a covered scan) instead of fetching each run document.
-        Index(
-            [
-                ("templateId", ASCENDING),
-                ("platform", ASCENDING),
-                ("agentKey", ASCENDING),
-                ("status", ASCENDING),
-                ("inputTokens", ASCENDING),
-                ("outputTokens", ASCENDING),
-            ],
-            name="runs_analytics",
-        ),
     ],
     # Run counters (svc/run_stats.py): what analytics and billing read instead of every run.
     "run_stats": [

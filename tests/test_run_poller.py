@@ -69,7 +69,7 @@ async def test_each_finished_conversation_is_counted_once(client, fake, store):
     assert all(r["source"] == "poll" and r["platform"] == "orchB" for r in runs)
     assert all(r["inputTokens"] is None and r["outputTokens"] is None for r in runs)
     assert runs[1]["errorMessage"] == "conversation state unrecoverable"
-    assert aware(runs[0]["createdAt"]) == now - timedelta(minutes=9), "dated when it finished upstream"
+    assert aware(runs[0]["createdAt"]) >= now - timedelta(seconds=1), "dated when recorded, not backdated"
     doc = await store.installs.find_one({"_id": install_id})
     assert aware(doc["pollCursor"]) == now - timedelta(seconds=30)
 
