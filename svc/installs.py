@@ -141,6 +141,7 @@ class Installs:
         definition = template["definition"]
         variables = self._check_variables(definition, body.variables or {})
         install_secrets = self._check_secret_names(body.secrets or {})
+        await self._check_payment_fields(body)
         company_id = body.companyId
         # A re-install into the same company (or, without companies, by the same owner) is pre-filled;
         # a company created by this install starts empty.
@@ -271,6 +272,19 @@ class Installs:
         )
         if rejected.modified_count:
             await self.store.install_tokens.delete_many({"installId": install_id})
+
+    async def _check_payment_fields(self, body: CreateInstallBody) -> None:
+        """A customer must be one our setup-intent created, for the deployer's email: nobody
+        bills their usage to a customer id they happened to learn."""
+        if body.payPaymentMethodId is not None and body.payCustomerId is None:
+            raise BadRequest("payPaymentMethodId needs payCustomerId")
+        if body.payCustomerId is None:
+            return
+        customer = await self.store["pay_customers"].find_one({"_id": body.payCustomerId})
+        if customer is None:
+            raise BadRequest("payCustomerId: unknown customer; create one with POST /api/stripe/setup-intent")
+        if (body.deployerEmail or "").strip().lower() != customer["email"]:
+            raise BadRequest("deployerEmail must be the email the payment customer was created for")
 
     def _platform(self, platform_id: str) -> PlatformInfo:
         platform = self.plugins.platform(platform_id)

@@ -79,6 +79,10 @@ class Payouts:
     async def setup_intent(self, body: SetupIntentBody) -> Document:
         """A customer and a setup intent; the confirmed method is attached to the install later."""
         client_secret, customer_id = await provider_call(self._require_provider().setup_intent(body.email))
+        # Installs may name only customers created here, for the same email.
+        await self.store["pay_customers"].insert_one(
+            {"_id": customer_id, "email": body.email, "createdAt": utcnow()}
+        )
         return {"clientSecret": client_secret, "customerId": customer_id}
 
     async def onboard(self, user_id: str, body: OnboardBody) -> Document:

@@ -17,7 +17,7 @@ from tests.billing_helpers import (
     setup_intent,
     start_fake_stripe,
 )
-from tests.conftest import app_store, bearer, signup
+from tests.conftest import app_store, bearer, create_key, signup
 
 # ---- not configured ----------------------------------------------------------------------------
 
@@ -534,3 +534,30 @@ async def test_charge_cycle_refuses_overlaps_future_periods_and_free_templates(
     assert response.status == 409
     assert len(fake.succeeded_charges()) == 1
     assert await app_store(client)["invoices"].count_documents({}) == 1
+
+
+async def test_an_install_names_only_its_own_payment_customer(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    victim = await setup_intent(client, "victim@example.com")
+    deal = await paid_install(client, fake, card=None)
+    template_id = deal.template["id"]
+    for body, fragment in (
+        ({"payCustomerId": "cus_made_up", "payPaymentMethodId": CARD}, "unknown customer"),
+        (
+            {
+                "payCustomerId": victim["customerId"],
+                "payPaymentMethodId": CARD,
+                "deployerEmail": "me@example.com",
+            },
+            "deployerEmail",
+        ),
+        ({"payPaymentMethodId": CARD}, "payCustomerId"),
+    ):
+        response = await client.post(
+            "/api/installs",
+            json={"templateId": template_id, "platform": "svc", **body},
+            headers=bearer(await create_key(client, deal.deployer)),
+        )
+        assert response.status == 400, await response.text()
+        assert fragment in (await response.json())["error"]
