@@ -92,7 +92,7 @@ class OrgBilling:
                 customer_id=org.get("payCustomerId"),
                 email=org.get("billingEmail") or access.actor.email,
                 price=self._price(),
-                trial_days=TRIAL_DAYS,
+                trial_days=0 if org.get("trialUsed") else TRIAL_DAYS,
                 success_url=f"{self._billing_page(slug)}?checkout=success",
                 cancel_url=f"{self._billing_page(slug)}?checkout=cancelled",
             )
@@ -141,15 +141,17 @@ class OrgBilling:
             org_id = obj.get("client_reference_id") or (obj.get("metadata") or {}).get("orgId")
             if not org_id or obj.get("mode") != "subscription":
                 return
+            if await self.store.orgs.count_documents({"_id": org_id}) == 0:
+                return  # the org was deleted meanwhile
             changes = {
-                k: v
-                for k, v in (
+                key: value
+                for key, value in (
                     ("payCustomerId", obj.get("customer")),
                     ("paySubscriptionId", obj.get("subscription")),
                 )
-                if v
+                if value
             }
-            await self.store.orgs.update_one({"_id": org_id}, {"$set": changes})
+            await self.store.orgs.update_one({"_id": org_id}, {"$set": {**changes, "trialUsed": True}})
             if obj.get("subscription") and self.provider is not None:
                 try:
                     await self._apply(org_id, await self.provider.subscription(obj["subscription"]))
@@ -158,12 +160,24 @@ class OrgBilling:
             return
         if event.type.startswith("customer.subscription."):
             org_id = await self._org_of(obj)
-            if org_id is None:
+            org = await self.store.orgs.find_one({"_id": org_id}) if org_id else None
+            if org is None:
                 log.info("subscription event for no known org", extra={"eventType": event.type})
                 return
+            if org.get("paySubscriptionId") and org["paySubscriptionId"] != obj.get("id"):
+                # An older (replaced) subscription's late event must not change the plan.
+                log.info("event of a replaced subscription ignored", extra={"eventType": event.type})
+                return
+            # Events arrive in any order: the provider's current state of the subscription decides.
+            current = obj
+            if self.provider is not None and obj.get("id"):
+                try:
+                    current = await self.provider.subscription(obj["id"])
+                except ProviderError:
+                    log.warning("could not read a subscription; applying the event's copy")
             if event.type == "customer.subscription.deleted":
-                obj = {**obj, "status": "canceled"}
-            await self._apply(org_id, obj)
+                current = {**current, "status": "canceled"}
+            await self._apply(org_id, current)
 
     async def _org_of(self, subscription: Document) -> str | None:
         org_id = (subscription.get("metadata") or {}).get("orgId")

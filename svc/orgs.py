@@ -58,6 +58,8 @@ SLUG_ATTEMPTS = 50
 RESERVED_SLUGS = frozenset({"mine"})
 NOT_FOUND = "Org not found"
 PRO_REQUIRED = "This feature requires the Pro plan"
+# Subscription states in which the provider still charges the org.
+LIVE_SUBSCRIPTION = ("active", "trialing", "past_due")
 
 
 @dataclass(frozen=True)
@@ -426,13 +428,19 @@ class Orgs:
         1. mark the org `deleting` (every org look-up skips it from here on);
         2. revoke the org keys (database, then the key cache);
         3. cancel the invitations;
-        4. cancel installs waiting for approval; give templates and installs back to the owner;
+        4. cancel installs waiting for approval; give templates back to the owner and installs
+           to the member who deployed them (else the owner);
         5. delete the org secrets;
         6. delete the org record, then the memberships (readers ignore memberships of a missing org).
         The audit events stay (append-only).
         """
         access = await self.access(user_id, slug, "org.delete")
         org = access.org
+        if org.get("subscriptionStatus") in LIVE_SUBSCRIPTION and not org.get("cancelAtPeriodEnd"):
+            raise Conflict(
+                "The org has a live Pro subscription: cancel it first (POST /api/orgs/:slug/billing/cancel), "
+                "then delete the org"
+            )
         org_id, owner = org["_id"], {"kind": "user", "id": user_id}
         await self.store.orgs.update_one({"_id": org_id}, {"$set": {"deleting": True, "updatedAt": utcnow()}})
         await self._revoke_keys({"orgId": org_id})
@@ -446,6 +454,14 @@ class Orgs:
             for install in waiting:
                 await self.installs.settle_approval(install["_id"], org_id, approved=False)
         await self.store["templates"].update_many(as_org, {"$set": {"owner": owner, "updatedAt": utcnow()}})
+        # An install goes back to the member who deployed it (their card may pay for it), else the owner.
+        for deployer in await self.store.installs.distinct(
+            "deployedBy", {**as_org, "deployedBy": {"$type": "string"}}
+        ):
+            await self.store.installs.update_many(
+                {**as_org, "deployedBy": deployer},
+                {"$set": {"owner": {"kind": "user", "id": deployer}, "updatedAt": utcnow()}},
+            )
         await self.store.installs.update_many(as_org, {"$set": {"owner": owner, "updatedAt": utcnow()}})
         await self.store["org_secrets"].delete_many({"orgId": org_id})
         await self.audit.record(

@@ -213,7 +213,8 @@ class PaymentProvider:
             "client_reference_id": org_id,
             "line_items": [{**price, "quantity": 1}],
             "payment_method_collection": "always",
-            "subscription_data": {"trial_period_days": trial_days, "metadata": {"orgId": org_id}},
+            "subscription_data": {"metadata": {"orgId": org_id}}
+            | ({"trial_period_days": trial_days} if trial_days else {}),
             "metadata": {"orgId": org_id},
             "success_url": success_url,
             "cancel_url": cancel_url,

@@ -84,11 +84,60 @@ async def test_subscription_updates_follow_the_provider(make_client: Any, aiohtt
         ("past_due", "free", "past_due"),
         ("active", "pro", "active"),
     ):
+        fake.subscriptions[subscription["id"]]["status"] = provider_status
         await post_event(
-            client, fake, "customer.subscription.updated", dict(subscription, status=provider_status)
+            client, fake, "customer.subscription.updated", fake.subscriptions[subscription["id"]]
         )
         body = await status_of(client, w.owner, w.slug)
         assert (body["plan"], body["subscriptionStatus"]) == (plan, status)
+
+
+async def test_late_events_of_a_replaced_subscription_change_nothing(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    w = await world(client)
+    await ok(await send(client, w.owner, "POST", f"{w.base}/billing/checkout"))
+    [first_session] = fake.checkout_sessions.values()
+    first = start_subscription(fake, first_session["id"])
+    await post_event(client, fake, "checkout.session.completed", first_session)
+    await ok(await send(client, w.owner, "POST", f"{w.base}/billing/cancel"))
+    fake.subscriptions[first["id"]]["status"] = "canceled"
+    await post_event(client, fake, "customer.subscription.deleted", fake.subscriptions[first["id"]])
+    assert (await status_of(client, w.owner, w.slug))["plan"] == "free"
+    # A new checkout: no second trial, a new subscription.
+    await ok(await send(client, w.owner, "POST", f"{w.base}/billing/checkout"))
+    second_session = list(fake.checkout_sessions.values())[-1]
+    assert "trial_period_days" not in second_session["subscription_data"]
+    second = start_subscription(fake, second_session["id"], trial_days=0)
+    fake.subscriptions[second["id"]]["status"] = "active"
+    await post_event(client, fake, "checkout.session.completed", second_session)
+    assert (await status_of(client, w.owner, w.slug))["subscriptionStatus"] == "active"
+    # A late event of the first subscription (even one claiming it is active) changes nothing.
+    late = dict(fake.subscriptions[first["id"]], status="active")
+    await post_event(client, fake, "customer.subscription.updated", late)
+    await post_event(client, fake, "customer.subscription.deleted", fake.subscriptions[first["id"]])
+    body = await status_of(client, w.owner, w.slug)
+    assert (body["plan"], body["subscriptionStatus"]) == ("pro", "active")
+
+
+async def test_an_org_with_a_live_subscription_cannot_be_deleted(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    w = await world(client)
+    await ok(await send(client, w.owner, "POST", f"{w.base}/billing/checkout"))
+    [session] = fake.checkout_sessions.values()
+    subscription = start_subscription(fake, session["id"])
+    await post_event(client, fake, "checkout.session.completed", session)
+    response = await send(client, w.owner, "DELETE", w.base)
+    assert response.status == 409 and "cancel" in (await response.json())["error"]
+    await ok(await send(client, w.owner, "POST", f"{w.base}/billing/cancel"))
+    await ok(await send(client, w.owner, "DELETE", w.base))
+    # The provider's later events about the deleted org are acknowledged and ignored.
+    await post_event(client, fake, "customer.subscription.deleted", subscription)
 
 
 async def test_org_billing_without_a_provider_is_503(make_client: Any) -> None:

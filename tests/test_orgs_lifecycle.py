@@ -30,11 +30,14 @@ async def test_delete_reverts_templates_and_removes_everything_reachable(make_cl
     await ok(await send(client, w.owner, "POST", f"{w.base}/secrets", {"key": "TOKEN", "value": "v"}))
     await invite(client, w.owner, w.slug, "pending@example.com")
 
-    # Only the owner may delete.
+    # Only the owner may delete, and not while the subscription still charges.
     assert (await send(client, w.admin, "DELETE", w.base)).status == 403
+    assert (await send(client, w.owner, "DELETE", w.base)).status == 409
+    store = app_store(client)
+    # (What billing/cancel records: the provider ends the subscription at the period's end.)
+    await store.orgs.update_one({"_id": org_id}, {"$set": {"cancelAtPeriodEnd": True}})
     assert await ok(await send(client, w.owner, "DELETE", w.base)) == {"ok": True}
 
-    store = app_store(client)
     # The org key is refused at once (the cache was evicted).
     assert (await client.get("/api/installs", headers=bearer(key))).status == 401
     assert await store.api_keys.count_documents({"orgId": org_id}) == 0
