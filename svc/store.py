@@ -54,6 +54,8 @@ INDEXES: dict[str, list[Index]] = {
     "users": [
         Index([("email", ASCENDING)], unique=True),
         Index([("handle", ASCENDING)], unique=True, partial={"handle": STRING}),
+        # The provider's account.updated events name the payout account.
+        Index([("payout.accountId", ASCENDING)], partial={"payout.accountId": STRING}),
     ],
     # Sessions are kept a week past expiry so that a stale cookie reads "Session expired".
     "sessions": [
@@ -90,6 +92,8 @@ INDEXES: dict[str, list[Index]] = {
         Index([("deployedAgents.externalId", ASCENDING)]),
         Index([("platform", ASCENDING), ("status", ASCENDING)]),  # the run poller's active orchB installs
         Index([("owner.kind", ASCENDING), ("owner.id", ASCENDING), ("createdAt", DESCENDING)]),
+        # /installs/mine and cancel billing find a user's installs by who deployed them.
+        Index([("deployedBy", ASCENDING), ("createdAt", DESCENDING)]),
     ],
     "pipeline_runs": [
         Index([("installId", ASCENDING), ("status", ASCENDING)]),

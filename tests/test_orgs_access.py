@@ -47,13 +47,11 @@ TABLE: dict[str, Row] = {
     "transfer": Row(
         "PATCH", "{base}/transfer", OWNER, body={"newOwnerId": "{target}", "confirmation": "{name}"}
     ),
-    "invite": Row(
-        "POST", "{base}/invitations", MANAGERS, body={"email": "{email}", "role": "member"}, status=201
-    ),
+    "invite": Row("POST", "{base}/invitations", MANAGERS, body={"email": "{email}", "role": "member"}),
     "list invitations": Row("GET", "{base}/invitations", MANAGERS),
     "cancel invitation": Row("DELETE", "{base}/invitations/{invitation}", MANAGERS),
     "list keys": Row("GET", "{base}/keys", EVERYONE),
-    "create key": Row("POST", "{base}/keys", MANAGERS, body={"label": "k"}, status=201),
+    "create key": Row("POST", "{base}/keys", MANAGERS, body={"label": "k"}),
     "revoke key": Row("DELETE", "{base}/keys/{key}", MANAGERS, status=204),
     "governance": Row("PATCH", "{base}/settings/governance", MANAGERS, pro=True, body={"enabled": True}),
     "list approvals": Row("GET", "{base}/approvals", EVERYONE, pro=True),
@@ -63,7 +61,6 @@ TABLE: dict[str, Row] = {
         EVERYONE,
         pro=True,
         body={"installId": "{install}", "templateId": "tpl-1", "templateName": "Team"},
-        status=201,
     ),
     "decide approval": Row(
         "PATCH", "{base}/approvals/{approval}", MANAGERS, pro=True, body={"status": "approved"}
@@ -113,7 +110,7 @@ async def fill(client: Any, w: World, role: str, text: str, *, fresh: bool) -> s
         approval = "nope"
         if fresh:
             body = {"installId": await seed_org_install(client, w), "templateId": "t", "templateName": "T"}
-            created = await ok(await send(client, w.owner, "POST", f"{w.base}/approvals", body), 201)
+            created = await ok(await send(client, w.owner, "POST", f"{w.base}/approvals", body))
             approval = created["approval"]["id"]
         text = text.replace("{approval}", approval)
     if "{secret}" in text:

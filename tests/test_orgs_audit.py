@@ -39,9 +39,7 @@ async def test_every_action_is_recorded_with_its_actor(make_client):
     for install_id in ("i1", "i2"):
         body = {"installId": install_id, "templateId": "t1", "templateName": "Team"}
         ids.append(
-            (await ok(await send(client, w.member, "POST", f"{w.base}/approvals", body), 201))["approval"][
-                "id"
-            ]
+            (await ok(await send(client, w.member, "POST", f"{w.base}/approvals", body)))["approval"]["id"]
         )
     await ok(await send(client, w.admin, "PATCH", f"{w.base}/approvals/{ids[0]}", {"status": "approved"}))
     await ok(await send(client, w.admin, "PATCH", f"{w.base}/approvals/{ids[1]}", {"status": "rejected"}))

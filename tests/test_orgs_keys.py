@@ -12,7 +12,7 @@ from tests.templates_helpers import create_template, get_template, patch
 async def test_org_keys_are_shown_once_and_stored_as_a_hash(make_client):
     client = await make_client(rate_limit_multiplier=None)
     w = await world(client)
-    created = await ok(await send(client, w.admin, "POST", f"{w.base}/keys", {"label": "deploy bot"}), 201)
+    created = await ok(await send(client, w.admin, "POST", f"{w.base}/keys", {"label": "deploy bot"}))
     assert set(created) == {"id", "key", "label", "createdAt"}
     assert tokens.is_api_key(created["key"]) and created["label"] == "deploy bot"
     listed = (await ok(await send(client, w.member, "GET", f"{w.base}/keys")))["keys"]
@@ -39,7 +39,7 @@ async def test_key_identity_of_an_org_key_names_the_org(make_client):
 async def test_a_revoked_org_key_is_refused_on_the_next_request(make_client):
     client = await make_client(rate_limit_multiplier=None)
     w = await world(client)
-    created = await ok(await send(client, w.owner, "POST", f"{w.base}/keys", {}), 201)
+    created = await ok(await send(client, w.owner, "POST", f"{w.base}/keys", {}))
     headers = bearer(created["key"])
     assert (await client.get("/api/installs", headers=headers)).status == 200  # now cached
     assert (await send(client, w.admin, "DELETE", f"{w.base}/keys/{created['id']}")).status == 204
@@ -53,7 +53,7 @@ async def test_keys_of_one_org_cannot_be_revoked_through_another(make_client):
     client = await make_client(rate_limit_multiplier=None)
     first = await world(client)
     second = await world(client)
-    created = await ok(await send(client, first.owner, "POST", f"{first.base}/keys", {}), 201)
+    created = await ok(await send(client, first.owner, "POST", f"{first.base}/keys", {}))
     response = await send(client, second.owner, "DELETE", f"{second.base}/keys/{created['id']}")
     assert response.status == 404
     assert (await client.get("/api/installs", headers=bearer(created["key"]))).status == 200

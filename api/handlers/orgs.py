@@ -31,11 +31,11 @@ def slug(request: web.Request) -> str:
     return request.match_info["slug"]
 
 
-@routes.post("/api/orgs", auth="S", body=CreateOrgBody, status=201)
+@routes.post("/api/orgs", auth="S", body=CreateOrgBody)
 async def create_org(request: web.Request, body: CreateOrgBody) -> web.Response:
-    """Create an org; the caller becomes its owner: 201 {org}."""
+    """Create an org; the caller becomes its owner: {org}."""
     org = await services(request).orgs.create(user_id(request), body)
-    return web.json_response({"org": org}, status=201)
+    return web.json_response({"org": org})
 
 
 @routes.get("/api/orgs/mine", auth="S")
@@ -95,11 +95,11 @@ async def transfer_org(request: web.Request, body: TransferBody) -> web.Response
     return web.json_response({"ok": True})
 
 
-@routes.post(ORG + "/invitations", auth="S", body=InvitationBody, status=201)
+@routes.post(ORG + "/invitations", auth="S", body=InvitationBody)
 async def invite(request: web.Request, body: InvitationBody) -> web.Response:
     """Invite an email as admin or member; the link is mailed at once (owner, admin)."""
     invitation = await services(request).orgs.invite(user_id(request), slug(request), body)
-    return web.json_response({"invitation": invitation}, status=201)
+    return web.json_response({"invitation": invitation})
 
 
 @routes.get(ORG + "/invitations", auth="S")
@@ -130,11 +130,11 @@ async def list_org_keys(request: web.Request) -> web.Response:
     return web.json_response({"keys": await services(request).orgs.keys(user_id(request), slug(request))})
 
 
-@routes.post(ORG + "/keys", auth="S", body=OrgKeyBody, status=201)
+@routes.post(ORG + "/keys", auth="S", body=OrgKeyBody)
 async def create_org_key(request: web.Request, body: OrgKeyBody) -> web.Response:
-    """A new org key, shown once (owner, admin): 201 {id, key, label, createdAt}."""
+    """A new org key, shown once (owner, admin): {id, key, label, createdAt}."""
     created = await services(request).orgs.create_key(user_id(request), slug(request), body)
-    return web.json_response(created, status=201)
+    return web.json_response(created)
 
 
 @routes.delete(ORG + "/keys/{id}", auth="S", status=204)
@@ -158,11 +158,11 @@ async def list_approvals(request: web.Request, query: ApprovalsQuery) -> web.Res
     return web.json_response({"approvals": items})
 
 
-@routes.post(ORG + "/approvals", auth="S", body=ApprovalRequestBody, status=201)
+@routes.post(ORG + "/approvals", auth="S", body=ApprovalRequestBody)
 async def request_approval(request: web.Request, body: ApprovalRequestBody) -> web.Response:
     """Ask for approval of an org install; owners and admins are emailed (members; Pro)."""
     approval = await services(request).orgs.create_approval(user_id(request), slug(request), body)
-    return web.json_response({"approval": approval}, status=201)
+    return web.json_response({"approval": approval})
 
 
 @routes.patch(ORG + "/approvals/{id}", auth="S", body=ApprovalDecisionBody)
