@@ -166,7 +166,7 @@ async def bench(runs: int, requests: int) -> list[tuple[str, str, list[float]]]:
                 print(f"seeded {runs:,} runs in {time.perf_counter() - started:.1f} s")
                 started = time.perf_counter()
                 buckets = await run_stats.rebuild(store, {"templateId": seeded.template_id})
-                print(f"built {buckets:,} hourly buckets in {time.perf_counter() - started:.1f} s")
+                print(f"built {buckets:,} run counters in {time.perf_counter() - started:.1f} s")
                 for label, path in endpoints(seeded):
                     timings = await time_requests(session, service.base + path, seeded.key, requests)
                     results.append((label, "all", timings))
