@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from svc import tokens
 from svc.clock import iso, utcnow
+from svc.runs import Runs
 from tests.conftest import app_store, bearer
 from tests.orgs_helpers import make_pro, ok, org_key, send, world
 from tests.runtime_helpers import member
@@ -33,18 +33,10 @@ async def report(client: Any, key: str, install_id: str, status: str) -> None:
 
 
 async def backdate(client: Any, install_id: str, days: int, status: str = "completed") -> None:
-    """A run recorded `days` ago (the run API always stamps now, so older runs are seeded)."""
+    """A run recorded `days` ago (the run API always stamps now, so older runs are written directly)."""
     install = await app_store(client).installs.find_one({"_id": install_id})
-    await app_store(client)["runs"].insert_one(
-        {
-            "_id": tokens.new_id(),
-            "runId": tokens.new_id(),
-            "installId": install_id,
-            "templateId": install["templateId"],
-            "owner": install["owner"],
-            "status": status,
-            "createdAt": utcnow() - timedelta(days=days),
-        }
+    await Runs(app_store(client)).record(  # the service's write path, which also keeps the counters
+        install, agent_key="a", status=status, source="seed", created_at=utcnow() - timedelta(days=days)
     )
 
 
@@ -66,7 +58,7 @@ async def test_free_org_defaults_zero_fill_and_clamping(make_client):
     await report(client, other_key, other_install, "completed")
 
     body = await ok(await send(client, w.member, "GET", f"{w.base}/analytics"))
-    assert (body["isPro"], body["maxDays"], body["totalRuns"], body["successRate"]) == (False, 30, 4, 0.75)
+    assert (body["isPro"], body["maxDays"], body["totalRuns"], body["successRate"]) == (False, 30, 4, 75.0)
     start, end = parse(body["fromDate"]), parse(body["toDate"])
     assert end - start == timedelta(days=30) and abs((utcnow() - end).total_seconds()) < 60
     assert len(body["byDay"]) == 31
