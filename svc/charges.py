@@ -222,6 +222,8 @@ class Charges:
             "templateId": install["templateId"],
             "builderUserId": builder_user,
             "payoutAccountId": account,
+            # The builder's share goes to their payout account, or stays on the platform balance.
+            "payout": "routed" if account else "held",
             "deployer": install.get("owner"),
             "periodStart": start,
             "periodEnd": end,
