@@ -91,33 +91,9 @@ class Runs:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    async def record(
-        self,
-        install: Document,
-        *,
-        agent_key: str | None,
-        status: RunStatus,
-        source: str,
-        input_tokens: int | None = None,
-        output_tokens: int | None = None,
-        error_message: str | None = None,
-        run_id: str | None = None,
-        platform_agent_id: str | None = None,
-        created_at: datetime | None = None,
-    ) -> str:
-        """Store one run; a repeated runId for the same install is a no-op. Returns the run id."""
-        run_id, _ = await self.add(
-            install,
-            agent_key=agent_key,
-            status=status,
-            source=source,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            error_message=error_message,
-            run_id=run_id,
-            platform_agent_id=platform_agent_id,
-            created_at=created_at,
-        )
+    async def record(self, install: Document, **fields: Any) -> str:
+        """Store one run (the keywords of `add`); a repeated runId is a no-op. Returns the run id."""
+        run_id, _ = await self.add(install, **fields)
         return run_id
 
     async def add(
