@@ -41,6 +41,8 @@ from svc.store import Document, Store
 log = logging.getLogger(__name__)
 
 CLAIM_LEASE = timedelta(minutes=5)
+# A caller's clock may run a little ahead of ours: a periodEnd of "now" on their side is fine.
+CLOCK_SKEW = timedelta(minutes=5)
 # The provider keeps idempotency keys for 24 hours: past that, resuming could charge again.
 KEY_LIFETIME = timedelta(hours=23)
 # How far back the monthly job looks for installs deleted without cancel billing.
@@ -109,7 +111,7 @@ class Charges:
         else:
             start, end = previous_month(utcnow())
         check_period(start, end)
-        if end > utcnow():
+        if end > utcnow() + CLOCK_SKEW:
             raise BadRequest("periodEnd must not be in the future")
         install = await self.store.installs.find_one({"_id": body.installId})
         if install is None or install.get("status") == "pending":

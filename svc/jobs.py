@@ -35,6 +35,10 @@ LEASE = timedelta(minutes=10)
 Poll = Callable[[datetime], Awaitable[int]]
 
 
+class LeaseLost(Exception):
+    """This scheduler's claim on a running job was taken over: it must stop."""
+
+
 class Jobs:
     """Fires the periodic jobs that are due; call `tick` often (the scheduler does, each second)."""
 
@@ -132,10 +136,12 @@ class Jobs:
             cycle_end = due
 
         async def renew() -> None:
-            await self._jobs.update_one(
+            renewed = await self._jobs.update_one(
                 {"_id": BILLING, "running.token": token},
                 {"$set": {"running.leaseUntil": max(now, utcnow()) + LEASE}},
             )
+            if renewed.matched_count == 0:
+                raise LeaseLost("another scheduler took the billing cycle over")
 
         counts = await self.charges.run_cycle(cycle_end, now, renew)
         await self._jobs.update_one(

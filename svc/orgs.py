@@ -919,12 +919,16 @@ class Orgs:
         """A request made by hand for one of the org's installs; owners and admins are emailed."""
         access = await self.access(user_id, slug, "approvals.create")
         install = await self.store.installs.find_one(
-            {"_id": body.installId, "owner.kind": "org", "owner.id": access.org["_id"]}, {"_id": 1}
+            {"_id": body.installId, "owner.kind": "org", "owner.id": access.org["_id"]},
+            {"templateId": 1, "templateName": 1},
         )
         if install is None:
             raise NotFound("Install not found")
+        if body.templateId != install["templateId"]:
+            raise BadRequest("templateId: not the template of this install")
+        # The mailed name is the install's own, not text the requester typed.
         approval_id = await self._open_request(
-            access.org, body.installId, body.templateId, body.templateName, access.actor
+            access.org, body.installId, install["templateId"], install["templateName"], access.actor
         )
         doc = await self.store["org_approvals"].find_one({"_id": approval_id})
         assert doc is not None

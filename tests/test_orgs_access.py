@@ -109,7 +109,11 @@ async def fill(client: Any, w: World, role: str, text: str, *, fresh: bool) -> s
     if "{approval}" in text:
         approval = "nope"
         if fresh:
-            body = {"installId": await seed_org_install(client, w), "templateId": "t", "templateName": "T"}
+            body = {
+                "installId": await seed_org_install(client, w),
+                "templateId": "tpl-1",
+                "templateName": "T",
+            }
             created = await ok(await send(client, w.owner, "POST", f"{w.base}/approvals", body))
             approval = created["approval"]["id"]
         text = text.replace("{approval}", approval)

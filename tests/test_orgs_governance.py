@@ -127,6 +127,9 @@ async def test_manual_approval_requests(make_client, aiohttp_server):
         w.member.email,
     )
     assert approval["orgId"] == w.org["id"]
+    # The request names the install's template, not text the requester typed.
+    wrong = {**body, "templateId": "some-other-template"}
+    assert (await send(client, w.member, "POST", f"{w.base}/approvals", wrong)).status == 400
     for manager in (w.owner, w.admin):
         await last_mail(client, manager.email, "org_approval_requested")
     await ok(
