@@ -780,7 +780,18 @@ class Orgs:
             "cancelAtPeriodEnd": cancel_at_period_end,
         }
         await self.audit.record(org_id, "billing.subscription_updated", SYSTEM, meta)
+        if plan == "free" and (before.get("plan") or "free") == "pro":
+            await self._lapse_governance({**before, **changes})
         return org_view({**before, **changes})
+
+    async def _lapse_governance(self, org: Document) -> None:
+        """Governance applies only while Pro, and deciding is a Pro action: when the plan lapses,
+        the requests still waiting are approved, as new installs no longer wait."""
+        pending = (
+            await self.store["org_approvals"].find({"orgId": org["_id"], "status": "pending"}).to_list(None)
+        )
+        for request in pending:
+            await self._decide(org, request["_id"], "approved", "Governance lapsed with the Pro plan", SYSTEM)
 
     async def set_plan(self, slug: str, plan: Plan) -> dict[str, Any]:
         """Operator override (`svc orgs set-plan`): pro as an active subscription, free as none."""
@@ -939,40 +950,50 @@ class Orgs:
     ) -> dict[str, Any]:
         """pending → approved or rejected (once; 409 after); the install follows; the requestor is emailed."""
         access = await self.access(user_id, slug, "approvals.decide")
-        org = access.org
+        decided = await self._decide(access.org, approval_id, body.status, body.note, access.actor)
+        if decided is None:
+            existing = await self.store["org_approvals"].find_one(
+                {"_id": approval_id, "orgId": access.org["_id"]}
+            )
+            if existing is None:
+                raise NotFound("Approval request not found")
+            raise Conflict(f"Approval request is already {existing['status']}")
+        return approval_view(decided)
+
+    async def _decide(
+        self, org: Document, approval_id: str, status: str, note: str | None, actor: Actor
+    ) -> Document | None:
+        """Settle one pending request (None when it is not pending): install, audit, mail."""
         decided = await self.store["org_approvals"].find_one_and_update(
             {"_id": approval_id, "orgId": org["_id"], "status": "pending"},
             {
                 "$set": {
-                    "status": body.status,
-                    "note": body.note,
-                    "reviewedBy": access.actor.id,
-                    "reviewedByEmail": access.actor.email,
+                    "status": status,
+                    "note": note,
+                    "reviewedBy": actor.id,
+                    "reviewedByEmail": actor.email,
                     "reviewedAt": utcnow(),
                 }
             },
             return_document=ReturnDocument.AFTER,
         )
         if decided is None:
-            existing = await self.store["org_approvals"].find_one({"_id": approval_id, "orgId": org["_id"]})
-            if existing is None:
-                raise NotFound("Approval request not found")
-            raise Conflict(f"Approval request is already {existing['status']}")
+            return None
         if self.installs is not None:
-            await self.installs.settle_approval(decided["installId"], org["_id"], body.status == "approved")
-        action = "approval.approved" if body.status == "approved" else "approval.rejected"
-        meta = {"approvalId": approval_id, "installId": decided["installId"], "note": body.note}
-        await self.audit.record(org["_id"], action, access.actor, meta)
+            await self.installs.settle_approval(decided["installId"], org["_id"], status == "approved")
+        action = "approval.approved" if status == "approved" else "approval.rejected"
+        meta = {"approvalId": approval_id, "installId": decided["installId"], "note": note}
+        await self.audit.record(org["_id"], action, actor, meta)
         if decided.get("requestedByEmail"):
-            note = f"\n\nNote from the reviewer: {body.note}" if body.note else ""
+            note_text = f"\n\nNote from the reviewer: {note}" if note else ""
             await self.mailer.send(
                 decided["requestedByEmail"],
-                f"Deployment {body.status}: {decided['templateName']}",
-                f"{access.actor.email} {body.status} the deployment of {decided['templateName']} "
-                f"(install {decided['installId']}) in {org['name']}.{note}",
+                f"Deployment {status}: {decided['templateName']}",
+                f"{actor.email or 'The service'} {status} the deployment of {decided['templateName']} "
+                f"(install {decided['installId']}) in {org['name']}.{note_text}",
                 kind="org_approval_decided",
             )
-        return approval_view(decided)
+        return decided
 
     # ---- the secret vault ---------------------------------------------------------------
 

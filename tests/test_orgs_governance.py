@@ -6,7 +6,7 @@ from typing import Any
 
 from tests.conftest import app_store, bearer
 from tests.installs_helpers import list_installs, mine, published_team, svc_install
-from tests.orgs_helpers import World, last_mail, ok, org_key, send, world
+from tests.orgs_helpers import World, audit_actions, last_mail, make_pro, ok, org_key, send, world
 from tests.runtime_helpers import provider_settings, start_llm
 
 
@@ -149,3 +149,17 @@ async def test_manual_approval_requests(make_client, aiohttp_server):
             client, other.owner, "PATCH", f"{other.base}/approvals/{approval['id']}", {"status": "approved"}
         )
     ).status == 404
+
+
+async def test_waiting_installs_are_approved_when_the_plan_lapses(make_client, aiohttp_server):
+    client, w, key, _ = await governed(make_client, aiohttp_server)
+    template = await published_team(client, key, name="Lapsing")
+    install_id = (await svc_install(client, key, template["id"], company="Acme", tone="dry"))["installId"]
+    assert [i["status"] for i in await list_installs(client, key)] == ["pending"]
+    await make_pro(client, w.org["id"], status="cancelled")  # the provider ended the subscription
+    assert [i["status"] for i in await list_installs(client, key)] == ["completed"]
+    approvals = await app_store(client)["org_approvals"].find({"installId": install_id}).to_list(None)
+    assert [(a["status"], a["reviewedBy"]) for a in approvals] == [("approved", None)]
+    events = [e for e in await audit_actions(client, w.org["id"]) if e["action"] == "approval.approved"]
+    assert events and events[-1]["actorId"] is None
+    await last_mail(client, w.admin.email, "org_approval_decided")
