@@ -483,6 +483,51 @@ class Charges:
                     "resuming a charge failed", extra={"invoiceId": invoice["_id"], "reason": exc.message}
                 )
 
+    async def pay_out_held(self, builder_user_id: str | None = None) -> int:
+        """Transfer builder shares held while a payout account was not active; how many moved.
+
+        One transfer per invoice, keyed by the invoice, claimed by a conditional update, so a
+        share is never paid twice (the monthly job and `account.updated` events call this).
+        """
+        provider = self._require_provider()
+        query: Document = {"status": "paid", "payout": "held", "builderAmountCents": {"$gt": 0}}
+        if builder_user_id is not None:
+            query["builderUserId"] = builder_user_id
+        moved = 0
+        async for invoice in self._invoices.find(query).limit(BATCH):
+            user = await self.store.users.find_one({"_id": invoice.get("builderUserId")}, {"payout": 1})
+            payout = (user or {}).get("payout") or {}
+            if payout.get("status") != "active":
+                continue
+            claimed = await self._invoices.find_one_and_update(
+                {"_id": invoice["_id"], "payout": "held"}, {"$set": {"payout": "transferring"}}
+            )
+            if claimed is None:
+                continue
+            try:
+                transfer_id = await provider.transfer(
+                    amount_cents=invoice["builderAmountCents"],
+                    destination=payout["accountId"],
+                    idempotency_key=f"svc-payout:{invoice['_id']}",
+                    metadata={"invoiceId": invoice["_id"]},
+                )
+            except (ProviderError, PaymentDeclined):
+                await self._invoices.update_one({"_id": invoice["_id"]}, {"$set": {"payout": "held"}})
+                log.warning("held payout transfer failed", extra={"invoiceId": invoice["_id"]})
+                continue
+            await self._invoices.update_one(
+                {"_id": invoice["_id"]},
+                {
+                    "$set": {
+                        "payout": "routed",
+                        "transferId": transfer_id,
+                        "payoutAccountId": payout["accountId"],
+                    }
+                },
+            )
+            moved += 1
+        return moved
+
     # ---- GET /api/stripe/my-earnings ---------------------------------------------------------
 
     async def earnings(self, user_id: str) -> Document:

@@ -144,6 +144,7 @@ class Jobs:
                 raise LeaseLost("another scheduler took the billing cycle over")
 
         counts = await self.charges.run_cycle(cycle_end, now, renew)
+        counts["heldPaidOut"] = await self.charges.pay_out_held()
         await self._jobs.update_one(
             {"_id": BILLING, "running.token": token},
             {"$set": {"running": None, "lastCycleEnd": cycle_end, "lastCounts": counts}},

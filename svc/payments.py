@@ -154,6 +154,17 @@ class PaymentProvider:
             raise PaymentDeclined(f"The payment needs {intent.status.replace('_', ' ')}", intent.status)
         return Charge(intent.id, intent.amount, intent.status)
 
+    async def transfer(
+        self, *, amount_cents: int, destination: str, idempotency_key: str, metadata: dict[str, str]
+    ) -> str:
+        """Move a held builder share from the platform balance to the builder's account; its id."""
+        async with _translated():
+            transfer = await self.client.v1.transfers.create_async(
+                {"amount": amount_cents, "currency": "usd", "destination": destination, "metadata": metadata},
+                {"idempotency_key": idempotency_key},
+            )
+        return str(transfer.id)
+
     # ---- builders (Connect) ------------------------------------------------------------
 
     async def create_payout_account(self, email: str, user_id: str) -> str:

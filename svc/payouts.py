@@ -119,6 +119,8 @@ class Payouts:
         await self.store.users.update_one(
             {"_id": user_id, "payout.accountId": account_id}, {"$set": {"payout.status": account.status}}
         )
+        if account.status == "active":
+            await self.charges.pay_out_held(user_id)
         if account.status != "active":
             return {"status": account.status}
         return {"status": "active", "dashboardUrl": await provider_call(provider.dashboard_link(account_id))}
@@ -150,9 +152,11 @@ class Payouts:
         if event.type in ("payment_intent.succeeded", "payment_intent.payment_failed"):
             await self.charges.payment_settled(obj, event.type == "payment_intent.succeeded")
         elif event.type == "account.updated" and isinstance(obj.get("id"), str):
-            await self.store.users.update_one(
+            user = await self.store.users.find_one_and_update(
                 {"payout.accountId": obj["id"]}, {"$set": {"payout.status": payout_status(obj)}}
             )
+            if user is not None and payout_status(obj) == "active":
+                await self.charges.pay_out_held(user["_id"])
         elif event.type.startswith(("customer.subscription.", "checkout.session.")):
             if self.subscription_handler is not None:
                 await self.subscription_handler(event)

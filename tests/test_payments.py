@@ -561,3 +561,24 @@ async def test_an_install_names_only_its_own_payment_customer(make_client: Any, 
         )
         assert response.status == 400, await response.text()
         assert fragment in (await response.json())["error"]
+
+
+async def test_held_builder_shares_are_paid_out_once_onboarding_completes(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake)
+    september = {"periodStart": "2026-09-01T00:00:00Z", "periodEnd": "2026-10-01T00:00:00Z"}
+    body = await (await charge_cycle(client, installId=deal.install_id, amountCents=1000, **september)).json()
+    invoice = await app_store(client)["invoices"].find_one({"_id": body["invoiceId"]})
+    assert invoice["payout"] == "held" and fake.transfers == {}
+    account_id = await onboarded(client, fake, deal.builder)  # the status call sees it active
+    [transfer] = fake.transfers.values()
+    assert (transfer["amount"], transfer["destination"]) == (900, account_id)
+    invoice = await app_store(client)["invoices"].find_one({"_id": body["invoiceId"]})
+    assert (invoice["payout"], invoice["transferId"]) == ("routed", transfer["id"])
+    # Later status calls and provider events move nothing again.
+    await client.get("/api/stripe/connect/status", headers=deal.builder.cookie)
+    await post_event(client, fake, fake.event("account.updated", fake.accounts[account_id]))
+    assert len(fake.transfers) == 1

@@ -49,6 +49,7 @@ class FakeStripe:
     payment_intents: dict[str, dict[str, Any]] = field(default_factory=dict)
     checkout_sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
     subscriptions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    transfers: dict[str, dict[str, Any]] = field(default_factory=dict)
     idempotent: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     requests: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     charge_attempts: int = 0
@@ -274,6 +275,22 @@ async def create_payment_intent(request: web.Request) -> web.Response:
     return web.json_response(intent)
 
 
+async def create_transfer(request: web.Request) -> web.Response:
+    fake, params = _fake(request), request[PARAMS]
+    if params.get("destination") not in fake.accounts:
+        return _error(400, "invalid_request_error", "No such destination account", "resource_missing")
+    transfer = {
+        "id": _id("tr"),
+        "object": "transfer",
+        "amount": int(params.get("amount", "0")),
+        "currency": params.get("currency"),
+        "destination": params["destination"],
+        "metadata": params.get("metadata", {}),
+    }
+    fake.transfers[transfer["id"]] = transfer
+    return web.json_response(transfer)
+
+
 async def get_payment_intent(request: web.Request) -> web.Response:
     intent = _fake(request).payment_intents.get(request.match_info["id"])
     if intent is None:
@@ -373,6 +390,7 @@ def create_app(fake: FakeStripe) -> web.Application:
     app.router.add_post("/v1/account_links", create_account_link)
     app.router.add_post("/v1/payment_intents", create_payment_intent)
     app.router.add_get("/v1/payment_intents/{id}", get_payment_intent)
+    app.router.add_post("/v1/transfers", create_transfer)
     app.router.add_post("/v1/checkout/sessions", create_checkout_session)
     app.router.add_post("/v1/billing_portal/sessions", create_portal_session)
     app.router.add_post("/v1/subscriptions/{id}", update_subscription)
