@@ -263,15 +263,22 @@ class Installs:
                 {"$set": {"status": "completed", "approval": "approved", "updatedAt": now}},
             )
             return
-        rejected = await self.store.installs.update_one(
-            {**waiting, "status": "pending"},
-            {
-                "$set": {"status": "cancelled", "approval": "rejected", "cancelledAt": now, "updatedAt": now},
-                "$unset": {"webhookTokenHash": "", "webhookTokenEncrypted": ""},
-            },
+        rejected = await self.store.installs.find_one_and_update(
+            {**waiting, "status": "pending"}, {"$set": {"approval": "rejected", "updatedAt": now}}
         )
-        if rejected.modified_count:
-            await self.store.install_tokens.delete_many({"installId": install_id})
+        if rejected is None:
+            return
+        # A rejected deployment leaves nothing behind: its agents upstream are removed (best
+        # effort: a platform that refuses is logged, the install is cancelled regardless).
+        if rejected["platform"] != "svc":
+            try:
+                await self._remove_upstream(rejected, remove_upstream=True)
+            except BadGateway as exc:
+                log.warning(
+                    "upstream removal of a rejected install failed",
+                    extra={"installId": install_id, "reason": exc.message},
+                )
+        await self.retire(rejected)
 
     async def _check_payment_fields(self, body: CreateInstallBody) -> None:
         """A customer must be one our setup-intent created, for the deployer's email: nobody

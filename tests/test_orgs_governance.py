@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from tests.conftest import app_store, bearer
-from tests.installs_helpers import list_installs, mine, published_team, svc_install
+from tests.installs_helpers import (
+    list_installs,
+    mine,
+    orch_b_credentials,
+    published_team,
+    start_fake_orch_b,
+    svc_install,
+)
 from tests.orgs_helpers import World, audit_actions, last_mail, make_pro, ok, org_key, send, world
 from tests.runtime_helpers import provider_settings, start_llm
 
@@ -163,3 +170,20 @@ async def test_waiting_installs_are_approved_when_the_plan_lapses(make_client, a
     events = [e for e in await audit_actions(client, w.org["id"]) if e["action"] == "approval.approved"]
     assert events and events[-1]["actorId"] is None
     await last_mail(client, w.admin.email, "org_approval_decided")
+
+
+async def test_a_rejected_install_on_a_platform_is_removed_upstream(make_client, aiohttp_server, monkeypatch):
+    fake = await start_fake_orch_b(aiohttp_server, monkeypatch)
+    client, w, key, _ = await governed(make_client, aiohttp_server)
+    template = await published_team(client, key, name="Upstream Team")
+    body = {"templateId": template["id"], "platform": "orchB", "credentials": orch_b_credentials(fake)}
+    response = await client.post("/api/installs", json=body, headers=bearer(key))
+    created = await response.json()
+    assert response.status == 201 and created["status"] == "pending", created
+    assert len(fake.agents) == len(created["deployedAgents"]) > 0
+    (approval,) = (await ok(await send(client, w.owner, "GET", f"{w.base}/approvals")))["approvals"]
+    await ok(
+        await send(client, w.owner, "PATCH", f"{w.base}/approvals/{approval['id']}", {"status": "rejected"})
+    )
+    assert fake.agents == {}, "the rejected deployment's agents are deleted upstream"
+    assert [i["status"] for i in await list_installs(client, key)] == ["cancelled"]
