@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from config.settings import Settings
+from svc.audit import SYSTEM
 from svc.errors import Conflict
 from svc.orgs import Orgs
 from svc.payments import PaymentProvider, ProviderError, WebhookEvent, provider_call, unavailable
@@ -141,8 +142,11 @@ class OrgBilling:
             org_id = obj.get("client_reference_id") or (obj.get("metadata") or {}).get("orgId")
             if not org_id or obj.get("mode") != "subscription":
                 return
-            if await self.store.orgs.count_documents({"_id": org_id}) == 0:
+            org = await self.store.orgs.find_one({"_id": org_id})
+            if org is None:
                 return  # the org was deleted meanwhile
+            if await self._duplicate(org, obj.get("subscription")):
+                return
             changes = {
                 key: value
                 for key, value in (
@@ -178,6 +182,24 @@ class OrgBilling:
             if event.type == "customer.subscription.deleted":
                 current = {**current, "status": "canceled"}
             await self._apply(org_id, current)
+
+    async def _duplicate(self, org: Document, subscription_id: str | None) -> bool:
+        """A second checkout completed while the org already pays for a live subscription (two
+        checkouts opened at once): the new subscription is ended at once, never tracked."""
+        current = org.get("paySubscriptionId")
+        live = org.get("subscriptionStatus") in ("active", "trialing", "past_due")
+        if not (subscription_id and current and current != subscription_id and live):
+            return False
+        log.warning("a duplicate subscription was cancelled", extra={"orgId": org["_id"]})
+        if self.provider is not None:
+            try:
+                await self.provider.cancel_now(subscription_id)
+            except ProviderError:
+                log.error("could not cancel a duplicate subscription", extra={"orgId": org["_id"]})
+        await self.orgs.audit.record(
+            org["_id"], "billing.duplicate_cancelled", SYSTEM, {"subscriptionId": subscription_id}
+        )
+        return True
 
     async def _org_of(self, subscription: Document) -> str | None:
         org_id = (subscription.get("metadata") or {}).get("orgId")

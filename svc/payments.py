@@ -252,6 +252,11 @@ class PaymentProvider:
             subscription = await self.client.v1.subscriptions.retrieve_async(subscription_id)
         return subscription.to_dict()
 
+    async def cancel_now(self, subscription_id: str) -> None:
+        """End a subscription at once (a duplicate one: nothing was used)."""
+        async with _translated():
+            await self.client.v1.subscriptions.cancel_async(subscription_id)
+
     async def cancel_at_period_end(self, subscription_id: str) -> dict[str, Any]:
         """Schedule the subscription's end; the updated subscription."""
         async with _translated():

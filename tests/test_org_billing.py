@@ -148,3 +148,25 @@ async def test_org_billing_without_a_provider_is_503(make_client: Any) -> None:
         assert response.status == 503, path
         assert (await response.json())["error"] == "Payments are not configured"
     assert (await status_of(client, w.owner, w.slug))["plan"] == "free"  # the rest works
+
+
+async def test_a_second_checkout_completed_meanwhile_is_cancelled(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    w = await world(client)
+    # Two checkouts opened before either completes (two tabs, two admins).
+    await ok(await send(client, w.owner, "POST", f"{w.base}/billing/checkout"))
+    await ok(await send(client, w.admin, "POST", f"{w.base}/billing/checkout"))
+    first_session, second_session = fake.checkout_sessions.values()
+    first = start_subscription(fake, first_session["id"])
+    await post_event(client, fake, "checkout.session.completed", first_session)
+    second = start_subscription(fake, second_session["id"])
+    await post_event(client, fake, "checkout.session.completed", second_session)
+    assert fake.subscriptions[second["id"]]["status"] == "canceled"
+    assert fake.subscriptions[first["id"]]["status"] == "trialing"
+    org = await app_store(client).orgs.find_one({"_id": w.org["id"]})
+    assert org["paySubscriptionId"] == first["id"] and org["plan"] == "pro"
+    actions = [event["action"] for event in await audit_actions(client, w.org["id"])]
+    assert "billing.duplicate_cancelled" in actions

@@ -371,6 +371,14 @@ async def update_subscription(request: web.Request) -> web.Response:
     return web.json_response(subscription)
 
 
+async def cancel_subscription(request: web.Request) -> web.Response:
+    subscription = _fake(request).subscriptions.get(request.match_info["id"])
+    if subscription is None:
+        return _error(404, "invalid_request_error", "No such subscription", "resource_missing")
+    subscription["status"] = "canceled"
+    return web.json_response(subscription)
+
+
 async def get_subscription(request: web.Request) -> web.Response:
     subscription = _fake(request).subscriptions.get(request.match_info["id"])
     if subscription is None:
@@ -395,4 +403,5 @@ def create_app(fake: FakeStripe) -> web.Application:
     app.router.add_post("/v1/billing_portal/sessions", create_portal_session)
     app.router.add_post("/v1/subscriptions/{id}", update_subscription)
     app.router.add_get("/v1/subscriptions/{id}", get_subscription)
+    app.router.add_delete("/v1/subscriptions/{id}", cancel_subscription)
     return app
