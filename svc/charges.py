@@ -41,8 +41,9 @@ from svc.store import Document, Store
 log = logging.getLogger(__name__)
 
 CLAIM_LEASE = timedelta(minutes=5)
-# A caller's clock may run a little ahead of ours: a periodEnd of "now" on their side is fine.
-CLOCK_SKEW = timedelta(minutes=5)
+# A periodEnd of "now" on the caller's side may be a moment ahead of ours; more would let
+# runs recorded after the charge fall inside an already billed period.
+CLOCK_SKEW = timedelta(seconds=1)
 # The provider keeps idempotency keys for 24 hours: past that, resuming could charge again.
 KEY_LIFETIME = timedelta(hours=23)
 # How far back the monthly job looks for installs deleted without cancel billing.
@@ -236,6 +237,8 @@ class Charges:
             "attempt": 1,
             "claim": claim,
             "claimedAt": now,
+            # When this attempt's idempotency key was first used: it must not be reused a day on.
+            "attemptStartedAt": now,
             "source": source,
             "createdAt": utcnow(),
             "updatedAt": utcnow(),
@@ -256,7 +259,8 @@ class Charges:
             if existing["status"] == "paid":
                 return existing
             claimed_at = aware(existing["claimedAt"])
-            if existing["status"] == "processing" and claimed_at + KEY_LIFETIME <= now:
+            started = aware(existing.get("attemptStartedAt") or existing["claimedAt"])
+            if existing["status"] == "processing" and started + KEY_LIFETIME <= now:
                 raise Conflict(
                     f"Invoice {existing['_id']} has had an unknown outcome for over a day; "
                     "an operator must check it with the payment provider"
@@ -265,9 +269,12 @@ class Charges:
             if existing["status"] == "failed" or stale:
                 update: Document = {"claim": claim, "claimedAt": now, "updatedAt": utcnow()}
                 if existing["status"] == "failed":
+                    # A retry bills the same period: refused if another invoice billed part of it since.
+                    await self._refuse_overlap(existing, remove=False)
                     update.update(
                         status="processing",
                         attempt=existing["attempt"] + 1,
+                        attemptStartedAt=now,
                         amountCents=amount,
                         feeCents=fee,
                         builderAmountCents=builder,
@@ -284,9 +291,10 @@ class Charges:
                 raise Conflict("A charge for this install and period is in progress; try again shortly")
             await asyncio.sleep(RACE_POLL_S)
 
-    async def _refuse_overlap(self, invoice: Document) -> None:
-        """409 (and no invoice) when another paid or pending invoice of the install covers part of
-        this period: the same usage is never billed twice. Of two racing overlaps the older wins."""
+    async def _refuse_overlap(self, invoice: Document, remove: bool = True) -> None:
+        """409 when another paid or pending invoice of the install covers part of this period:
+        the same usage is never billed twice. Racing overlaps may both be refused (never both
+        charged). `remove` deletes this call's fresh invoice on refusal."""
         other = await self._invoices.find_one(
             {
                 "installId": invoice["installId"],
@@ -294,12 +302,12 @@ class Charges:
                 "status": {"$in": ["paid", "processing"]},
                 "periodStart": {"$lt": invoice["periodEnd"]},
                 "periodEnd": {"$gt": invoice["periodStart"]},
-                "createdAt": {"$lte": invoice["createdAt"]},
             }
         )
         if other is None:
             return
-        await self._invoices.delete_one({"_id": invoice["_id"], "claim": invoice["claim"]})
+        if remove:
+            await self._invoices.delete_one({"_id": invoice["_id"], "claim": invoice["claim"]})
         raise Conflict(
             f"The period overlaps invoice {other['_id']} ({iso(other['periodStart'])} to "
             f"{iso(other['periodEnd'])}), which already bills this usage",
@@ -336,6 +344,11 @@ class Charges:
             "$or": [{"deployedBy": user_id}, {"owner": {"kind": "user", "id": user_id}}],
         }
         install = await self.store.installs.find_one(mine)
+        if install is not None and install["owner"].get("kind") == "org":
+            # An org install: its deployer, while still a member of the org.
+            member = {"orgId": install["owner"]["id"], "userId": user_id}
+            if await self.store.org_members.find_one(member, {"_id": 1}) is None:
+                install = None
         if install is None or not is_visible(install):
             raise NotFound("Install not found")
         if install["status"] == "cancelled":
@@ -461,7 +474,11 @@ class Charges:
 
     async def _resume_stale(self, now: datetime, counts: dict[str, int]) -> None:
         """Finish charges left `processing` by a process that died (their lease has run out)."""
-        stale = {"status": "processing", "claimedAt": {"$lt": now - CLAIM_LEASE, "$gt": now - KEY_LIFETIME}}
+        stale = {
+            "status": "processing",
+            "claimedAt": {"$lt": now - CLAIM_LEASE},
+            "attemptStartedAt": {"$gt": now - KEY_LIFETIME},
+        }
         async for invoice in self._invoices.find(stale).limit(BATCH):
             install = await self.store.installs.find_one({"_id": invoice["installId"]})
             if install is None:
@@ -486,46 +503,68 @@ class Charges:
     async def pay_out_held(self, builder_user_id: str | None = None) -> int:
         """Transfer builder shares held while a payout account was not active; how many moved.
 
-        One transfer per invoice, keyed by the invoice, claimed by a conditional update, so a
-        share is never paid twice (the monthly job and `account.updated` events call this).
+        One transfer per invoice with the key `svc-payout:<invoiceId>`, claimed by a
+        conditional update (held → transferring → routed). An unknown outcome stays
+        `transferring` and is retried with the same key after the lease, within the
+        provider's 24-hour key lifetime; older ones are left for an operator.
         """
         provider = self._require_provider()
-        query: Document = {"status": "paid", "payout": "held", "builderAmountCents": {"$gt": 0}}
-        if builder_user_id is not None:
-            query["builderUserId"] = builder_user_id
-        moved = 0
-        async for invoice in self._invoices.find(query).limit(BATCH):
-            user = await self.store.users.find_one({"_id": invoice.get("builderUserId")}, {"payout": 1})
-            payout = (user or {}).get("payout") or {}
-            if payout.get("status") != "active":
-                continue
-            claimed = await self._invoices.find_one_and_update(
-                {"_id": invoice["_id"], "payout": "held"}, {"$set": {"payout": "transferring"}}
-            )
-            if claimed is None:
-                continue
-            try:
-                transfer_id = await provider.transfer(
-                    amount_cents=invoice["builderAmountCents"],
-                    destination=payout["accountId"],
-                    idempotency_key=f"svc-payout:{invoice['_id']}",
-                    metadata={"invoiceId": invoice["_id"]},
-                )
-            except (ProviderError, PaymentDeclined):
-                await self._invoices.update_one({"_id": invoice["_id"]}, {"$set": {"payout": "held"}})
-                log.warning("held payout transfer failed", extra={"invoiceId": invoice["_id"]})
-                continue
-            await self._invoices.update_one(
-                {"_id": invoice["_id"]},
+        now = utcnow()
+        due: Document = {
+            "status": "paid",
+            "builderAmountCents": {"$gt": 0},
+            "$or": [
+                {"payout": "held"},
                 {
-                    "$set": {
-                        "payout": "routed",
-                        "transferId": transfer_id,
-                        "payoutAccountId": payout["accountId"],
-                    }
+                    "payout": "transferring",
+                    "transferClaimedAt": {"$lt": now - CLAIM_LEASE},
+                    "transferStartedAt": {"$gt": now - KEY_LIFETIME},
                 },
+            ],
+        }
+        builders = (
+            [builder_user_id] if builder_user_id else await self._invoices.distinct("builderUserId", due)
+        )
+        active = {
+            user["_id"]: user["payout"]["accountId"]
+            async for user in self.store.users.find(
+                {"_id": {"$in": [b for b in builders if b]}, "payout.status": "active"}, {"payout": 1}
             )
-            moved += 1
+        }
+        moved = 0
+        for user_id, account_id in active.items():
+            async for invoice in self._invoices.find({**due, "builderUserId": user_id}).limit(BATCH):
+                claimed = await self._invoices.find_one_and_update(
+                    {
+                        "_id": invoice["_id"],
+                        "payout": invoice["payout"],
+                        "transferClaimedAt": invoice.get("transferClaimedAt"),
+                    },
+                    {
+                        "$set": {
+                            "payout": "transferring",
+                            "transferClaimedAt": now,
+                            "transferStartedAt": invoice.get("transferStartedAt") or now,
+                        }
+                    },
+                )
+                if claimed is None:
+                    continue
+                try:
+                    transfer_id = await provider.transfer(
+                        amount_cents=invoice["builderAmountCents"],
+                        destination=account_id,
+                        idempotency_key=f"svc-payout:{invoice['_id']}",
+                        metadata={"invoiceId": invoice["_id"]},
+                    )
+                except (ProviderError, PaymentDeclined):
+                    log.warning("held payout transfer failed", extra={"invoiceId": invoice["_id"]})
+                    continue  # stays `transferring`: retried with the same key after the lease
+                await self._invoices.update_one(
+                    {"_id": invoice["_id"]},
+                    {"$set": {"payout": "routed", "transferId": transfer_id, "payoutAccountId": account_id}},
+                )
+                moved += 1
         return moved
 
     # ---- GET /api/stripe/my-earnings ---------------------------------------------------------

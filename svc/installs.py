@@ -434,15 +434,13 @@ class Installs:
         return doc
 
     async def _reached_by_session(self, principal: Principal, doc: Document) -> bool:
-        """A signed-in user also reaches what `/installs/mine` shows: installs they deployed and
-        installs of orgs they belong to. Keys do not: a member's personal key stays personal."""
+        """A signed-in user also reaches the installs of orgs they belong to now (a member who
+        left reaches nothing). Keys do not: a member's personal key stays personal."""
         if principal.via != "session" or principal.user_id is None:
             return False
-        if doc.get("deployedBy") == principal.user_id:
-            return True
         owner = doc.get("owner") or {}
         if owner.get("kind") != "org":
-            return False
+            return False  # a user's install: only its owner (checked before) reaches it
         member = {"orgId": owner["id"], "userId": principal.user_id}
         return await self.store.org_members.find_one(member, {"_id": 1}) is not None
 
@@ -473,7 +471,7 @@ class Installs:
         memberships = await self.store.org_members.find({"userId": user_id}).to_list(None)
         org_ids = [m["orgId"] for m in memberships]
         orgs = {o["_id"]: o for o in await self.store.orgs.find({"_id": {"$in": org_ids}}).to_list(None)}
-        reach: list[Document] = [{"deployedBy": user_id}]
+        reach: list[Document] = [{"owner.kind": "user", "owner.id": user_id}]
         if org_ids:
             reach.append({"owner.kind": "org", "owner.id": {"$in": org_ids}})
         docs = (

@@ -22,6 +22,7 @@ from svc.store import Document, Store
 log = logging.getLogger(__name__)
 
 TRIAL_DAYS = 14
+LIVE = ("active", "trialing", "past_due")
 # The provider's subscription statuses, as the spec's org subscription status.
 STATUS_MAP: dict[str, str | None] = {
     "active": "active",
@@ -155,7 +156,21 @@ class OrgBilling:
                 )
                 if value
             }
-            await self.store.orgs.update_one({"_id": org_id}, {"$set": {**changes, "trialUsed": True}})
+            # Claim the org for this subscription unless another one holds it that has not
+            # ended (two completions at once: exactly one wins, the other is cancelled).
+            claimed = await self.store.orgs.update_one(
+                {
+                    "_id": org_id,
+                    "$or": [
+                        {"paySubscriptionId": {"$in": [None, obj.get("subscription")]}},
+                        {"subscriptionStatus": "cancelled"},  # the previous one has ended
+                    ],
+                },
+                {"$set": {**changes, "trialUsed": True}},
+            )
+            if claimed.matched_count == 0:
+                await self._duplicate({**org, "subscriptionStatus": "active"}, obj.get("subscription"))
+                return
             if obj.get("subscription") and self.provider is not None:
                 try:
                     await self._apply(org_id, await self.provider.subscription(obj["subscription"]))
@@ -187,7 +202,7 @@ class OrgBilling:
         """A second checkout completed while the org already pays for a live subscription (two
         checkouts opened at once): the new subscription is ended at once, never tracked."""
         current = org.get("paySubscriptionId")
-        live = org.get("subscriptionStatus") in ("active", "trialing", "past_due")
+        live = org.get("subscriptionStatus") in LIVE
         if not (subscription_id and current and current != subscription_id and live):
             return False
         log.warning("a duplicate subscription was cancelled", extra={"orgId": org["_id"]})

@@ -455,9 +455,11 @@ class Orgs:
                 await self.installs.settle_approval(install["_id"], org_id, approved=False)
         await self.store["templates"].update_many(as_org, {"$set": {"owner": owner, "updatedAt": utcnow()}})
         # An install goes back to the member who deployed it (their card may pay for it), else the owner.
-        for deployer in await self.store.installs.distinct(
+        members = set(await self.store.org_members.distinct("userId", {"orgId": org_id}))
+        deployers = await self.store.installs.distinct(
             "deployedBy", {**as_org, "deployedBy": {"$type": "string"}}
-        ):
+        )
+        for deployer in [d for d in deployers if d in members]:  # former members get nothing
             await self.store.installs.update_many(
                 {**as_org, "deployedBy": deployer},
                 {"$set": {"owner": {"kind": "user", "id": deployer}, "updatedAt": utcnow()}},
@@ -780,7 +782,8 @@ class Orgs:
             "cancelAtPeriodEnd": cancel_at_period_end,
         }
         await self.audit.record(org_id, "billing.subscription_updated", SYSTEM, meta)
-        if plan == "free" and (before.get("plan") or "free") == "pro":
+        # past_due is a payment retry, not the end: approvals wait for the outcome.
+        if plan == "free" and (before.get("plan") or "free") == "pro" and status != "past_due":
             await self._lapse_governance({**before, **changes})
         return org_view({**before, **changes})
 

@@ -86,8 +86,11 @@ async def count(store: Store, run: Document) -> None:
     ]
     try:
         await store[COLLECTION].bulk_write(operations, ordered=False)
-    except BulkWriteError:
-        await store[COLLECTION].bulk_write(operations, ordered=False)
+    except BulkWriteError as exc:
+        # Only the upserts that lost a race to create their counter are sent again.
+        failed = [operations[error["index"]] for error in exc.details.get("writeErrors", [])]
+        if failed:
+            await store[COLLECTION].bulk_write(failed, ordered=False)
 
 
 async def count_tool_call(store: Store, install_id: str, status_code: int | None) -> None:
@@ -111,7 +114,8 @@ async def rebuild(store: Store, match: Document | None = None, batch: int = 1000
     """Recompute the counters of the runs matching `match` from the records; counters written.
 
     `match` may name templateId, installId or owner (fields both collections have); the
-    counters it selects are replaced.
+    counters it selects are replaced. Runs recorded while it works are not counted: stop
+    the writers (or rebuild again) for an exact result.
     """
     match = match or {}
     totals: dict[str, dict[str, Any]] = {}
@@ -121,7 +125,8 @@ async def rebuild(store: Store, match: Document | None = None, batch: int = 1000
             row = totals.setdefault(key, {**fields, **dict.fromkeys(COUNTERS, 0)})
             for name, value in inc.items():
                 row[name] += value
-    await store[COLLECTION].delete_many(match)
+    # Only counters derived from run records: tool-call counters come from the (expiring) log.
+    await store[COLLECTION].delete_many({**match, "kind": {"$in": ["total", "day", "hour"]}})
     operations = [UpdateOne({"_id": key}, {"$set": row}, upsert=True) for key, row in totals.items()]
     for start in range(0, len(operations), batch):
         await store[COLLECTION].bulk_write(operations[start : start + batch], ordered=False)

@@ -131,3 +131,16 @@ async def test_org_installs_are_reached_by_org_keys_only(make_client):
             "Org Pipeline",
         )
     assert await mine(client, w.outsider) == []
+
+
+async def test_a_member_who_left_reaches_no_org_install(make_client):
+    client = await make_client(rate_limit_multiplier=None)
+    w = await world(client)
+    key = await org_key(client, w.owner, w.slug)
+    template = await published_team(client, key, name="Left Behind")
+    install_id = (await svc_install(client, key, template["id"], company="Acme"))["installId"]
+    path = f"/api/installs/{install_id}/events"
+    assert (await send(client, w.member, "GET", path)).status == 200
+    await ok(await send(client, w.member, "DELETE", f"{w.base}/members/{w.member.id}"))
+    assert (await send(client, w.member, "GET", path)).status == 404
+    assert install_id not in [i["id"] for i in await mine(client, w.member)]

@@ -582,3 +582,21 @@ async def test_held_builder_shares_are_paid_out_once_onboarding_completes(
     await client.get("/api/stripe/connect/status", headers=deal.builder.cookie)
     await post_event(client, fake, fake.event("account.updated", fake.accounts[account_id]))
     assert len(fake.transfers) == 1
+
+
+async def test_a_declined_period_is_not_retried_over_a_period_billed_since(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server, declined_methods={"pm_card_declined"})
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake, card="pm_card_declined")
+    september = {"periodStart": "2026-09-01T00:00:00Z", "periodEnd": "2026-10-01T00:00:00Z"}
+    quarter = {"periodStart": "2026-09-01T00:00:00Z", "periodEnd": "2026-11-01T00:00:00Z"}
+    assert (await charge_cycle(client, installId=deal.install_id, amountCents=100, **september)).status == 402
+    await app_store(client).installs.update_one(
+        {"_id": deal.install_id}, {"$set": {"payPaymentMethodId": CARD}}
+    )
+    assert (await charge_cycle(client, installId=deal.install_id, amountCents=200, **quarter)).status == 200
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=100, **september)
+    assert response.status == 409 and "overlaps" in (await response.json())["error"]
+    assert len(fake.succeeded_charges()) == 1

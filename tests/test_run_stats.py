@@ -121,3 +121,12 @@ async def test_a_repeated_report_is_not_counted_twice(store) -> None:
     counters = await store[run_stats.COLLECTION].find({}).to_list(None)
     assert sorted(c["kind"] for c in counters) == ["day", "hour", "total"]
     assert all(c["runs"] == 1 for c in counters)
+
+
+async def test_rebuild_keeps_the_tool_call_counters(store) -> None:
+    await run_stats.count_tool_call(store, "i1", 200)
+    await run_stats.count_tool_call(store, "i1", None)
+    await seed(store, 10)
+    await run_stats.rebuild(store)
+    tools = await store[run_stats.COLLECTION].find_one({"kind": "tools"})
+    assert (tools["toolCalls"], tools["failedToolCalls"]) == (2, 1)
