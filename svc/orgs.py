@@ -429,7 +429,7 @@ class Orgs:
         2. revoke the org keys (database, then the key cache);
         3. cancel the invitations;
         4. cancel installs waiting for approval; give templates back to the owner and installs
-           to the member who deployed them (else the owner);
+           to the member who deployed them while still a member (else the owner);
         5. delete the org secrets;
         6. delete the org record, then the memberships (readers ignore memberships of a missing org).
         The audit events stay (append-only).
