@@ -69,10 +69,6 @@ def previous_month(now: datetime) -> tuple[datetime, datetime]:
     return start, end
 
 
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 @dataclass(frozen=True)
 class ChargeOutcome:
     """What a charge request came to."""
@@ -108,7 +104,7 @@ class Charges:
         if (body.periodStart is None) != (body.periodEnd is None):
             raise BadRequest("periodStart and periodEnd go together: send both or neither")
         if body.periodStart is not None and body.periodEnd is not None:
-            start, end = _utc(body.periodStart), _utc(body.periodEnd)
+            start, end = body.periodStart, body.periodEnd  # Timestamp: already UTC
         else:
             start, end = previous_month(utcnow())
         check_period(start, end)
@@ -324,8 +320,7 @@ class Charges:
         user_id = owner.get("id") if owner.get("kind") == "user" else None
         if owner.get("kind") == "org":
             org = await self.store.orgs.find_one({"_id": owner["id"]}, {"ownerId": 1})
-            member = await self.store.org_members.find_one({"orgId": owner["id"], "role": "owner"})
-            user_id = (member or {}).get("userId") or (org or {}).get("ownerId")
+            user_id = (org or {}).get("ownerId")
         if user_id is None:
             return None, None
         user = await self.store.users.find_one({"_id": user_id}, {"payout": 1})

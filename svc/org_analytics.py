@@ -33,15 +33,10 @@ class AnalyticsQuery(BaseModel):
     to: Timestamp | None = Field(default=None, description="ISO 8601; default now")
 
 
-def utc(value: datetime) -> datetime:
-    """A naive value is taken as UTC."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def window(query: AnalyticsQuery, max_days: int, now: datetime | None = None) -> tuple[datetime, datetime]:
     """The window to report: defaults filled in, clamped to `max_days`; 400 when from is after to."""
-    end = utc(query.to) if query.to is not None else (now or utcnow())
-    start = utc(query.from_) if query.from_ is not None else end - timedelta(days=DEFAULT_DAYS)
+    end = query.to if query.to is not None else (now or utcnow())  # Timestamp: already UTC
+    start = query.from_ if query.from_ is not None else end - timedelta(days=DEFAULT_DAYS)
     if start > end:
         raise BadRequest("from: must not be after to")
     return max(start, end - timedelta(days=max_days)), end

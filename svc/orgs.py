@@ -30,7 +30,7 @@ from svc.errors import BadRequest, Conflict, Forbidden, Gone, NotFound, PaymentR
 from svc.installs import Installs
 from svc.mailer import Mailer
 from svc.models import RequestBody
-from svc.org_analytics import AnalyticsQuery, OrgAnalytics, utc
+from svc.org_analytics import AnalyticsQuery, OrgAnalytics
 from svc.store import Document, Store
 from svc.templates import view as template_view
 from svc.vault import Vault
@@ -1062,8 +1062,7 @@ class Orgs:
     async def audit_log(self, user_id: str, slug: str, query: AuditQuery) -> dict[str, Any]:
         """{events, page, limit}, newest first."""
         access = await self.access(user_id, slug, "audit.read")
-        start = utc(query.from_) if query.from_ is not None else None
-        end = utc(query.to) if query.to is not None else None
+        start, end = query.from_, query.to  # Timestamp: already UTC
         if start is not None and end is not None and start > end:
             raise BadRequest("from: must not be after to")
         events = await self.audit.page(access.org["_id"], query.page, query.limit, start, end)

@@ -110,6 +110,12 @@ async def report(
     assert response.status == 200, await response.text()
 
 
+async def post_event(client: Any, fake: FakeStripe, payload: bytes, signature: str | None = None) -> Any:
+    """POST a provider event to /api/stripe/webhook, signed as Stripe signs it unless told otherwise."""
+    headers = {"Content-Type": "application/json", "Stripe-Signature": signature or fake.sign(payload)}
+    return await client.post("/api/stripe/webhook", data=payload, headers=headers)
+
+
 async def charge_cycle(client: Any, **body: Any) -> Any:
     """POST /api/stripe/charge-cycle with the app key; returns the response."""
     return await client.post("/api/stripe/charge-cycle", json=body, headers=bearer(APP_KEY))

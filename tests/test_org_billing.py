@@ -4,17 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.billing_helpers import payment_settings, start_fake_stripe
+from tests.billing_helpers import payment_settings, post_event, start_fake_stripe
 from tests.conftest import app_store
 from tests.fakes.stripe import start_subscription
 from tests.orgs_helpers import audit_actions, ok, send, world
 
 
-async def post_event(client: Any, fake: Any, kind: str, obj: dict[str, Any]) -> None:
-    payload = fake.event(kind, obj)
-    headers = {"Content-Type": "application/json", "Stripe-Signature": fake.sign(payload)}
-    response = await client.post("/api/stripe/webhook", data=payload, headers=headers)
+async def event(client: Any, fake: Any, kind: str, obj: dict[str, Any]) -> None:
+    """The provider tells us about `obj`; the webhook accepts it."""
+    response = await post_event(client, fake, fake.event(kind, obj))
     assert response.status == 200, await response.text()
+
+
+async def subscribe(client: Any, fake: Any, caller: Any, base: str, **trial: Any) -> tuple[dict, dict]:
+    """Checkout as `caller`, complete it at the provider, deliver the event: (session, subscription)."""
+    await ok(await send(client, caller, "POST", f"{base}/billing/checkout"))
+    session = list(fake.checkout_sessions.values())[-1]
+    subscription = start_subscription(fake, session["id"], **trial)
+    await event(client, fake, "checkout.session.completed", session)
+    return session, subscription
 
 
 async def status_of(client: Any, caller: Any, slug: str) -> dict[str, Any]:
@@ -42,7 +50,7 @@ async def test_checkout_trial_portal_and_cancel(make_client: Any, aiohttp_server
 
     # The customer completes the checkout; the provider tells us.
     subscription = start_subscription(fake, session["id"])
-    await post_event(client, fake, "checkout.session.completed", session)
+    await event(client, fake, "checkout.session.completed", session)
     pro = await status_of(client, w.member, w.slug)
     assert pro["plan"] == "pro" and pro["isPro"] is True and pro["isTrialing"] is True
     assert pro["subscriptionStatus"] == "trialing"
@@ -65,7 +73,7 @@ async def test_checkout_trial_portal_and_cancel(make_client: Any, aiohttp_server
     assert "billing.checkout_started" in actions and "billing.cancel_requested" in actions
 
     # At the period's end the provider deletes the subscription: back to free.
-    await post_event(client, fake, "customer.subscription.deleted", fake.subscriptions[subscription["id"]])
+    await event(client, fake, "customer.subscription.deleted", fake.subscriptions[subscription["id"]])
     ended = await status_of(client, w.member, w.slug)
     assert ended["plan"] == "free" and ended["subscriptionStatus"] == "cancelled"
     assert (await send(client, w.member, "GET", f"{base}/secrets")).status == 402
@@ -75,19 +83,14 @@ async def test_subscription_updates_follow_the_provider(make_client: Any, aiohtt
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
     w = await world(client)
-    await ok(await send(client, w.owner, "POST", f"{w.base}/billing/checkout"))
-    [session] = fake.checkout_sessions.values()
-    subscription = start_subscription(fake, session["id"])
-    await post_event(client, fake, "checkout.session.completed", session)
+    _, subscription = await subscribe(client, fake, w.owner, w.base)
     for provider_status, plan, status in (
         ("active", "pro", "active"),
         ("past_due", "free", "past_due"),
         ("active", "pro", "active"),
     ):
         fake.subscriptions[subscription["id"]]["status"] = provider_status
-        await post_event(
-            client, fake, "customer.subscription.updated", fake.subscriptions[subscription["id"]]
-        )
+        await event(client, fake, "customer.subscription.updated", fake.subscriptions[subscription["id"]])
         body = await status_of(client, w.owner, w.slug)
         assert (body["plan"], body["subscriptionStatus"]) == (plan, status)
 
@@ -98,13 +101,10 @@ async def test_late_events_of_a_replaced_subscription_change_nothing(
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
     w = await world(client)
-    await ok(await send(client, w.owner, "POST", f"{w.base}/billing/checkout"))
-    [first_session] = fake.checkout_sessions.values()
-    first = start_subscription(fake, first_session["id"])
-    await post_event(client, fake, "checkout.session.completed", first_session)
+    _, first = await subscribe(client, fake, w.owner, w.base)
     await ok(await send(client, w.owner, "POST", f"{w.base}/billing/cancel"))
     fake.subscriptions[first["id"]]["status"] = "canceled"
-    await post_event(client, fake, "customer.subscription.deleted", fake.subscriptions[first["id"]])
+    await event(client, fake, "customer.subscription.deleted", fake.subscriptions[first["id"]])
     assert (await status_of(client, w.owner, w.slug))["plan"] == "free"
     # A new checkout: no second trial, a new subscription.
     await ok(await send(client, w.owner, "POST", f"{w.base}/billing/checkout"))
@@ -112,12 +112,12 @@ async def test_late_events_of_a_replaced_subscription_change_nothing(
     assert "trial_period_days" not in second_session["subscription_data"]
     second = start_subscription(fake, second_session["id"], trial_days=0)
     fake.subscriptions[second["id"]]["status"] = "active"
-    await post_event(client, fake, "checkout.session.completed", second_session)
+    await event(client, fake, "checkout.session.completed", second_session)
     assert (await status_of(client, w.owner, w.slug))["subscriptionStatus"] == "active"
     # A late event of the first subscription (even one claiming it is active) changes nothing.
     late = dict(fake.subscriptions[first["id"]], status="active")
-    await post_event(client, fake, "customer.subscription.updated", late)
-    await post_event(client, fake, "customer.subscription.deleted", fake.subscriptions[first["id"]])
+    await event(client, fake, "customer.subscription.updated", late)
+    await event(client, fake, "customer.subscription.deleted", fake.subscriptions[first["id"]])
     body = await status_of(client, w.owner, w.slug)
     assert (body["plan"], body["subscriptionStatus"]) == ("pro", "active")
 
@@ -128,16 +128,13 @@ async def test_an_org_with_a_live_subscription_cannot_be_deleted(
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
     w = await world(client)
-    await ok(await send(client, w.owner, "POST", f"{w.base}/billing/checkout"))
-    [session] = fake.checkout_sessions.values()
-    subscription = start_subscription(fake, session["id"])
-    await post_event(client, fake, "checkout.session.completed", session)
+    _, subscription = await subscribe(client, fake, w.owner, w.base)
     response = await send(client, w.owner, "DELETE", w.base)
     assert response.status == 409 and "cancel" in (await response.json())["error"]
     await ok(await send(client, w.owner, "POST", f"{w.base}/billing/cancel"))
     await ok(await send(client, w.owner, "DELETE", w.base))
     # The provider's later events about the deleted org are acknowledged and ignored.
-    await post_event(client, fake, "customer.subscription.deleted", subscription)
+    await event(client, fake, "customer.subscription.deleted", subscription)
 
 
 async def test_org_billing_without_a_provider_is_503(make_client: Any) -> None:
@@ -161,9 +158,9 @@ async def test_a_second_checkout_completed_meanwhile_is_cancelled(
     await ok(await send(client, w.admin, "POST", f"{w.base}/billing/checkout"))
     first_session, second_session = fake.checkout_sessions.values()
     first = start_subscription(fake, first_session["id"])
-    await post_event(client, fake, "checkout.session.completed", first_session)
+    await event(client, fake, "checkout.session.completed", first_session)
     second = start_subscription(fake, second_session["id"])
-    await post_event(client, fake, "checkout.session.completed", second_session)
+    await event(client, fake, "checkout.session.completed", second_session)
     assert fake.subscriptions[second["id"]]["status"] == "canceled"
     assert fake.subscriptions[first["id"]]["status"] == "trialing"
     org = await app_store(client).orgs.find_one({"_id": w.org["id"]})

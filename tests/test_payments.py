@@ -13,6 +13,7 @@ from tests.billing_helpers import (
     charge_cycle,
     paid_install,
     payment_settings,
+    post_event,
     report,
     setup_intent,
     start_fake_stripe,
@@ -418,11 +419,6 @@ async def test_my_earnings_counts_paid_invoices_only(make_client: Any, aiohttp_s
 
 
 # ---- webhook -----------------------------------------------------------------------------------
-
-
-async def post_event(client: Any, fake: Any, payload: bytes, signature: str | None = None) -> Any:
-    headers = {"Content-Type": "application/json", "Stripe-Signature": signature or fake.sign(payload)}
-    return await client.post("/api/stripe/webhook", data=payload, headers=headers)
 
 
 async def test_webhook_rejects_bad_signatures_and_applies_nothing(

@@ -121,6 +121,10 @@ def _error(status: int, kind: str, message: str, code: str | None = None, **extr
     )
 
 
+def _missing(name: str) -> web.Response:
+    return _error(404, "invalid_request_error", f"No such {name}", "resource_missing")
+
+
 def _fake(request: web.Request) -> FakeStripe:
     return request.app[FAKE]
 
@@ -198,7 +202,7 @@ async def create_account(request: web.Request) -> web.Response:
 async def get_account(request: web.Request) -> web.Response:
     account = _fake(request).accounts.get(request.match_info["id"])
     if account is None:
-        return _error(404, "invalid_request_error", "No such account", "resource_missing")
+        return _missing("account")
     return web.json_response(account)
 
 
@@ -221,7 +225,7 @@ async def create_login_link(request: web.Request) -> web.Response:
     fake = _fake(request)
     account_id = request.match_info["id"]
     if account_id not in fake.accounts:
-        return _error(404, "invalid_request_error", "No such account", "resource_missing")
+        return _missing("account")
     return web.json_response(
         {"object": "login_link", "url": f"{fake.base_url}/express/{account_id}/dashboard"}
     )
@@ -294,7 +298,7 @@ async def create_transfer(request: web.Request) -> web.Response:
 async def get_payment_intent(request: web.Request) -> web.Response:
     intent = _fake(request).payment_intents.get(request.match_info["id"])
     if intent is None:
-        return _error(404, "invalid_request_error", "No such payment_intent", "resource_missing")
+        return _missing("payment_intent")
     return web.json_response(intent)
 
 
@@ -365,7 +369,7 @@ async def update_subscription(request: web.Request) -> web.Response:
     fake, params = _fake(request), request[PARAMS]
     subscription = fake.subscriptions.get(request.match_info["id"])
     if subscription is None:
-        return _error(404, "invalid_request_error", "No such subscription", "resource_missing")
+        return _missing("subscription")
     if "cancel_at_period_end" in params:
         subscription["cancel_at_period_end"] = params["cancel_at_period_end"] == "true"
     return web.json_response(subscription)
@@ -374,7 +378,7 @@ async def update_subscription(request: web.Request) -> web.Response:
 async def cancel_subscription(request: web.Request) -> web.Response:
     subscription = _fake(request).subscriptions.get(request.match_info["id"])
     if subscription is None:
-        return _error(404, "invalid_request_error", "No such subscription", "resource_missing")
+        return _missing("subscription")
     subscription["status"] = "canceled"
     return web.json_response(subscription)
 
@@ -382,7 +386,7 @@ async def cancel_subscription(request: web.Request) -> web.Response:
 async def get_subscription(request: web.Request) -> web.Response:
     subscription = _fake(request).subscriptions.get(request.match_info["id"])
     if subscription is None:
-        return _error(404, "invalid_request_error", "No such subscription", "resource_missing")
+        return _missing("subscription")
     return web.json_response(subscription)
 
 
