@@ -18,11 +18,8 @@ import ray
 
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
-from svc.llm import LLM
-from svc.mailer import Mailer
-from svc.runs_exec import CANCELLED, InstallRunner, failed_outcome
-from svc.store import Store
-from svc.vault import Vault
+from svc.core import Mailer, Store, Vault
+from svc.runtime import CANCELLED, LLM, InstallRunner, failed_outcome
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 from actors.install_actor import InstallActor
 from actors.scheduler import SchedulerActor
 from config.settings import Settings
-from svc.ports import RuntimeFailure
+from svc.core import RuntimeFailure
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,10 @@ import ray
 
 from config.settings import Settings
 from plugins.manager import Plugins
+from svc.core import Store, Vault
 from svc.jobs import Jobs
-from svc.schedules import SchedulerCore
+from svc.runtime import SchedulerCore
 from svc.services import Services
-from svc.store import Store
-from svc.vault import Vault
 
 log = logging.getLogger(__name__)
 

@@ -34,11 +34,8 @@ from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config.settings import Settings
 from plugins.manager import Plugins
-from svc.embedded import EmbeddedMongo
+from svc.core import EmbeddedMongo, Store, Vault, is_api_key
 from svc.services import Services
-from svc.store import Store
-from svc.tokens import is_api_key
-from svc.vault import Vault
 
 log = logging.getLogger(__name__)
 SCHEDULER_CHECK_S = 30.0

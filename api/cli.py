@@ -17,15 +17,10 @@ from aiohttp import web
 from api.app import create_app
 from api.logs import configure_logging
 from config.settings import Settings
-from svc import run_stats
-from svc.accounts import Accounts, public_user
-from svc.cache import TTLCache
-from svc.embedded import EmbeddedMongo
-from svc.errors import ServiceError
-from svc.mailer import Mailer
+from svc.core import EmbeddedMongo, Mailer, ServiceError, Store, TTLCache, Vault
+from svc.identity import Accounts, public_user
 from svc.orgs import Orgs
-from svc.store import Store
-from svc.vault import Vault
+from svc.runs import run_stats
 
 log = logging.getLogger("svc")
 T = TypeVar("T")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from config.settings import Settings
-from svc.credentials import Principal
+from svc.identity import Principal
 from svc.services import Services
 
 SETTINGS = web.AppKey("settings", Settings)

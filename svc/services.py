@@ -6,32 +6,15 @@ from dataclasses import dataclass
 
 from config.settings import Settings
 from plugins.manager import Plugins
-from svc.accounts import Accounts
 from svc.authoring import Authoring
-from svc.billing import UsageReport
-from svc.cache import TTLCache
-from svc.charges import Charges
-from svc.credentials import Credentials, Principal
+from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, UsageReport
+from svc.core import Mailer, Runtime, Store, TTLCache, Vault
+from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter
 from svc.installs import Installs
-from svc.keys import ApiKeys
-from svc.llm import LLM
-from svc.mailer import Mailer
-from svc.org_billing import OrgBilling
 from svc.orgs import Orgs
-from svc.payments import PaymentProvider
-from svc.payouts import Payouts
-from svc.pipelines import Outreach
-from svc.ports import Runtime
-from svc.ratelimit import RateLimiter
-from svc.run_analytics import RunAnalytics
-from svc.run_poller import RunPoller
-from svc.runs import Runs
-from svc.runs_exec import RunService
-from svc.schedules import Schedules
-from svc.security_log import SecurityLog
-from svc.store import Store
+from svc.runs import RunAnalytics, RunPoller, Runs
+from svc.runtime import LLM, Outreach, RunService, Schedules, SecurityLog
 from svc.templates import Templates
-from svc.vault import Vault
 
 
 @dataclass

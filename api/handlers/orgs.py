@@ -6,12 +6,12 @@ from aiohttp import web
 
 from api.context import services, user_id
 from api.routing import RouteTable
-from svc.audit import AuditQuery
-from svc.org_analytics import AnalyticsQuery
 from svc.orgs import (
+    AnalyticsQuery,
     ApprovalDecisionBody,
     ApprovalRequestBody,
     ApprovalsQuery,
+    AuditQuery,
     CreateOrgBody,
     GovernanceBody,
     InvitationBody,

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from plugins.egress import EgressDenied, egress_client
 from plugins.hookspecs import hookimpl
 from plugins.types import (
     CredentialField,
@@ -27,7 +28,6 @@ from plugins.types import (
     ProvisionContext,
     ProvisionResult,
 )
-from svc.egress import EgressDenied, egress_client
 
 PLATFORM = "orchA"
 ROLES = ("ceo", "cto", "cmo", "cfo", "pm", "engineer", "designer", "qa", "devops", "researcher", "general")

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from config.catalogue import UPSTREAM
+from plugins.egress import egress_client
 from plugins.hookspecs import hookimpl
 from plugins.types import (
     CredentialField,
@@ -32,8 +33,7 @@ from plugins.types import (
     ProvisionResult,
     RunReport,
 )
-from svc.clock import iso
-from svc.egress import egress_client
+from svc.core import iso
 
 log = logging.getLogger(__name__)
 

@@ -26,6 +26,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from config.catalogue import UPSTREAM
+from plugins import egress
 from plugins.hookspecs import hookimpl
 from plugins.types import (
     CredentialField,
@@ -40,7 +41,6 @@ from plugins.types import (
     ProvisionContext,
     ProvisionResult,
 )
-from svc import egress
 
 log = logging.getLogger(__name__)
 

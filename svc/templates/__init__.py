@@ -1,0 +1,53 @@
+"""Team templates: definitions and their schema, the lifecycle, versions and their classification."""
+
+from svc.templates.definitions import (
+    VARIABLE_REFERENCE,
+    AccessPolicy,
+    TeamDefinition,
+    check_definition,
+    json_schema,
+)
+from svc.templates.templates import (
+    LIST_DEFAULT,
+    LIST_MAX,
+    PLATFORM_FEE_PERCENT,
+    CreateTemplateBody,
+    PricingBody,
+    PricingOut,
+    PublishBody,
+    RollbackBody,
+    TemplateList,
+    TemplateOut,
+    Templates,
+    UpdateTemplateBody,
+    VersionList,
+    is_owner,
+    owner_of,
+    view,
+)
+from svc.templates.versioning import diff_summary
+
+__all__ = [
+    "LIST_DEFAULT",
+    "LIST_MAX",
+    "PLATFORM_FEE_PERCENT",
+    "VARIABLE_REFERENCE",
+    "AccessPolicy",
+    "CreateTemplateBody",
+    "PricingBody",
+    "PricingOut",
+    "PublishBody",
+    "RollbackBody",
+    "TeamDefinition",
+    "TemplateList",
+    "TemplateOut",
+    "Templates",
+    "UpdateTemplateBody",
+    "VersionList",
+    "check_definition",
+    "diff_summary",
+    "is_owner",
+    "json_schema",
+    "owner_of",
+    "view",
+]
