@@ -143,27 +143,25 @@ async def test_a_deployer_sees_their_own_install_only(make_client: Any) -> None:
     await report(client, deal)
     await report(client, other)
     await report(client, other)
-    # The key that created the svc install is scoped to it: that install only.
-    response = await billing(client, deal.deployer_key, templateId=deal.template["id"])
+    # A key created scoped to the install (the pipeline's key): that install only.
+    scoped = await create_key(client, deal.deployer, installId=deal.install_id)
+    response = await billing(client, scoped, templateId=deal.template["id"])
     assert response.status == 403
-    response = await billing(
-        client, deal.deployer_key, templateId=deal.template["id"], installId=deal.install_id
-    )
+    response = await billing(client, scoped, templateId=deal.template["id"], installId=deal.install_id)
     assert response.status == 200
     body = await response.json()
     assert [row["installId"] for row in body["byInstall"]] == [deal.install_id]
     assert body["usage"]["totalRuns"] == 1
-    response = await billing(
-        client, deal.deployer_key, templateId=deal.template["id"], installId=other.install_id
-    )
+    response = await billing(client, scoped, templateId=deal.template["id"], installId=other.install_id)
     assert response.status == 403
-    # An unscoped key of the deployer: must name an install of theirs; another's is unknown to them.
-    unscoped = await create_key(client, deal.deployer)
-    assert (await billing(client, unscoped, templateId=deal.template["id"])).status == 404
-    response = await billing(client, unscoped, templateId=deal.template["id"], installId=other.install_id)
-    assert response.status == 404
-    response = await billing(client, unscoped, templateId=deal.template["id"], installId=deal.install_id)
-    assert response.status == 200
+    # An unscoped key of the deployer (the creating key stays unscoped): must name an install of
+    # theirs; another's is unknown to them.
+    for unscoped in (deal.deployer_key, await create_key(client, deal.deployer)):
+        assert (await billing(client, unscoped, templateId=deal.template["id"])).status == 404
+        response = await billing(client, unscoped, templateId=deal.template["id"], installId=other.install_id)
+        assert response.status == 404
+        response = await billing(client, unscoped, templateId=deal.template["id"], installId=deal.install_id)
+        assert response.status == 200
     # The builder naming an install of another template learns nothing either.
     stranger_deal = await paid_install(client, None)
     response = await billing(

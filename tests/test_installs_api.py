@@ -131,22 +131,22 @@ async def test_svc_install_is_created_linked_and_listed_with_its_pinned_version(
     assert (listed["platform"], listed["status"], listed["companyId"]) == ("svc", "completed", None)
 
     # A new version of the template does not move the install (spec: never migrated automatically).
-    # The creating key now reaches only its install, so the template is managed with another key.
-    builder = await create_key(client, owner)
-    parent = await release(client, builder, template["id"], team_definition(description="v2"))
+    # The creating key keeps every right it had (docs/auth.md): it releases and installs again.
+    parent = await release(client, key, template["id"], team_definition(description="v2"))
     assert parent["version"] == 2
-    second = await svc_install(client, other_key, template["id"])
-    newest, oldest = await list_installs(client, await create_key(client, owner))
+    second = await svc_install(client, key, template["id"])
+    newest, oldest = await list_installs(client, key)
     assert (newest["id"], newest["templateVersion"]) == (second["installId"], 2)
     assert (oldest["id"], oldest["templateVersion"]) == (install_id, 1)
     doc = await store.installs.find_one({"_id": install_id})
     assert doc["templateVersion"] == 1 and doc["definition"].get("description") != "v2"
 
 
-async def test_a_linked_key_acts_only_on_its_install(make_client):
+async def test_a_linked_key_keeps_every_right(make_client):
     """Spec "Installs", svc: "the API key used to create the install is immediately linked to the new
-    installId (so whoami resolves)". From then on the key reaches that install only: it may not create
-    installs, manage templates or read the secret vault (docs/auth.md)."""
+    installId (so whoami resolves)". The link takes no right away: the key still creates installs,
+    manages templates, lists runs and billing and reads the secret vault (docs/auth.md). whoami
+    follows the newest svc install the key created."""
     client = await make_client(rate_limit_multiplier=None)
     _, key = await user_with_key(client)
     template = await published_team(client, key)
@@ -154,14 +154,18 @@ async def test_a_linked_key_acts_only_on_its_install(make_client):
     assert await (await whoami(client, key)).json() == {"installId": first}
     await patch_ok(client, key, first, "variables", {"company": "Acme"})
 
-    body = {"templateId": template["id"], "platform": "svc"}
-    refused = await client.post("/api/installs", json=body, headers=bearer(key))
-    assert refused.status == 403 and first in (await refused.json())["error"]
-    refused = await client.post(f"/api/templates/{template['id']}/new-version", headers=bearer(key))
-    assert refused.status == 403
-    refused = await client.get("/api/secrets/known?companyId=c&keys=A", headers=bearer(key))
-    assert refused.status == 403
-    assert await (await whoami(client, key)).json() == {"installId": first}
+    second = (await svc_install(client, key, template["id"]))["installId"]
+    assert await (await whoami(client, key)).json() == {"installId": second}
+    await patch_ok(client, key, first, "variables", {"company": "Acme"})
+    assert {i["id"] for i in await list_installs(client, key)} == {first, second}
+    response = await client.post(f"/api/templates/{template['id']}/new-version", headers=bearer(key))
+    assert response.status in (200, 201), await response.text()
+    response = await client.get("/api/secrets/known?companyId=c&keys=A", headers=bearer(key))
+    assert response.status == 200, await response.text()
+    response = await client.get(f"/api/runs?templateId={template['id']}", headers=bearer(key))
+    assert response.status == 200, await response.text()
+    response = await client.get(f"/api/billing?templateId={template['id']}", headers=bearer(key))
+    assert response.status == 200, await response.text()
 
 
 async def test_managed_installs_summary_variables_and_secrets(make_client, store):
@@ -443,6 +447,14 @@ async def test_install_scoped_key_reaches_only_its_install(make_client):
         assert response.status == 404, (what, await response.text())
         await patch_ok(client, scoped, first, what, body)
     assert (await delete_install(client, scoped, second)).status == 404
+    # A key created with installId may not create installs, change templates or read the vault.
+    body = {"templateId": template["id"], "platform": "svc"}
+    refused = await client.post("/api/installs", json=body, headers=bearer(scoped))
+    assert refused.status == 403 and first in (await refused.json())["error"]
+    refused = await client.post(f"/api/templates/{template['id']}/new-version", headers=bearer(scoped))
+    assert refused.status == 403
+    refused = await client.get("/api/secrets/known?companyId=c&keys=A", headers=bearer(scoped))
+    assert refused.status == 403
     unscoped = await create_key(client, owner)
     assert {i["id"] for i in await list_installs(client, unscoped)} == {first, second}
     assert {i["status"] for i in await list_installs(client, unscoped)} == {"completed"}

@@ -72,7 +72,8 @@ async def my_installs(request: web.Request) -> web.Response:
 @routes.get("/api/installs/whoami", auth="AK", key_fallback=True)
 async def whoami(request: web.Request) -> web.Response:
     """The install an application key (or a key linked to an install) is scoped to."""
-    install_id = principal(request).install_id
+    caller = principal(request)
+    install_id = caller.install_id or caller.linked_install_id
     if install_id is None:
         return error_response(
             400,

@@ -32,6 +32,8 @@ class Principal:
     key_id: str | None = None
     # For keys: the install the key is scoped to. For tokens: the install they belong to.
     install_id: str | None = None
+    # For personal keys: the svc install the key created last (whoami only; it takes no right away).
+    linked_install_id: str | None = None
 
 
 def require_unscoped(principal: Principal) -> None:
@@ -76,6 +78,7 @@ class Credentials:
             org_id=doc.get("orgId"),
             key_id=doc["_id"],
             install_id=doc.get("installId"),
+            linked_install_id=doc.get("linkedInstallId"),
         )
         self.key_cache.put(key_hash, caller)
         return caller

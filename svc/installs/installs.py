@@ -373,12 +373,13 @@ class Installs:
         await self.store.install_tokens.delete_many({"installId": install_id})
 
     async def _link_key(self, principal: Principal, install_id: str) -> None:
-        """Link the creating personal key to the new install (spec: so whoami resolves); it then
-        reaches only it. Org keys are shared by the org and stay unscoped (docs/orgs.md)."""
+        """Link the creating personal key to the new install (spec: so whoami resolves); the key
+        keeps every right it had: only a key created with `installId` is restricted (docs/auth.md).
+        Org keys are shared by the org and are not linked (docs/orgs.md)."""
         if principal.via != "key" or principal.key_id is None or principal.org_id is not None:
             return
         doc = await self.store.api_keys.find_one_and_update(
-            {"_id": principal.key_id}, {"$set": {"installId": install_id}}
+            {"_id": principal.key_id}, {"$set": {"linkedInstallId": install_id}}
         )
         if doc is not None:
             self.key_cache.discard(doc["keyHash"])
