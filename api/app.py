@@ -32,6 +32,7 @@ from api.handlers import (
 )
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
+from config import catalogue
 from config.settings import Settings
 from plugins.manager import Plugins
 from svc.core import EmbeddedMongo, Store, Vault, is_api_key
@@ -60,6 +61,8 @@ VAULT = web.AppKey("vault", Vault)
 
 def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web.Application:
     """Build the application; nothing connects until it starts."""
+    # The deployment's model names (SVC_MODELS_FILE) are the ones this process calls with.
+    catalogue.use(settings.upstream_models, settings.bedrock_models)
     app = web.Application(middlewares=[request_context, rate_limit], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     app[ROUTE_TABLE] = (*ROUTES, *extra_routes)

@@ -3,7 +3,7 @@
 from svc.core import errors, tokens
 from svc.core.cache import TTLCache
 from svc.core.clock import aware, iso, utcnow
-from svc.core.embedded import EmbeddedMongo
+from svc.core.embedded import EmbeddedMongo, NoDatabaseError, require_database
 from svc.core.errors import (
     BadGateway,
     BadRequest,
@@ -35,6 +35,7 @@ __all__ = [
     "Gone",
     "Governance",
     "Mailer",
+    "NoDatabaseError",
     "NotFound",
     "PaymentRequired",
     "RateLimited",
@@ -54,6 +55,7 @@ __all__ = [
     "errors",
     "is_api_key",
     "iso",
+    "require_database",
     "tokens",
     "utcnow",
 ]

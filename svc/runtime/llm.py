@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 
-from config.catalogue import UPSTREAM
 from config.settings import Settings
 from plugins.manager import Plugins
 from plugins.types import (
@@ -46,7 +45,7 @@ class LLM:
             raise ProviderError(
                 f"{provider} is not configured (set SVC_{provider.upper()}_API_KEY)", status=None
             )
-        upstream = UPSTREAM.get(model)
+        upstream = self.settings.upstream_models.get(model)
         if upstream is None:
             raise ProviderError(f"unknown model {model!r}")
         return provider, CompletionRequest(
