@@ -48,10 +48,10 @@ class InstallActor:
                 self.runner = InstallRunner(
                     store,
                     Vault(self.vault_keys),
-                    LLM(plugins, self.settings),
+                    LLM(plugins, self.settings, store),
                     self.settings.judge_model,
                     self.settings.egress_allow_private,
-                    Mailer(store, self.settings.smtp_url),
+                    Mailer(store, self.settings.smtp_url, self.settings.mail_from),
                 )
                 recovered = await self.runner.recover(self.install_id)
                 if recovered:

@@ -66,7 +66,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_STRIPE_WEBHOOK_SECRET", "the webhook endpoint's signing secret"),
     Variable("SVC_STRIPE_PRO_PRICE_ID", "a Stripe price id"),
     Variable("SVC_PRO_PRICE_CENTS", "a whole number of cents, at least 50"),
-    Variable("SVC_SMTP_URL", "`smtp://user:pass@host:587` (STARTTLS when offered) or `smtps://…:465`"),
+    Variable(
+        "SVC_SMTP_URL",
+        "`smtp://user:pass@host:587` (STARTTLS when offered), `smtp+starttls://` (STARTTLS required) "
+        "or `smtps://user:pass@host:465` (implicit TLS); `?cafile=/path/ca.pem` for a private CA",
+    ),
     Variable("SVC_MAIL_FROM", "an address, optionally with a name: `svc <no-reply@example.com>`"),
     Variable("SVC_METRICS_TOKEN", "any string; GET /metrics then needs `Authorization: Bearer <token>`"),
     Variable("APP_API_KEYS", "comma-separated `<installId>:<key>` pairs or bare `<key>`s"),
@@ -407,9 +411,9 @@ def parse_mongodb_uri(raw: str) -> str:
 
 
 def parse_smtp_url(raw: str) -> str:
-    """`smtp://` or `smtps://` with a host; the port is optional (587 and 465 by default)."""
+    """`smtp://`, `smtp+starttls://` or `smtps://` with a host; the port defaults to 587 or 465."""
     parts = urlsplit(raw)
-    if parts.scheme not in {"smtp", "smtps"} or not parts.hostname:
+    if parts.scheme not in {"smtp", "smtp+starttls", "smtps"} or not parts.hostname:
         raise ValueError("not an smtp:// or smtps:// URL with a host")
     try:
         parts.port  # noqa: B018 - raises ValueError on a port out of range

@@ -56,11 +56,11 @@ class Services:
         accounts = Accounts(store)
         key_cache: TTLCache[str, Principal] = TTLCache()
         multiplier = settings.rate_limit_multiplier
-        mailer = Mailer(store, settings.smtp_url)
+        mailer = Mailer(store, settings.smtp_url, settings.mail_from)
         credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
         runs = Runs(store)
         installs = Installs(store, vault, plugins, credentials, key_cache, settings, runs)
-        llm = LLM(plugins, settings)
+        llm = LLM(plugins, settings, store)
         orgs = Orgs(store, accounts, mailer, vault, key_cache, settings, installs)
         installs.governance = orgs
         provider = (

@@ -11,7 +11,7 @@ from svc.core import EmbeddedMongo, NoDatabaseError, require_database
 
 async def test_no_database_is_refused_and_a_real_one_is_found(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    with pytest.raises(NoDatabaseError, match="no database in .*start `svc serve` first"):
+    with pytest.raises(NoDatabaseError, match=r"no database in .*start `svc serve` first"):
         require_database(data_dir)
     assert not data_dir.exists(), "the check creates nothing"
 

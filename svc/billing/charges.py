@@ -42,6 +42,7 @@ from svc.core import (
     Store,
     Timestamp,
     aware,
+    counters,
     iso,
     tokens,
     utcnow,
@@ -179,6 +180,7 @@ class Charges:
                 {"_id": invoice["_id"], "claim": invoice["claim"]},
                 {"$set": {"status": "failed", "failure": exc.message, "updatedAt": utcnow()}},
             )
+            await counters.inc(self.store, "payment_failures", {"reason": "declined"})
             raise PaymentRequired(
                 f"The payment was declined: {exc.message}", code="payment_declined"
             ) from None
@@ -627,7 +629,9 @@ class Charges:
             if succeeded
             else {"status": "failed", "failure": "payment failed (provider event)"}
         )
-        await self._invoices.update_one(
+        settled = await self._invoices.update_one(
             {"_id": invoice_id, "attempt": int(attempt), "status": {"$in": ["processing", "failed"]}},
             {"$set": {**update, "updatedAt": utcnow()}},
         )
+        if not succeeded and settled.modified_count:
+            await counters.inc(self.store, "payment_failures", {"reason": "provider_event"})

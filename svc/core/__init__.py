@@ -1,6 +1,6 @@
 """Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports."""
 
-from svc.core import errors, tokens
+from svc.core import counters, errors, tokens
 from svc.core.cache import TTLCache
 from svc.core.clock import aware, iso, utcnow
 from svc.core.embedded import EmbeddedMongo, NoDatabaseError, require_database
@@ -51,6 +51,7 @@ __all__ = [
     "Unprocessable",
     "Vault",
     "aware",
+    "counters",
     "describe",
     "errors",
     "is_api_key",

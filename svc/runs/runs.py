@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 from pymongo.errors import DuplicateKeyError
 
 from svc.core import BadRequest, Conflict, Document, NotFound, RequestBody, Store, tokens, utcnow
-from svc.runs import run_stats
+from svc.runs import run_metrics, run_stats
 
 RunStatus = Literal["completed", "failed"]
 # Platforms whose upstream reports no token counts: per_k_tokens billing does not apply there (spec).
@@ -131,6 +131,7 @@ class Runs:
         except DuplicateKeyError:
             return run_id, False  # the same report again
         await run_stats.count(self.store, doc)
+        await run_metrics.recorded(self.store, doc)
         return run_id, True
 
     async def require_tokens(

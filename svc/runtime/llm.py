@@ -14,6 +14,7 @@ from plugins.types import (
     StreamChunk,
     ToolSpec,
 )
+from svc.core import Store, counters
 
 DEFAULT_BASE_URLS = {
     "providerA": "https://api.anthropic.com",
@@ -25,9 +26,11 @@ DEFAULT_BASE_URLS = {
 class LLM:
     """Calls models through the provider plugins with the keys and endpoints from settings."""
 
-    def __init__(self, plugins: Plugins, settings: Settings) -> None:
+    def __init__(self, plugins: Plugins, settings: Settings, store: Store | None = None) -> None:
         self.plugins = plugins
         self.settings = settings
+        # Where the tokens each provider used are counted for GET /metrics (None: not counted).
+        self.store = store
 
     def request(
         self,
@@ -71,7 +74,12 @@ class LLM:
     ) -> CompletionResponse:
         """One call, the whole answer."""
         provider, request = self.request(model, system, messages, tools, max_tokens, timeout_s)
-        return await self.plugins.complete(provider, request)
+        response = await self.plugins.complete(provider, request)
+        if self.store is not None:
+            for kind, amount in (("input", response.input_tokens), ("output", response.output_tokens)):
+                labels = {"provider": provider, "kind": kind}
+                await counters.inc(self.store, "llm_tokens", labels, amount or 0)
+        return response
 
     async def stream(
         self, model: str, system: str, messages: Sequence[ChatMessage], max_tokens: int = 4096

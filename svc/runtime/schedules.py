@@ -18,7 +18,19 @@ from croniter import CroniterError, croniter
 from pydantic import Field
 from pymongo import ReturnDocument
 
-from svc.core import BadRequest, Document, NotFound, RequestBody, Runtime, Store, iso, tokens, utcnow
+from svc.core import (
+    BadRequest,
+    Document,
+    NotFound,
+    RequestBody,
+    Runtime,
+    Store,
+    aware,
+    counters,
+    iso,
+    tokens,
+    utcnow,
+)
 from svc.identity import Principal
 from svc.installs import Installs
 from svc.runtime.events import Events
@@ -184,6 +196,8 @@ class SchedulerCore:
         ):
             claimed = await self._claim(due, now)
             fired += len(claimed)
+            lags = [max(0.0, (now - aware(due_at)).total_seconds()) for _, due_at in claimed]
+            await counters.observe(self.store, "scheduler_lag_seconds", {}, lags, counters.LAG_BUCKETS)
             await self._fire(claimed, now)
         await self._start_queued()
         return fired

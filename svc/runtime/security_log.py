@@ -11,10 +11,13 @@ from typing import Any, Literal
 
 from pymongo import DESCENDING
 
-from svc.core import Store, iso, tokens, utcnow
+from svc.core import Store, counters, iso, tokens, utcnow
 from svc.runs import run_stats
 
 LOG_LIMIT = 200
+# The reasons the agent loop writes for a judge's refusal and an egress-guard refusal.
+JUDGE_BLOCKED = "Blocked by the security judge"
+GUARD_PREFIX = "Egress guard:"
 Decision = Literal["ALLOW", "BLOCK", "JUDGE", "PASSTHROUGH"]
 
 
@@ -39,6 +42,20 @@ class RequestRecord:
     latencyMs: int
 
 
+async def count_decision(store: Store, entry: RequestRecord) -> None:
+    """Judge decisions and blocked requests, for GET /metrics (docs/operations.md)."""
+    judge_blocked = entry.reason == JUDGE_BLOCKED
+    if entry.decisionSource == "judge":
+        verdict = "block" if judge_blocked else "allow"
+        await counters.inc(store, "judge_decisions", {"decision": verdict})
+    if judge_blocked:
+        await counters.inc(store, "egress_blocks", {"by": "judge"})
+    elif (entry.reason or "").startswith(GUARD_PREFIX):
+        await counters.inc(store, "egress_blocks", {"by": "guard"})
+    elif entry.decision == "BLOCK":
+        await counters.inc(store, "egress_blocks", {"by": "policy"})
+
+
 class SecurityLog:
     """Writes and reads the log."""
 
@@ -51,6 +68,7 @@ class SecurityLog:
             {"_id": tokens.new_id(), **asdict(entry), "createdAt": utcnow()}
         )
         await run_stats.count_tool_call(self.store, entry.installId, entry.statusCode)
+        await count_decision(self.store, entry)
 
     async def latest(self, install_id: str) -> list[dict[str, Any]]:
         """The last 200 entries of an install, newest first."""
