@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from aiohttp import web
 
 from actors.runtime import RayRuntime
+from api import metrics
 from api.auth import authenticate, bearer_token, optional_key
 from api.bodies import parse_body, parse_query
 from api.context import PRINCIPAL, ROUTE_TABLE, SERVICES, SETTINGS
@@ -63,11 +64,14 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
     """Build the application; nothing connects until it starts."""
     # The deployment's model names (SVC_MODELS_FILE) are the ones this process calls with.
     catalogue.use(settings.upstream_models, settings.bedrock_models)
-    app = web.Application(middlewares=[request_context, rate_limit], client_max_size=settings.max_body_bytes)
+    app = web.Application(
+        middlewares=[metrics.measure, request_context, rate_limit], client_max_size=settings.max_body_bytes
+    )
     app[SETTINGS] = settings
     app[ROUTE_TABLE] = (*ROUTES, *extra_routes)
     for route in app[ROUTE_TABLE]:
         app.router.add_route(route.method, route.path, guarded(route))
+    metrics.setup(app)
     app.cleanup_ctx.extend([database, ray_runtime, domain_services])
     return app
 

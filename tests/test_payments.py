@@ -266,6 +266,8 @@ async def test_declined_card_then_retry_with_a_new_attempt(make_client: Any, aio
     assert "declined" in body["error"] and body["code"] == "payment_declined"
     invoice = await app_store(client)["invoices"].find_one({"installId": deal.install_id})
     assert invoice["status"] == "failed" and invoice["attempt"] == 1
+    failures = await app_store(client)["metric_counters"].find_one({"name": "payment_failures"})
+    assert (failures["labels"], failures["value"]) == ({"reason": "declined"}, 1), "counted for /metrics"
     # The deployer saves a working card; the same period is retried with a new idempotency key.
     await app_store(client).installs.update_one(
         {"_id": deal.install_id}, {"$set": {"payPaymentMethodId": CARD}}

@@ -157,6 +157,8 @@ async def test_backlog_skip_and_queue(make_client, store):
 
     await make_due(store, install_id, onBacklog="skip")
     assert await core.tick() == 1
+    lag = await store["metric_counters"].find_one({"name": "scheduler_lag_seconds"})
+    assert lag["count"] == 1 and lag["sum"] >= 0, "the fire's delay is counted for /metrics"
     assert await store["pipeline_runs"].count_documents({"source": "schedule"}) == 0
     event = await store["pipeline_events"].find_one({"installId": install_id, "eventType": "scheduler_run"})
     assert event["meta"]["skipped"] is True
