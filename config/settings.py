@@ -485,8 +485,3 @@ def parse_app_keys(raw: str | None) -> tuple[AppKey, ...]:
         keys.append(AppKey(key=key, install_id=install_id) if sep else AppKey(key=install_id))
     return tuple(keys)
 
-
-if __name__ == "__main__":
-    # `python -m config.settings`: check the settings as start-up would, and say where data goes.
-    checked = settings_or_exit()
-    print(f"settings ok; data directory {checked.data_dir}")
