@@ -350,7 +350,7 @@ class RunService:
     async def run(self, principal: Principal, install_id: str, body: RunBody) -> dict[str, Any]:
         """A synchronous run: answers when the team has finished."""
         install = await self.installs.owned(principal, install_id)
-        if install["platform"] != "svc":
+        if not self.installs.traits(install["platform"]).managed:
             raise BadRequest(f"run is for managed (svc) installs; this install is on {install['platform']}")
         require_ready(install)
         run_id = tokens.new_id()
@@ -395,7 +395,11 @@ class RunService:
         # Upstream agent ids come from each deployer's own server, so they may repeat across
         # installs: the install is the one whose secret the caller presents.
         candidates = await self.store.installs.find(
-            {"deployedAgents.externalId": body.agentId, "platform": "orchA", "status": "completed"}
+            {
+                "deployedAgents.externalId": body.agentId,
+                "platform": {"$in": self.installs.platform_ids("heartbeats")},
+                "status": "completed",
+            }
         ).to_list(20)
         install = None
         for candidate in candidates:

@@ -5,6 +5,7 @@ from svc.templates.definitions import (
     AccessPolicy,
     TeamDefinition,
     check_definition,
+    hierarchy_depth,
     json_schema,
 )
 from svc.templates.templates import (
@@ -46,6 +47,7 @@ __all__ = [
     "VersionList",
     "check_definition",
     "diff_summary",
+    "hierarchy_depth",
     "is_owner",
     "json_schema",
     "owner_of",

@@ -274,6 +274,11 @@ class Templates:
 
     # ---- reading -------------------------------------------------------------------
 
+    async def hand_back(self, org_id: str, owner: Document) -> None:
+        """An org being deleted gives its templates to `owner` (its owner)."""
+        as_org = {"owner.kind": "org", "owner.id": org_id}
+        await self._templates.update_many(as_org, {"$set": {"owner": owner, "updatedAt": utcnow()}})
+
     async def list_published(
         self, principal: Principal | None, limit: int = LIST_DEFAULT, cursor: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
