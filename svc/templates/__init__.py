@@ -8,7 +8,7 @@ from svc.templates.definitions import (
     hierarchy_depth,
     json_schema,
 )
-from svc.templates.templates import (
+from svc.templates.resources import (
     LIST_DEFAULT,
     LIST_MAX,
     PLATFORM_FEE_PERCENT,
@@ -19,13 +19,13 @@ from svc.templates.templates import (
     RollbackBody,
     TemplateList,
     TemplateOut,
-    Templates,
     UpdateTemplateBody,
     VersionList,
     is_owner,
     owner_of,
     view,
 )
+from svc.templates.templates import Templates
 from svc.templates.versioning import diff_summary
 
 __all__ = [
