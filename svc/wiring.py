@@ -16,7 +16,7 @@ from svc.authoring import Authoring
 from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, UsageReport
 from svc.core import Mailer, Runtime, Store, TTLCache, Vault
 from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter
-from svc.installs import Installs
+from svc.installs import Installs, RunPoller
 from svc.orgs import (
     Approvals,
     AuditLog,
@@ -28,7 +28,7 @@ from svc.orgs import (
     OrgSecrets,
     Plans,
 )
-from svc.runs import RunAnalytics, RunPoller, Runs
+from svc.runs import RunAnalytics, Runs
 from svc.runtime import LLM, InstallRunner, Outreach, RunService, Schedules, SecurityLog
 from svc.templates import Templates
 

@@ -27,7 +27,7 @@ from svc.core import (
     tokens,
     utcnow,
 )
-from svc.installs import interpolate
+from svc.installs import interpolate, touch_last_run
 from svc.runs import Runs
 from svc.runtime.agent_loop import AgentStep, RunScope, TeamResult, TeamRunner
 from svc.runtime.events import Events, EventType
@@ -252,7 +252,7 @@ class InstallRunner:
             error_message=error,
             run_id=run_id,
         )
-        await self.store.installs.update_one({"_id": install["_id"]}, {"$set": {"lastRunAt": utcnow()}})
+        await touch_last_run(self.store, install["_id"])
 
     async def callback(self, install: Document, url: str, outcome: dict[str, Any]) -> bool:
         """POST the result to the caller's URL, signed, retried with backoff; True when delivered."""
