@@ -170,13 +170,6 @@ def hierarchy_depth(definition: dict[str, Any]) -> int:
     return depth
 
 
-def parse_definition(data: Any, path: str = "definition") -> TeamDefinition:
-    """Validate a raw definition (used outside request bodies, e.g. generated ones)."""
-    definition = TeamDefinition.model_validate(data)
-    check_definition(definition, path)
-    return definition
-
-
 def json_schema() -> dict[str, Any]:
     """JSON Schema draft-07 of a team definition, generated from the models."""
     schema = TeamDefinition.model_json_schema(ref_template="#/definitions/{model}", mode="validation")
