@@ -134,7 +134,7 @@ def build_services(
         llm=llm,
         run_service=RunService(store, installs, runtime),
         security_log=SecurityLog(store),
-        schedules=Schedules(store, installs),
+        schedules=Schedules(store, installs, runtime),
         outreach=Outreach(store, installs),
         authoring=Authoring(llm),
         org_access=org_access,

@@ -33,6 +33,7 @@ from svc.runtime.agent_loop import AgentStep, RunScope, TeamResult, TeamRunner
 from svc.runtime.events import Events, EventType
 from svc.runtime.llm import LLM
 from svc.runtime.pipelines import PipelineExecutor
+from svc.runtime.schedules import note_scheduled_outcome
 from svc.runtime.security_log import SecurityLog
 
 log = logging.getLogger(__name__)
@@ -253,6 +254,8 @@ class InstallRunner:
             run_id=run_id,
         )
         await touch_last_run(self.store, install["_id"])
+        if source == "schedule":
+            await note_scheduled_outcome(self.store, install["_id"], status == "completed", error)
 
     async def callback(self, install: Document, url: str, outcome: dict[str, Any]) -> bool:
         """POST the result to the caller's URL, signed, retried with backoff; True when delivered."""
@@ -315,5 +318,3 @@ def outcome_of(run_id: str, result: TeamResult) -> dict[str, Any]:
     if result.error:
         outcome["errorMessage"] = result.error
     return outcome
-
-
