@@ -1,6 +1,6 @@
 # One image for the API, the Ray head and the Ray workers, so every node runs the same code,
 # the same Ray and the same Python. The base image and every Python package are pinned to the
-# versions the test suite ran with (constraints.txt records the Python version as well).
+# versions the test suite ran with (constraints.txt names the base image its pins are for).
 # The `embedded` extra (SecantusDB, GPL-2.0-only) is never installed here: the image uses MongoDB.
 FROM python:3.11.7-slim-bookworm
 WORKDIR /app

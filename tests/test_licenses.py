@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
+import platform
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -58,6 +60,11 @@ def test_the_image_never_installs_the_embedded_database(image: InstallSet):
     assert "secantusdb" in licenses.resolve(licenses.requirements_of(["embedded"])).packages
 
 
+# The image is Linux: its install set (markers evaluated here) can only be derived on Linux.
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="the image's install set is derived on Linux")
+
+
+@linux_only
 def test_constraints_pin_exactly_what_the_image_installs(image: InstallSet):
     pinned_image, pinned_make = licenses.read_constraints()
     installed = {name: pkg.version for name, pkg in image.packages.items()}
@@ -67,6 +74,7 @@ def test_constraints_pin_exactly_what_the_image_installs(image: InstallSet):
     assert pinned_make == {name: pkg.version for name, pkg in make_only.packages.items()}
 
 
+@linux_only
 def test_the_generated_files_are_current():
     constraints, doc, found = licenses.generate()
     assert found == []
@@ -77,10 +85,10 @@ def test_the_generated_files_are_current():
 
 def test_the_dockerfile_and_make_install_with_the_constraints():
     dockerfile = (ROOT / "Dockerfile").read_text()
-    base = re.search(r"^FROM\s+(\S+)", dockerfile, re.MULTILINE)
-    assert base is not None
-    assert base.group(1).startswith(f"python:{licenses.tested_python()}-"), (
-        "the base image's Python is not the one constraints.txt was made with"
+    # The base image is pinned to a patch release of the Python the suite runs on.
+    pinned = licenses.image_python()
+    assert pinned.split(".")[:2] == platform.python_version().split(".")[:2], (
+        f"the image runs Python {pinned}, the suite {platform.python_version()}"
     )
     assert re.search(r"^COPY\s.*\bconstraints\.txt\b", dockerfile, re.MULTILINE)
     makefile = (ROOT / "Makefile").read_text()
