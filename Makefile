@@ -20,10 +20,12 @@ serve: install
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 bench: install
 	$(BIN)/python bench/api.py

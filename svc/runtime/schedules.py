@@ -118,7 +118,7 @@ class Schedules:
     async def update(self, principal: Principal, install_id: str, body: ScheduleBody) -> dict[str, Any]:
         """Create, change or (cronExpression null) delete the schedule."""
         install = await self.installs.owned(principal, install_id)
-        if install["platform"] != "svc":
+        if not self.installs.traits(install["platform"]).managed:
             raise BadRequest(
                 f"schedules run managed (svc) installs; this install is on {install['platform']}"
             )
