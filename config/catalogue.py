@@ -94,3 +94,7 @@ def use(upstream: Mapping[str, str], bedrock: Mapping[str, str]) -> None:
     UPSTREAM.update(upstream)
     BEDROCK.clear()
     BEDROCK.update(bedrock)
+
+
+# The platform of an install body that names none (spec: POST /api/installs).
+DEFAULT_PLATFORM = "orchA"

@@ -117,8 +117,9 @@ class Environment(BaseSettings):
     @classmethod
     def read(cls, env_file: str | None = None) -> dict[str, str]:
         """Every known variable that is set, as a string."""
-        path = env_file or os.environ.get(ENV_FILE_VARIABLE) or ".env"
-        if env_file is not None or ENV_FILE_VARIABLE in os.environ:
+        named = env_file or os.environ.get(ENV_FILE_VARIABLE, "").strip() or None
+        path = named or ".env"
+        if named is not None:
             if not Path(path).is_file():
                 accepted = ACCEPTED[ENV_FILE_VARIABLE]
                 raise SettingsError(f"{ENV_FILE_VARIABLE}={path}: no such file; accepted: {accepted}")
@@ -212,7 +213,7 @@ class Settings(BaseModel):
         With `env` None, the process environment and the dotenv file are read; a given mapping
         is used alone (tests). Keyword arguments replace parsed values. Raises `SettingsError`.
         """
-        raw = Environment.read() if env is None else dict(env)
+        raw: Mapping[str, str] = Environment.read() if env is None else env
 
         def get(name: str) -> str | None:
             value = (raw.get(name) or "").strip()
@@ -484,4 +485,3 @@ def parse_app_keys(raw: str | None) -> tuple[AppKey, ...]:
             raise ValueError("an entry has an empty install id or key")
         keys.append(AppKey(key=key, install_id=install_id) if sep else AppKey(key=install_id))
     return tuple(keys)
-

@@ -13,7 +13,7 @@ import pytest
 
 from config import catalogue
 from config.settings import Settings, SettingsError
-from plugins.builtin import orch_c
+from plugins.builtin import orch_c_bedrock
 from tests.conftest import bearer, create_key, signup
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 from tests.fakes.orch_c import FakeBedrockAgents
@@ -39,7 +39,7 @@ def test_every_catalogue_id_has_a_real_upstream_name_and_bedrock_id():
     assert ids <= set(catalogue.DEFAULT_UPSTREAM)
     for model_id, name in catalogue.DEFAULT_UPSTREAM.items():
         assert name and not name.startswith("provider"), f"{model_id} maps to a placeholder {name!r}"
-    families = {m for m in ids if m.split(":")[0] in orch_c.MODEL_FAMILIES}
+    families = {m for m in ids if m.split(":")[0] in orch_c_bedrock.MODEL_FAMILIES}
     assert families <= set(catalogue.DEFAULT_BEDROCK)
     assert all("." in bedrock_id for bedrock_id in catalogue.DEFAULT_BEDROCK.values())
 
@@ -163,7 +163,7 @@ async def test_orch_c_provisions_with_the_configured_bedrock_id(
     path.write_text(OLLAMA_TOML)
     fake = FakeBedrockAgents()
     server = await aiohttp_server(bedrock_app(fake))
-    monkeypatch.setenv(orch_c.ENDPOINT_ENV, f"http://127.0.0.1:{server.port}")
+    monkeypatch.setenv(orch_c_bedrock.ENDPOINT_ENV, f"http://127.0.0.1:{server.port}")
     client = await make_client(rate_limit_multiplier=None, **model_settings(path))
     try:
         caller = await signup(client)

@@ -5,9 +5,10 @@ from svc.templates.definitions import (
     AccessPolicy,
     TeamDefinition,
     check_definition,
+    hierarchy_depth,
     json_schema,
 )
-from svc.templates.templates import (
+from svc.templates.resources import (
     LIST_DEFAULT,
     LIST_MAX,
     PLATFORM_FEE_PERCENT,
@@ -18,13 +19,13 @@ from svc.templates.templates import (
     RollbackBody,
     TemplateList,
     TemplateOut,
-    Templates,
     UpdateTemplateBody,
     VersionList,
     is_owner,
     owner_of,
     view,
 )
+from svc.templates.templates import Templates
 from svc.templates.versioning import diff_summary
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "VersionList",
     "check_definition",
     "diff_summary",
+    "hierarchy_depth",
     "is_owner",
     "json_schema",
     "owner_of",
