@@ -124,5 +124,9 @@ async def test_paging_limits_and_windows(make_client):
 async def test_no_route_changes_audit_events(make_client):
     client = await make_client()
     routes = client.server.app[ROUTE_TABLE]
-    audit_routes = [(r.method, r.path) for r in routes if "audit" in r.path]
-    assert audit_routes == [("GET", "/api/orgs/{slug}/audit-log")]
+    audit_routes = sorted((r.method, r.path) for r in routes if "audit" in r.path)
+    assert audit_routes == [
+        ("GET", "/api/installs/{id}/audit"),
+        ("GET", "/api/orgs/{slug}/audit-log"),
+        ("GET", "/api/orgs/{slug}/audit/timeline"),
+    ], "the audit log and the timelines are read-only"
