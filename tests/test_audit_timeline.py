@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import bearer
-from tests.orgs_helpers import ok, org_key, send, world
-from tests.runtime_helpers import member, provider_settings, start_llm, svc_install
+from tests.support.accounts import bearer
+from tests.support.orgs import ok, org_key, send, world
+from tests.support.runtime import member, provider_settings, start_llm, svc_install
 
 DENY_ALL = {"accessPolicyVersion": "1", "defaultAction": "deny", "rules": []}
 

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 from api.context import ROUTE_TABLE
 from svc.core.clock import iso, utcnow
-from tests.conftest import app_store
-from tests.orgs_helpers import invite, join, make_pro, ok, send, world
+from tests.support.accounts import app_store
+from tests.support.orgs import invite, join, make_pro, ok, send, world
 
 
 def seed_install(org_id: str, install_id: str) -> dict:
