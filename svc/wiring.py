@@ -30,7 +30,7 @@ from svc.orgs import (
 )
 from svc.runs import RunAnalytics, Runs
 from svc.runtime import LLM, InstallRunner, Outreach, RunService, Schedules, SecurityLog
-from svc.templates import Templates
+from svc.templates import Portability, Templates
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ class Services:
     credentials: Credentials
     rate_limiter: RateLimiter | None
     templates: Templates
+    portability: Portability
     runs: Runs
     run_analytics: RunAnalytics
     run_poller: RunPoller
@@ -127,6 +128,7 @@ def build_services(
         credentials=credentials,
         rate_limiter=RateLimiter(store, multiplier) if multiplier is not None else None,
         templates=templates,
+        portability=Portability(store, templates),
         runs=runs,
         run_analytics=RunAnalytics(store),
         run_poller=RunPoller(store, vault, plugins, runs, settings),

@@ -7,8 +7,8 @@ import json
 import time
 
 from config.catalogue import UPSTREAM
-from tests.conftest import bearer, create_key, signup
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
+from tests.support.accounts import bearer, create_key, signup
 
 VALID = {
     "version": "v1",

@@ -20,7 +20,7 @@ from svc.core.clock import aware, utcnow
 from svc.core.embedded import free_port
 from svc.core.mailer import MAX_ATTEMPTS, Mailer, backoff
 from svc.jobs import Jobs
-from tests.smtp_sink import SmtpSink
+from tests.fakes.smtp import SmtpSink
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:

@@ -8,8 +8,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from svc.core import counters
-from tests.conftest import bearer
-from tests.runtime_helpers import member, provider_settings, start_llm, start_target, svc_install
+from tests.support.accounts import bearer
+from tests.support.runtime import member, provider_settings, start_llm, start_target, svc_install
 from tests.test_runtime_runs import http_call, run
 
 

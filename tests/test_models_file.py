@@ -14,11 +14,11 @@ import pytest
 from config import catalogue
 from config.settings import Settings, SettingsError
 from plugins.builtin import orch_c_bedrock
-from tests.conftest import bearer, create_key, signup
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 from tests.fakes.orch_c import FakeBedrockAgents
 from tests.fakes.orch_c import create_app as bedrock_app
-from tests.templates_helpers import agent, definition, publish_template
+from tests.support.accounts import bearer, create_key, signup
+from tests.support.templates import agent, definition, publish_template
 
 ROOT = Path(__file__).resolve().parent.parent
 OLLAMA_TOML = """
