@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from api.context import PRINCIPAL, principal, services
 from api.routing import RouteTable
+from api.schemas import TeamSchemaDocument
 from svc.identity import Principal
 from svc.templates import (
     LIST_DEFAULT,
@@ -127,7 +128,7 @@ async def set_pricing(request: web.Request, body: PricingBody) -> web.Response:
     return web.json_response(await services(request).templates.set_pricing(principal(request), body))
 
 
-@routes.get("/api/schema/team/v1.json", auth="P")
+@routes.get("/api/schema/team/v1.json", auth="P", response=TeamSchemaDocument)
 async def team_schema(request: web.Request) -> web.Response:
     """JSON Schema (draft-07) of a team definition, generated from the models."""
     return web.Response(
