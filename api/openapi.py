@@ -3,8 +3,8 @@
 Every operation states its success body (the route's `response` model; 204 routes
 have none), its auth code (the spec's legend) both as `x-auth` and as security
 requirements over the schemes below, and the error answers a client must expect.
-Event streams are documented under `text/event-stream`, with the shape of each
-`data:` line in `x-sse-events`.
+Event streams are documented under `text/event-stream`: the schema of one event,
+whose `data` line holds JSON of one of the stream's event models (`contentSchema`).
 """
 
 from __future__ import annotations
@@ -171,12 +171,18 @@ def _success(route: Route, schemas: dict[str, Any]) -> dict[str, Any]:
         return {"description": "success, no body"} if route.status == 204 else {"description": "success"}
     description = (model.__doc__ or "success").strip().splitlines()[0]
     if issubclass(model, EventStream):
-        events = model.model_fields["event"].annotation
-        stream: dict[str, Any] = {
-            "schema": {"type": "string", "description": "`data: <json>` lines, one event each"},
-            "x-sse-events": _ref_union(events, schemas),
+        # OpenAPI 3.1 reads the schema of an event stream as the schema of one event (3.2's
+        # itemSchema): its `data` line is JSON of one of the event models.
+        events = _ref_union(model.model_fields["event"].annotation, schemas)
+        event = {
+            "type": "object",
+            "required": ["data"],
+            "properties": {
+                "event": {"type": "string"},
+                "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": events},
+            },
         }
-        return {"description": description, "content": {EventStream.media_type: stream}}
+        return {"description": description, "content": {EventStream.media_type: {"schema": event}}}
     media_type = getattr(model, "media_type", "application/json")
     return {"description": description, "content": {media_type: {"schema": _ref(model, schemas)}}}
 

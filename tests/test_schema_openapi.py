@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -165,3 +167,104 @@ async def test_responses_fit_their_declared_models(make_client):
     PricingOut.model_validate(await priced.json())
     archived = await (await client.post(f"/api/templates/{template_id}/archive", headers=key)).json()
     assert TemplateOut.model_validate(archived).installCount == 0
+
+
+async def test_every_operation_declares_its_success_answer(client):
+    document = await (await client.get("/api/openapi.json")).json()
+    for route in client.server.app[ROUTE_TABLE]:
+        operation = document["paths"][route.path][route.method.lower()]
+        success = operation["responses"][str(route.status)]
+        where = f"{route.method} {route.path}"
+        if route.status == 204:
+            assert "content" not in success, where
+            continue
+        assert route.response is not None, f"{where} has no response model"
+        (media_type, body), *_ = success["content"].items()
+        assert body["schema"], where
+        if media_type == "text/event-stream":
+            data = body["schema"]["properties"]["data"]
+            assert data["contentMediaType"] == "application/json", where
+            assert data["contentSchema"]["oneOf"], where
+        else:
+            assert body["schema"]["$ref"].rsplit("/", 1)[1] in document["components"]["schemas"], where
+        assert "4XX" in operation["responses"] and "429" in operation["responses"], where
+
+
+async def test_streams_are_documented_as_event_streams(client):
+    document = await (await client.get("/api/openapi.json")).json()
+    streamed = {
+        path
+        for path, operations in document["paths"].items()
+        for operation in operations.values()
+        if "text/event-stream" in operation["responses"].get("200", {}).get("content", {})
+    }
+    assert streamed == {
+        "/api/templates/generate",
+        "/api/templates/generate/public",
+        "/api/templates/assist",
+        "/api/templates/test-chat",
+    }
+
+
+async def test_auth_codes_are_security_schemes(client):
+    document = await (await client.get("/api/openapi.json")).json()
+    schemes = document["components"]["securitySchemes"]
+    assert schemes["apiKey"]["scheme"] == "bearer"
+    session = schemes["session"]
+    assert (session["type"], session["in"], session["name"]) == ("apiKey", "cookie", "svc_session")
+    expected = {
+        "K": [{"apiKey": []}],
+        "S": [{"session": []}],
+        "K/S": [{"apiKey": []}, {"session": []}],
+        "I": [{"installToken": []}],
+        "AK": [{"appKey": []}],
+    }
+    for route in client.server.app[ROUTE_TABLE]:
+        operation = document["paths"][route.path][route.method.lower()]
+        for requirement in operation["security"]:
+            assert set(requirement) <= set(schemes), f"{route.method} {route.path}"
+        if route.auth in expected and not route.key_fallback:
+            assert operation["security"] == expected[route.auth], f"{route.method} {route.path}"
+        if route.optional_key:
+            assert operation["security"] == [{}, {"apiKey": []}]
+        if route.auth != "P":
+            assert "401" in operation["responses"], f"{route.method} {route.path}"
+    whoami = document["paths"]["/api/installs/whoami"]["get"]["security"]
+    assert whoami == [{"appKey": []}, {"apiKey": []}]
+    heartbeat = document["paths"]["/api/runtime/webhook"]["post"]["security"]
+    assert heartbeat == [{"runtimeSecret": []}]
+
+
+async def test_docs_page_is_served_from_here_under_a_strict_policy(client):
+    response = await client.get("/docs")
+    assert response.status == 200
+    assert response.headers["Content-Type"].startswith("text/html")
+    policy = response.headers["Content-Security-Policy"]
+    script_src = next(part for part in policy.split(";") if part.strip().startswith("script-src"))
+    assert script_src.split() == ["script-src", "'self'"]
+    assert "'unsafe-inline'" not in policy and "'unsafe-eval'" not in policy
+    assert "frame-ancestors 'none'" in policy
+    assert response.headers["X-Frame-Options"] == "DENY"
+    page = await response.text()
+    assert "<script>" not in page and "http://" not in page and "https://" not in page
+    assets = re.findall(r'(?:src|href)="(/docs/assets/[^"]+)"', page)
+    assert len(assets) == 4
+    assert any("/swagger-ui-dist/5.35.0/" in url for url in assets)
+    for url in assets:
+        asset = await client.get(url, headers={"Accept-Encoding": "gzip"})
+        assert asset.status == 200, url
+        assert asset.headers["Cache-Control"] == "public, max-age=31536000, immutable"
+        assert asset.headers["Content-Encoding"] == "gzip"
+        assert asset.headers["Content-Type"].split(";")[0] in ("application/javascript", "text/css")
+        again = await client.get(url, headers={"If-None-Match": asset.headers["ETag"]})
+        assert again.status == 304
+    missing = await client.get("/docs/assets/swagger-ui-dist/5.35.0/index.html")
+    assert missing.status == 404
+    assert "error" in await missing.json()
+
+
+def test_vendored_viewer_is_the_published_package():
+    folder = Path(__file__).resolve().parent.parent / "api/reference/vendor/swagger-ui-dist/5.35.0"
+    for line in (folder / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split()
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
