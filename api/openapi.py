@@ -10,6 +10,7 @@ whose `data` line holds JSON of one of the stream's event models (`contentSchema
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -111,13 +112,17 @@ def build(routes: Iterable[Route], title: str = "svc", version: str = "v1") -> d
     """The document for these routes."""
     schemas: dict[str, Any] = {"Error": ERROR}
     paths: dict[str, dict[str, Any]] = {}
+    tags: dict[str, str] = {}
     for route in routes:
         name = route.handler.__name__
+        module = route.handler.__module__
+        tag = module.rsplit(".", 1)[-1]
+        tags.setdefault(tag, (sys.modules[module].__doc__ or tag).strip().splitlines()[0])
         operation: dict[str, Any] = {
             "summary": route.summary,
             "description": _description(route),
             "operationId": name,
-            "tags": [route.handler.__module__.rsplit(".", 1)[-1]],
+            "tags": [tag],
             "security": _security(route),
             "x-auth": route.auth,
             "parameters": _parameters(route, schemas),
@@ -138,6 +143,7 @@ def build(routes: Iterable[Route], title: str = "svc", version: str = "v1") -> d
             + "; ".join(f"{code}: {meaning}" for code, meaning in AUTH_CODES.items())
             + ".",
         },
+        "tags": [{"name": tag, "description": text} for tag, text in tags.items()],
         "paths": paths,
         "components": {"schemas": schemas, "securitySchemes": SCHEMES},
     }
