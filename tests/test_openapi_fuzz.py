@@ -33,6 +33,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
+from api.context import SERVICES
 from config.settings import AppKey
 from tests.conftest import bearer, create_key, signup
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
@@ -96,6 +97,20 @@ async def seed(client: Any) -> World:
     assert created.status == 201, await created.text()
     install_id = (await created.json())["installId"]
     org = await (await client.post("/api/orgs", json={"name": "Fuzz Org"}, headers=caller.cookie)).json()
+    # Pro, so the Pro-only org routes answer past 402 (the plan moves as the payment webhook moves it).
+    await client.server.app[SERVICES].orgs.apply_subscription(
+        org["org"]["id"],
+        status="active",
+        trial_end=None,
+        current_period_end=None,
+        cancel_at_period_end=False,
+        customer_id="cus_fuzz",
+        subscription_id="sub_fuzz",
+    )
+    org_path = f"/api/orgs/{org['org']['slug']}"
+    invited = {"email": "invitee@example.com", "role": "member"}
+    await client.post(f"{org_path}/invitations", json=invited, headers=caller.cookie)
+    await client.post(f"{org_path}/secrets", json={"key": "CRM_TOKEN", "value": "s3"}, headers=caller.cookie)
     base_url = str(client.server.make_url("")).rstrip("/")
     return World(
         base_url,
