@@ -226,10 +226,14 @@ def _ref_union(annotation: Any, schemas: dict[str, Any]) -> dict[str, Any]:
 
 
 def _parameters(route: Route, schemas: dict[str, Any]) -> list[dict[str, Any]]:
-    parameters = [
+    parameters: list[dict[str, Any]] = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
         for name in re.findall(r"\{([^}]+)\}", route.path)
     ]
+    if route.auth == "T":
+        for parameter in parameters:
+            if parameter["name"] == "token":
+                parameter["description"] = "Auth T: the webhook token, the only credential of this route"
     if route.query is not None:
         schema = route.query.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(schema.pop("$defs", {}))

@@ -178,12 +178,23 @@ def examples(
     return check
 
 
+def describe(exc: BaseException) -> str:
+    """The first lines of a failure and of each failure inside it (Hypothesis groups them)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()][:8]
+    for inner in getattr(exc, "exceptions", ()):
+        lines.append(f"[{type(inner).__name__}] {describe(inner)}")
+    return " / ".join(lines)[:1500]
+
+
 def fuzz(world: World, document: dict[str, Any], statuses: dict[str, Counter[int]]) -> list[str]:
     """Run every operation in both modes; the failures, one line each (runs in a worker thread)."""
     schema = schemathesis.openapi.from_dict(document)
     failures: list[str] = []
     session = requests.Session()
+    only = os.environ.get("SVC_FUZZ_ONLY", "")  # a part of "METHOD /path", to fuzz some operations
     for operation in (result.ok() for result in schema.get_all_operations()):
+        if only not in operation.label:
+            continue
         definition = operation.definition.raw
         operation_id = definition["operationId"]
         declared = {int(code) for code in definition["responses"] if code.isdigit()}
@@ -205,8 +216,7 @@ def fuzz(world: World, document: dict[str, Any], statuses: dict[str, Counter[int
             except hypothesis.errors.Unsatisfiable:
                 continue  # nothing of this operation can be made invalid (no parameters, no body)
             except (Exception, BaseExceptionGroup) as exc:
-                lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-                failures.append(f"{operation.label} [{mode.value}]: {' / '.join(lines[:8])[:600]}")
+                failures.append(f"{operation.label} [{mode.value}]: {describe(exc)}")
     return failures
 
 

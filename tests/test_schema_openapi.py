@@ -268,3 +268,17 @@ def test_vendored_viewer_is_the_published_package():
     for line in (folder / "SHA256SUMS").read_text().splitlines():
         digest, name = line.split()
         assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
+
+
+async def test_rollback_to_a_version_beyond_any_integer_the_store_holds_is_a_400(client):
+    caller = await signup(client)
+    key = bearer(await create_key(client, caller))
+    body = {"slug": "huge", "name": "Huge", "definition": VALID}
+    created = await (await client.post("/api/templates", json=body, headers=key)).json()
+    await client.post(f"/api/templates/{created['id']}/publish", json={}, headers=key)
+    for version in (2**31, 2**63, 59153391114137660030976):
+        response = await client.post(
+            f"/api/templates/{created['id']}/rollback", json={"version": version}, headers=key
+        )
+        assert response.status == 400, await response.text()
+        assert "version" in (await response.json())["error"]
