@@ -99,6 +99,33 @@ UPSTREAM: dict[str, dict[int, str]] = {
         )
     },
 }
+
+
+def _names_to_strings(wrapper: str) -> dict[str, Any]:
+    """A flat object of names to strings, or the same wrapped in `{wrapper: {...}}`."""
+    flat = {
+        "type": "object",
+        "minProperties": 1,
+        "additionalProperties": {"type": "string", "maxLength": 65_536},
+    }
+    wrapped = {
+        "type": "object",
+        "properties": {wrapper: flat},
+        "required": [wrapper],
+        "additionalProperties": False,
+    }
+    return {"oneOf": [flat, wrapped]}
+
+
+# Bodies that a handler reads itself (no `body=` model), documented here, by operationId.
+RAW_BODIES: dict[str, dict[str, Any]] = {
+    "set_variables": _names_to_strings("variables"),
+    "set_secrets": _names_to_strings("secrets"),
+    "webhook": {
+        "type": "object",
+        "description": "A payment-provider event, verified against the raw body and `Stripe-Signature`",
+    },
+}
 ERROR = {
     "type": "object",
     "description": "Every error answer; some carry the extra fields the spec names (canArchive, hint, ...).",
@@ -128,11 +155,9 @@ def build(routes: Iterable[Route], title: str = "svc", version: str = "v1") -> d
             "parameters": _parameters(route, schemas),
             "responses": {str(route.status): _success(route, schemas), **_errors(route)},
         }
-        if route.body is not None:
-            operation["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": _ref(route.body, schemas)}},
-            }
+        body = _ref(route.body, schemas) if route.body is not None else RAW_BODIES.get(name)
+        if body is not None:
+            operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
         paths.setdefault(route.path, {})[route.method.lower()] = operation
     return {
         "openapi": "3.1.0",
@@ -230,6 +255,16 @@ def _parameters(route: Route, schemas: dict[str, Any]) -> list[dict[str, Any]]:
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
         for name in re.findall(r"\{([^}]+)\}", route.path)
     ]
+    if route.handler.__name__ == "webhook":
+        parameters.append(
+            {
+                "name": "Stripe-Signature",
+                "in": "header",
+                "required": True,
+                "schema": {"type": "string"},
+                "description": '`t=<unix time>,v1=<HMAC-SHA256 of "<t>.<raw body>">`',
+            }
+        )
     if route.auth == "T":
         for parameter in parameters:
             if parameter["name"] == "token":

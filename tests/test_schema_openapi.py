@@ -282,3 +282,17 @@ async def test_rollback_to_a_version_beyond_any_integer_the_store_holds_is_a_400
         )
         assert response.status == 400, await response.text()
         assert "version" in (await response.json())["error"]
+
+
+def test_operation_ids_are_unique_and_every_per_operation_table_names_a_real_one():
+    from api import openapi
+    from api.app import ROUTES
+
+    names = [route.handler.__name__ for route in ROUTES]
+    assert len(names) == len(set(names))
+    for table in (openapi.UPSTREAM, openapi.RAW_BODIES, openapi.EXTRA_SECURITY):
+        assert set(table) <= set(names)
+    document = openapi.build(ROUTES)
+    for name in openapi.RAW_BODIES:
+        route = next(route for route in ROUTES if route.handler.__name__ == name)
+        assert document["paths"][route.path][route.method.lower()]["requestBody"]["required"]
