@@ -86,7 +86,7 @@ async def test_apply_subscription_derives_the_plan_and_is_audited(make_client):
         "isPro": False,
         "isTrialing": False,
     }
-    service = client.server.app[SERVICES].orgs
+    service = client.server.app[SERVICES].org_plans
     trial_end = utcnow() + timedelta(days=14)
     await service.apply_subscription(
         w.org["id"],
