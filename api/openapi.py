@@ -121,6 +121,7 @@ def _names_to_strings(wrapper: str) -> dict[str, Any]:
 RAW_BODIES: dict[str, dict[str, Any]] = {
     "set_variables": _names_to_strings("variables"),
     "set_secrets": _names_to_strings("secrets"),
+    "import_template": {"$ref": "#/components/schemas/TemplateExportDocument"},
     "webhook": {
         "type": "object",
         "description": "A payment-provider event, verified against the raw body and `Stripe-Signature`",

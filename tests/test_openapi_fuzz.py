@@ -33,12 +33,12 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
-from api.context import SERVICES
 from config.settings import AppKey
 from tests.conftest import bearer, create_key, signup
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 from tests.fakes.stripe import API_KEY, WEBHOOK_SECRET, FakeStripe
 from tests.fakes.stripe import create_app as stripe_app
+from tests.orgs_helpers import make_pro
 
 EXAMPLES = int(os.environ.get("SVC_FUZZ_EXAMPLES", "5"))
 APP_KEY = "app-key-for-the-fuzz-run"
@@ -97,16 +97,7 @@ async def seed(client: Any) -> World:
     assert created.status == 201, await created.text()
     install_id = (await created.json())["installId"]
     org = await (await client.post("/api/orgs", json={"name": "Fuzz Org"}, headers=caller.cookie)).json()
-    # Pro, so the Pro-only org routes answer past 402 (the plan moves as the payment webhook moves it).
-    await client.server.app[SERVICES].orgs.apply_subscription(
-        org["org"]["id"],
-        status="active",
-        trial_end=None,
-        current_period_end=None,
-        cancel_at_period_end=False,
-        customer_id="cus_fuzz",
-        subscription_id="sub_fuzz",
-    )
+    await make_pro(client, org["org"]["id"])  # so the Pro-only org routes answer past 402
     org_path = f"/api/orgs/{org['org']['slug']}"
     invited = {"email": "invitee@example.com", "role": "member"}
     await client.post(f"{org_path}/invitations", json=invited, headers=caller.cookie)
@@ -121,6 +112,8 @@ async def seed(client: Any) -> World:
             "slug": [org["org"]["slug"]],
             "userId": [caller.id],
             "name": ["draft-approval", "target-review"],
+            "a": ["1", "1.0.0"],
+            "b": ["1"],
         },
     )
 

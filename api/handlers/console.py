@@ -19,6 +19,7 @@ from api.schemas import (
     RunLog,
     ScheduleSaved,
     ScheduleToggled,
+    ScheduleTriggered,
     ScheduleView,
 )
 from svc.core import Conflict, NotFound
@@ -102,7 +103,7 @@ async def toggle_schedule(request: web.Request, body: ToggleBody) -> web.Respons
     return web.json_response(result)
 
 
-@routes.post("/api/installs/{id}/schedule/trigger", auth="K/S")
+@routes.post("/api/installs/{id}/schedule/trigger", auth="K/S", response=ScheduleTriggered)
 async def trigger_schedule(request: web.Request) -> web.Response:
     """Run the scheduled task now, as a schedule run (the backlog policy applies)."""
     result = await services(request).schedules.trigger(principal(request), request.match_info["id"])

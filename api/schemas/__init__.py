@@ -35,6 +35,7 @@ from api.schemas.console import (
     RunLog,
     ScheduleSaved,
     ScheduleToggled,
+    ScheduleTriggered,
     ScheduleView,
 )
 from api.schemas.installs import (
@@ -78,6 +79,7 @@ from api.schemas.runtime import (
     RuntimeTestReply,
     SecurityRequestList,
 )
+from api.schemas.templates import ExportSchemaDocument, TemplateExportDocument, VersionDiff
 
 __all__ = [
     "AgentRunList",
@@ -100,6 +102,7 @@ __all__ = [
     "Earnings",
     "EventList",
     "EventStream",
+    "ExportSchemaDocument",
     "GateQueue",
     "HandleReply",
     "Health",
@@ -136,14 +139,17 @@ __all__ = [
     "RuntimeTestReply",
     "ScheduleSaved",
     "ScheduleToggled",
+    "ScheduleTriggered",
     "ScheduleView",
     "SecretSaved",
     "SecurityRequestList",
     "SetupIntentReply",
     "TeamSchemaDocument",
+    "TemplateExportDocument",
     "UrlReply",
     "User",
     "UserReply",
+    "VersionDiff",
     "WebhookReceipt",
     "WhoAmI",
 ]

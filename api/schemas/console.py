@@ -80,6 +80,11 @@ class Schedule(BaseModel):
     bypassGates: bool
     lastRunAt: Timestamp | None
     nextRunAt: Timestamp | None = Field(description="null while disabled")
+    catchupWindowSeconds: int = Field(default=0, description="fires missed while down run if this recent")
+    jitterSeconds: int = Field(default=0, description="random delay added to each fire")
+    pauseOnFailure: int = Field(default=0, description="failed runs in a row that pause it (0: never)")
+    consecutiveFailures: int = 0
+    pausedNote: str | None = None
 
 
 class ScheduleView(Reply):
@@ -101,6 +106,16 @@ class ScheduleToggled(Reply):
 
     ok: bool
     enabled: bool
+
+
+class ScheduleTriggered(Reply):
+    """POST /api/installs/:id/schedule/trigger: a schedule run now (the backlog policy applies)."""
+
+    ok: bool
+    runId: str | None
+    queued: bool
+    skipped: bool
+    reason: str | None
 
 
 class DraftQueueRecord(BaseModel):
