@@ -296,3 +296,34 @@ def test_operation_ids_are_unique_and_every_per_operation_table_names_a_real_one
     for name in openapi.RAW_BODIES:
         route = next(route for route in ROUTES if route.handler.__name__ == name)
         assert document["paths"][route.path][route.method.lower()]["requestBody"]["required"]
+
+
+async def test_export_diff_and_schedule_answers_fit_their_declared_models(make_client):
+    from api.schemas import ScheduleTriggered, ScheduleView, TemplateExportDocument, VersionDiff
+
+    client = await make_client(rate_limit_multiplier=None)
+    caller = await signup(client)
+    key = bearer(await create_key(client, caller))
+    body = {"slug": "shapes", "name": "Shapes", "visibility": "public", "definition": VALID}
+    created = await (await client.post("/api/templates", json=body, headers=key)).json()
+    await client.post(f"/api/templates/{created['id']}/publish", json={}, headers=key)
+    exported = await client.get(f"/api/templates/{created['id']}/export?history=true", headers=key)
+    TemplateExportDocument.model_validate(await exported.json())
+    diff = await client.get(f"/api/templates/{created['id']}/versions/1/diff/1", headers=key)
+    assert diff.status == 200, await diff.text()
+    VersionDiff.model_validate(await diff.json())
+    pipeline_key = bearer(await create_key(client, caller))
+    installed = await client.post(
+        "/api/installs",
+        json={"templateId": created["id"], "platform": "svc", "variables": {"company": "Acme"}},
+        headers=pipeline_key,
+    )
+    install_id = (await installed.json())["installId"]
+    schedule = {"cronExpression": "0 9 * * 1", "timezone": "Europe/Paris"}
+    saved = await client.patch(f"/api/installs/{install_id}/schedule", json=schedule, headers=key)
+    assert saved.status == 200, await saved.text()
+    view = await client.get(f"/api/installs/{install_id}/schedule", headers=key)
+    assert ScheduleView.model_validate(await view.json()).schedule is not None
+    triggered = await client.post(f"/api/installs/{install_id}/schedule/trigger", headers=key)
+    assert triggered.status == 200, await triggered.text()
+    ScheduleTriggered.model_validate(await triggered.json())
