@@ -216,7 +216,9 @@ def _success(route: Route, schemas: dict[str, Any]) -> dict[str, Any]:
         }
         return {"description": description, "content": {EventStream.media_type: {"schema": event}}}
     media_type = getattr(model, "media_type", "application/json")
-    return {"description": description, "content": {media_type: {"schema": _ref(model, schemas)}}}
+    content = {media_type: {"schema": _ref(model, schemas)}}
+    content.update({other: {"schema": schema} for other, schema in getattr(model, "also", {}).items()})
+    return {"description": description, "content": content}
 
 
 def _errors(route: Route) -> dict[str, Any]:

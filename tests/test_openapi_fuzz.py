@@ -34,11 +34,11 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
 from config.settings import AppKey
-from tests.conftest import bearer, create_key, signup
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 from tests.fakes.stripe import API_KEY, WEBHOOK_SECRET, FakeStripe
 from tests.fakes.stripe import create_app as stripe_app
-from tests.orgs_helpers import make_pro
+from tests.support.accounts import bearer, create_key, signup
+from tests.support.orgs import make_pro
 
 EXAMPLES = int(os.environ.get("SVC_FUZZ_EXAMPLES", "5"))
 APP_KEY = "app-key-for-the-fuzz-run"

@@ -21,8 +21,10 @@ from api.schemas import (
     ScheduleToggled,
     ScheduleTriggered,
     ScheduleView,
+    TimelinePage,
 )
-from svc.core import Conflict, NotFound
+from api.timeline import timeline_response
+from svc.core import Conflict, NotFound, TimelineQuery
 from svc.runtime import (
     MAX_DRAFT_ID,
     BulkBody,
@@ -101,6 +103,15 @@ async def toggle_schedule(request: web.Request, body: ToggleBody) -> web.Respons
     svc = services(request)
     result = await svc.schedules.toggle(principal(request), request.match_info["id"], body.enabled)
     return web.json_response(result)
+
+
+@routes.get("/api/installs/{id}/audit", auth="K/S", query=TimelineQuery, response=TimelinePage)
+async def install_timeline(request: web.Request, query: TimelineQuery) -> web.Response:
+    """The install's audit timeline (gates, egress verdicts, keys, secrets, schedules, billing)."""
+    events, following = await services(request).installs.timeline(
+        principal(request), request.match_info["id"], query
+    )
+    return timeline_response(request, events, following)
 
 
 @routes.post("/api/installs/{id}/schedule/trigger", auth="K/S", response=ScheduleTriggered)

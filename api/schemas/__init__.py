@@ -70,6 +70,7 @@ from api.schemas.orgs import (
     OrgSecretList,
     RoleChanged,
     SecretSaved,
+    TimelinePage,
 )
 from api.schemas.runtime import (
     HeartbeatReply,
@@ -146,6 +147,7 @@ __all__ = [
     "SetupIntentReply",
     "TeamSchemaDocument",
     "TemplateExportDocument",
+    "TimelinePage",
     "UrlReply",
     "User",
     "UserReply",

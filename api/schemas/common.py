@@ -25,6 +25,8 @@ class Reply(BaseModel):
     """
 
     media_type: ClassVar[str] = "application/json"
+    # Other forms of the same answer a client may ask for with Accept: media type to schema.
+    also: ClassVar[dict[str, dict[str, Any]]] = {}
 
 
 class Ok(Reply):

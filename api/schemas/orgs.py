@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -252,3 +252,34 @@ class OrgAnalytics(Reply):
     successRate: float | None = Field(description="percent; null without runs")
     byDay: list[DayCount]
     byTemplate: list[TemplateCount]
+
+
+class TimelineEntry(BaseModel):
+    """One entry of an audit timeline (meta never holds a secret value)."""
+
+    id: str
+    kind: Literal[
+        "gate", "egress", "key", "secret", "variable", "schedule", "version", "billing", "install", "org"
+    ]
+    action: str
+    installId: str | None
+    orgId: str | None
+    actorId: str | None
+    via: str | None
+    meta: dict[str, Any]
+    createdAt: Timestamp
+
+
+class TimelinePage(Reply):
+    """An audit timeline page, newest first; `nextCursor` is null on the last page.
+
+    With `Accept: application/x-ndjson` the same entries come one JSON object a line, and the
+    next cursor in the `X-Next-Cursor` header.
+    """
+
+    also: ClassVar[dict[str, dict[str, Any]]] = {
+        "application/x-ndjson": {"type": "string", "description": "one TimelineEntry JSON object a line"}
+    }
+
+    events: list[TimelineEntry]
+    nextCursor: str | None
