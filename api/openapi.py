@@ -81,6 +81,18 @@ UPSTREAM: dict[str, dict[int, str]] = {
     "invoke": {502: "the platform refused or failed: {error, upstreamStatus}"},
     "runtime_webhook_test": {502: "the model provider failed"},
     **{
+        name: {503: "the runtime is not available; Retry-After says when to try again"}
+        for name in (
+            "run",
+            "webhook_trigger",
+            "runtime_webhook",
+            "continue_run",
+            "approve_draft",
+            "cancel_run",
+            "trigger_schedule",
+        )
+    },
+    **{
         name: {503: "the model provider is not configured"}
         for name in ("generate", "generate_public", "assist", "test_chat")
     },
@@ -222,7 +234,8 @@ def _success(route: Route, schemas: dict[str, Any]) -> dict[str, Any]:
 
 
 def _errors(route: Route) -> dict[str, Any]:
-    """The error answers: every 4xx, 401 when a credential is needed, and any by-design 5xx."""
+    """The error answers: every 4xx, 401 when a credential is needed, 503 (a dependency is down,
+    on any route), and the by-design 5xx of the route (an upstream, an unconfigured provider)."""
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     answers: dict[str, Any] = {}
     if route.auth != "P" or route.handler.__name__ in EXTRA_SECURITY:
@@ -233,8 +246,13 @@ def _errors(route: Route) -> dict[str, Any]:
         "content": error,
     }
     answers["4XX"] = {"description": "client error", "content": error}
+    answers["503"] = {
+        "description": "a dependency is unavailable (the database, the runtime, a driver); see Retry-After",
+        "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait"}},
+        "content": error,
+    }
     for status, meaning in UPSTREAM.get(route.handler.__name__, {}).items():
-        answers[str(status)] = {"description": meaning, "content": error}
+        answers[str(status)] = {**answers.get(str(status), {}), "description": meaning, "content": error}
     return answers
 
 
