@@ -194,3 +194,24 @@ def test_docs_list_every_setting_the_code_reads():
     from config.settings import VARIABLES
 
     assert {v.name for v in VARIABLES} >= variables_in_code(), "config/settings.py VARIABLES is behind"
+
+
+def test_the_settings_check_command(tmp_path):
+    """`python -m config.check` reads the settings as start-up does and starts nothing."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SVC_", "APP_API_KEYS", "BILLING_"))}
+    base["PYTHONPATH"] = str(ROOT)
+
+    def check(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "config.check"],
+            cwd=tmp_path,
+            env={**base, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    done = check(SVC_DATA_DIR="data")
+    assert done.returncode == 0 and f"data directory {tmp_path / 'data'}" in done.stdout, done.stderr
+    done = check(SVC_SCHEDULER="sometimes")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "SVC_SCHEDULER" in done.stderr
