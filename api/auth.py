@@ -10,8 +10,8 @@ from aiohttp import web
 
 from api.context import services
 from api.routing import AuthCode
-from svc.credentials import Principal
-from svc.errors import Forbidden, Unauthorized
+from svc.core import Forbidden, Unauthorized
+from svc.identity import Principal
 
 SESSION_COOKIE = "svc_session"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})

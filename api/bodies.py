@@ -8,8 +8,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from svc.errors import BadRequest
-from svc.models import describe
+from svc.core import BadRequest, describe
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -17,15 +17,10 @@ from aiohttp import web
 from api.app import create_app
 from api.logs import configure_logging
 from config.settings import Settings
-from svc import run_stats
-from svc.accounts import Accounts, public_user
-from svc.cache import TTLCache
-from svc.embedded import EmbeddedMongo
-from svc.errors import ServiceError
-from svc.mailer import Mailer
-from svc.orgs import Orgs
-from svc.store import Store
-from svc.vault import Vault
+from svc.core import EmbeddedMongo, ServiceError, Store, Vault
+from svc.identity import Accounts, public_user
+from svc.runs import run_stats
+from svc.wiring import build_services
 
 log = logging.getLogger("svc")
 T = TypeVar("T")
@@ -82,8 +77,8 @@ async def command(args: argparse.Namespace, settings: Settings, store: Store) ->
     """One operator command against the store."""
     if args.command == "orgs":
         vault = Vault.from_settings(settings.secret_keys, settings.data_dir)
-        orgs = Orgs(store, Accounts(store), Mailer(store, settings.smtp_url), vault, TTLCache(), settings)
-        return await orgs.set_plan(args.slug, args.plan)
+        services = build_services(settings, store, vault, runtime=None)
+        return await services.org_plans.set_plan(args.slug, args.plan)
     if args.command == "runs":
         match = {"templateId": args.template} if args.template else {}
         return {"buckets": await run_stats.rebuild(store, match)}

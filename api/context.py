@@ -5,8 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from config.settings import Settings
-from svc.credentials import Principal
-from svc.services import Services
+from svc.identity import Principal
+from svc.wiring import Services
 
 SETTINGS = web.AppKey("settings", Settings)
 SERVICES = web.AppKey("services", Services)

@@ -6,7 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from svc import errors
+from svc.core import errors
 
 STATUS: dict[type[errors.ServiceError], int] = {
     errors.BadRequest: 400,

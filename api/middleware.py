@@ -14,7 +14,7 @@ from api.clientip import client_ip
 from api.context import REQUEST_ID, services
 from api.errors import error_response, from_http_exception, from_service_error
 from api.logs import request_id_var
-from svc.errors import ServiceError
+from svc.core import ServiceError
 
 log = logging.getLogger("svc.access")
 error_log = logging.getLogger("svc.errors")

@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from plugins.types import ProviderError
-from svc.errors import ServiceError
+from svc.core import ServiceError
 
 log = logging.getLogger(__name__)
 

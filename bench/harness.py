@@ -18,7 +18,7 @@ from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-from svc.embedded import free_port
+from svc.core.embedded import free_port
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from svc.policy import compile_policy, evaluate
+from svc.runtime.policy import compile_policy, evaluate
 
 TARGET_US = 20.0
 

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from harness import percentile, running_service  # bench/harness.py
 from policy import mixed_rules, policy
 
-from svc.embedded import free_port
-from svc.policy import compile_policy, evaluate
+from svc.core.embedded import free_port
+from svc.runtime.policy import compile_policy, evaluate
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 
 LATENCY_S = 0.05

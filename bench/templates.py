@@ -20,9 +20,9 @@ from datetime import UTC, datetime, timedelta
 import aiohttp
 from harness import percentile, running_service  # bench/harness.py
 
-from svc.definitions import TeamDefinition, check_definition
-from svc.embedded import STATE_FILE, uri_for
-from svc.store import Store
+from svc.core.embedded import STATE_FILE, uri_for
+from svc.core.store import Store
+from svc.templates.definitions import TeamDefinition, check_definition
 
 
 def big_definition(agents: int = 50, rules: int = 20) -> dict[str, object]:

@@ -17,11 +17,9 @@ from typing import TYPE_CHECKING
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
-from svc import tokens
-from svc.charges import Charges
-from svc.clock import aware, iso, utcnow
-from svc.schedules import next_fire
-from svc.store import Document, Store
+from svc.billing import Charges
+from svc.core import Document, Store, aware, iso, tokens, utcnow
+from svc.runtime import next_fire
 
 if TYPE_CHECKING:
     from svc.services import Services

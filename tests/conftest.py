@@ -19,8 +19,8 @@ from actors.runtime import RayRuntime
 from api.app import STORE, create_app
 from api.routing import Route
 from config.settings import Settings
-from svc.embedded import EmbeddedMongo, uri_for
-from svc.store import Store
+from svc.core.embedded import EmbeddedMongo, uri_for
+from svc.core.store import Store
 
 ClientFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
 

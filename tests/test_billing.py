@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from svc.billing import amount_cents, money, price_display, projected_monthly, split_fee
+from svc.billing.usage import amount_cents, money, price_display, projected_monthly, split_fee
 from tests.billing_helpers import billing, paid_install, payment_settings, report
 from tests.conftest import create_key, signup
 

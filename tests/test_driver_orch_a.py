@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from plugins.egress import EgressDenied
 from plugins.manager import Plugins
 from plugins.types import DeployedAgent, DeprovisionContext, PlatformError, ProvisionContext
-from svc.egress import EgressDenied
 from tests.conftest import bearer, create_key, signup
 from tests.fakes.orch_a import FakePaperclip
 from tests.templates_helpers import agent, definition, publish_template

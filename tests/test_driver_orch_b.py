@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from plugins.builtin import orch_b
+from plugins.egress import EgressDenied
 from plugins.manager import Plugins
 from plugins.types import (
     DeprovisionContext,
@@ -20,7 +21,6 @@ from plugins.types import (
     ProvisionResult,
     RunReport,
 )
-from svc.egress import EgressDenied
 from tests.fakes.orch_b import FakeOrchB, create_app
 
 DEFINITION: dict[str, Any] = {

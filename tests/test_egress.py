@@ -8,7 +8,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from svc.egress import EgressDenied, EgressTransport, denial_reason, egress_client, vet
+from plugins.egress import EgressDenied, EgressTransport, denial_reason, egress_client, vet
 
 DENIED = [
     "127.0.0.1",

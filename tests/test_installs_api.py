@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from cryptography.fernet import Fernet
 
-from svc import tokens
-from svc.clock import utcnow
+from svc.core import tokens
+from svc.core.clock import utcnow
 from tests.conftest import bearer, create_key
 from tests.fakes.orch_b import FakeOrchB
 from tests.installs_helpers import (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from svc.embedded import free_port
-from svc.mailer import Mailer
+from svc.core.embedded import free_port
+from svc.core.mailer import Mailer
 from tests.smtp_sink import SmtpSink
 
 

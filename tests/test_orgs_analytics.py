@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from svc.clock import iso, utcnow
-from svc.runs import Runs
+from svc.core.clock import iso, utcnow
+from svc.runs.runs import Runs
 from tests.conftest import app_store, bearer
 from tests.orgs_helpers import make_pro, ok, org_key, send, world
 from tests.runtime_helpers import member

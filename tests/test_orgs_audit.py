@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from api.context import ROUTE_TABLE
-from svc.clock import iso, utcnow
+from svc.core.clock import iso, utcnow
 from tests.conftest import app_store
 from tests.orgs_helpers import invite, join, make_pro, ok, send, world
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from svc import tokens
+from svc.core import tokens
 from tests.conftest import app_store, bearer, create_key
 from tests.installs_helpers import list_installs, mine, published_team, svc_install
 from tests.orgs_helpers import ok, org_key, send, world

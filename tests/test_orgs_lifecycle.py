@@ -10,8 +10,8 @@ import sys
 from datetime import timedelta
 
 from api.context import SERVICES
-from svc.clock import utcnow
-from svc.store import Store
+from svc.core.clock import utcnow
+from svc.core.store import Store
 from tests.conftest import app_store, bearer, create_key, signup
 from tests.installs_helpers import list_installs, published_team, svc_install
 from tests.orgs_helpers import audit_actions, create_org, invite, make_pro, ok, org_key, send, world
@@ -86,7 +86,7 @@ async def test_apply_subscription_derives_the_plan_and_is_audited(make_client):
         "isPro": False,
         "isTrialing": False,
     }
-    service = client.server.app[SERVICES].orgs
+    service = client.server.app[SERVICES].org_plans
     trial_end = utcnow() + timedelta(days=14)
     await service.apply_subscription(
         w.org["id"],

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from svc.clock import utcnow
+from svc.core.clock import utcnow
 from tests.conftest import app_store, signup
 from tests.orgs_helpers import create_org, invitation_token, invite, join, last_mail, ok, org_key, send, world
 from tests.smtp_sink import SmtpSink

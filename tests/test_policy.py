@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from svc.policy import (
+from svc.runtime.policy import (
     INVALID_URL,
     PASSTHROUGH,
     Verdict,

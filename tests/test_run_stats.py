@@ -6,8 +6,8 @@ import itertools
 import random
 from datetime import UTC, datetime, timedelta
 
-from svc import run_stats
-from svc.runs import Runs
+from svc.runs import run_stats
+from svc.runs.runs import Runs
 
 BASE = datetime(2026, 10, 10, 0, 0, tzinfo=UTC)
 

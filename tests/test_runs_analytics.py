@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from svc import run_stats
-from svc.run_analytics import RunsReport
-from svc.security_log import RequestRecord, SecurityLog
+from svc.runs import run_stats
+from svc.runs.run_analytics import RunsReport
+from svc.runtime.security_log import RequestRecord, SecurityLog
 from tests.conftest import bearer
 from tests.runs_helpers import ingest, orch_a_install, paid_template, report, start_paperclip
 from tests.templates_helpers import user_with_key

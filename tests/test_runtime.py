@@ -8,7 +8,7 @@ import os
 import ray
 from pymongo import MongoClient
 
-from svc.embedded import uri_for
+from svc.core.embedded import uri_for
 
 
 @ray.remote

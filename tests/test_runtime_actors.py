@@ -9,7 +9,7 @@ import time
 import ray
 from aiohttp import web
 
-from svc.runs_exec import sign
+from svc.runtime.execution import sign
 from tests.conftest import bearer, create_key, signup
 from tests.fakes.orch_a import FakePaperclip
 from tests.runtime_helpers import member, provider_settings, start_llm, svc_install

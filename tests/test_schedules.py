@@ -11,7 +11,7 @@ import pytest
 from actors.runtime import RayRuntime
 from api.app import VAULT
 from api.context import SETTINGS
-from svc.schedules import SchedulerCore, next_fire
+from svc.runtime.schedules import SchedulerCore, next_fire
 from tests.runtime_helpers import member, provider_settings, start_llm, svc_install
 
 

@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 
 from api.context import ROUTE_TABLE
-from svc.templates import PricingOut, TemplateList, TemplateOut, VersionList
+from svc.templates.resources import PricingOut, TemplateList, TemplateOut, VersionList
 from tests.conftest import bearer, create_key, signup
 
 VALID = {

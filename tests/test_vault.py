@@ -7,7 +7,7 @@ import stat
 import pytest
 from cryptography.fernet import Fernet
 
-from svc.vault import DEV_KEY_FILE, Vault, VaultError
+from svc.core.vault import DEV_KEY_FILE, Vault, VaultError
 
 
 def test_round_trip_and_ciphertext_hides_the_value():

@@ -7,8 +7,7 @@ from aiohttp import web
 from api.auth import SESSION_COOKIE, clear_session_cookie, set_session_cookie
 from api.context import principal, services, user_id
 from api.routing import RouteTable
-from svc.accounts import SESSION_LIFETIME, HandleBody, LoginBody, SignupBody, public_user
-from svc.keys import CreateKeyBody
+from svc.identity import SESSION_LIFETIME, CreateKeyBody, HandleBody, LoginBody, SignupBody, public_user
 
 routes = RouteTable()
 SESSION_MAX_AGE = int(SESSION_LIFETIME.total_seconds())

@@ -6,9 +6,7 @@ from aiohttp import web
 
 from api.context import principal, services, user_id
 from api.routing import RouteTable
-from svc.billing import BillingQuery
-from svc.charges import ChargeCycleBody
-from svc.payouts import OnboardBody, SetupIntentBody
+from svc.billing import BillingQuery, ChargeCycleBody, OnboardBody, SetupIntentBody
 
 routes = RouteTable()
 MAX_WEBHOOK_BYTES = 512 * 1024

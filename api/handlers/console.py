@@ -7,10 +7,18 @@ from pydantic import BaseModel, Field
 
 from api.context import principal, services
 from api.routing import RouteTable
-from svc.errors import Conflict, NotFound
-from svc.events import Events, agent_runs
-from svc.pipelines import MAX_DRAFT_ID, BulkBody, ContinueBody, DraftEdit, RejectBody
-from svc.schedules import ScheduleBody, ToggleBody
+from svc.core import Conflict, NotFound
+from svc.runtime import (
+    MAX_DRAFT_ID,
+    BulkBody,
+    ContinueBody,
+    DraftEdit,
+    Events,
+    RejectBody,
+    ScheduleBody,
+    ToggleBody,
+    agent_runs,
+)
 
 routes = RouteTable()
 

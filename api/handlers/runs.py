@@ -7,8 +7,7 @@ from pydantic import BaseModel
 
 from api.context import principal, services
 from api.routing import RouteTable
-from svc.run_analytics import RunsQuery, RunsReport
-from svc.runs import IngestBody
+from svc.runs import IngestBody, RunsQuery, RunsReport
 
 routes = RouteTable()
 

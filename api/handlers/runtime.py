@@ -8,9 +8,7 @@ from api.context import principal, services
 from api.errors import error_response
 from api.routing import RouteTable
 from plugins.types import ProviderError
-from svc.agent_loop import RunScope, TeamRunner
-from svc.policy import read_back
-from svc.runs_exec import HeartbeatBody, RunBody, RuntimeTestBody, WebhookBody
+from svc.runtime import HeartbeatBody, RunBody, RunScope, RuntimeTestBody, TeamRunner, WebhookBody, read_back
 
 routes = RouteTable()
 HEARTBEAT_SECRET_HEADER = "X-Svc-Webhook-Secret"

@@ -9,8 +9,7 @@ from pydantic import BaseModel, Field
 
 from api.context import PRINCIPAL, principal, services
 from api.routing import RouteTable
-from svc.credentials import Principal
-from svc.definitions import json_schema
+from svc.identity import Principal
 from svc.templates import (
     LIST_DEFAULT,
     LIST_MAX,
@@ -23,6 +22,7 @@ from svc.templates import (
     TemplateOut,
     UpdateTemplateBody,
     VersionList,
+    json_schema,
 )
 
 routes = RouteTable()

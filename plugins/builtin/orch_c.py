@@ -26,6 +26,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from config.catalogue import UPSTREAM
+from plugins import egress
 from plugins.hookspecs import hookimpl
 from plugins.types import (
     CredentialField,
@@ -37,10 +38,10 @@ from plugins.types import (
     PlatformCapabilities,
     PlatformError,
     PlatformInfo,
+    PlatformTraits,
     ProvisionContext,
     ProvisionResult,
 )
-from svc import egress
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,9 @@ INFO = PlatformInfo(
         provisioningModel="rest",
     ),
     accepts=frozenset({"credentials", "variables", "model"}),
+    traits=PlatformTraits(
+        uses_secrets=True, invokable=True, deprovision_on_delete=True, flattens_hierarchy=True
+    ),
 )
 
 
@@ -118,8 +122,6 @@ def svc_validate_install(
     platform: str, fields: dict[str, Any], definition: dict[str, Any]
 ) -> list[str] | None:
     """Credentials, region, role ARN, model families and the collaborator limit."""
-    if platform != PLATFORM:
-        return None
     problems: list[str] = []
     credentials = fields.get("credentials")
     if not isinstance(credentials, Mapping):
@@ -157,8 +159,6 @@ def svc_validate_install(
 @hookimpl
 async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionResult | None:
     """Create every collaborator (agent, prepare, alias), then the supervisor that calls them."""
-    if platform != PLATFORM:
-        return None
     credentials = _credentials(context.credentials)
     agents: list[dict[str, Any]] = list(context.definition.get("agents") or [])
     if not agents:
@@ -223,8 +223,6 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
 @hookimpl
 async def svc_deprovision(platform: str, context: DeprovisionContext) -> DeprovisionResult | None:
     """Delete every alias, then its agent; access denied is an error, anything else a warning."""
-    if platform != PLATFORM:
-        return None
     credentials = _credentials(context.credentials)
     targets = _state_agents(context.state)
     if not targets:  # no stored state: fall back to the deployed agents (DeleteAgent drops aliases too)
@@ -255,8 +253,6 @@ async def svc_deprovision(platform: str, context: DeprovisionContext) -> Deprovi
 @hookimpl
 async def svc_invoke(platform: str, context: InvokeContext) -> InvokeResult | None:
     """Send the input to the supervisor's alias and assemble the streamed reply."""
-    if platform != PLATFORM:
-        return None
     credentials = _credentials(context.credentials)
     supervisor = context.state.get("supervisor") or {}
     if not supervisor.get("agentId") or not supervisor.get("aliasId"):

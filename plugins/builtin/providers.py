@@ -25,6 +25,7 @@ from urllib.parse import quote
 import httpx
 
 from config.catalogue import AGENT_MODELS, AUTHORING, UPSTREAM
+from plugins.egress import EgressDenied, egress_client
 from plugins.hookspecs import hookimpl
 from plugins.types import (
     ChatMessage,
@@ -35,7 +36,6 @@ from plugins.types import (
     StreamChunk,
     ToolCall,
 )
-from svc.egress import EgressDenied, egress_client
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,19 @@
+"""Money: usage maths, charges and invoices, payouts, the payment provider and org plans."""
+
+from svc.billing.charges import ChargeCycleBody, Charges
+from svc.billing.org_billing import OrgBilling
+from svc.billing.payments import PaymentProvider
+from svc.billing.payouts import OnboardBody, Payouts, SetupIntentBody
+from svc.billing.usage import BillingQuery, UsageReport
+
+__all__ = [
+    "BillingQuery",
+    "ChargeCycleBody",
+    "Charges",
+    "OnboardBody",
+    "OrgBilling",
+    "PaymentProvider",
+    "Payouts",
+    "SetupIntentBody",
+    "UsageReport",
+]

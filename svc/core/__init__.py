@@ -1,0 +1,59 @@
+"""Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports."""
+
+from svc.core import errors, tokens
+from svc.core.cache import TTLCache
+from svc.core.clock import aware, iso, utcnow
+from svc.core.embedded import EmbeddedMongo
+from svc.core.errors import (
+    BadGateway,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Gone,
+    NotFound,
+    PaymentRequired,
+    RateLimited,
+    ServiceError,
+    Unauthorized,
+    Unavailable,
+    Unprocessable,
+)
+from svc.core.mailer import Mailer
+from svc.core.models import RequestBody, Timestamp, describe
+from svc.core.ports import Governance, Runtime, RuntimeFailure
+from svc.core.store import Document, Store
+from svc.core.tokens import is_api_key
+from svc.core.vault import Vault
+
+__all__ = [
+    "BadGateway",
+    "BadRequest",
+    "Conflict",
+    "Document",
+    "EmbeddedMongo",
+    "Forbidden",
+    "Gone",
+    "Governance",
+    "Mailer",
+    "NotFound",
+    "PaymentRequired",
+    "RateLimited",
+    "RequestBody",
+    "Runtime",
+    "RuntimeFailure",
+    "ServiceError",
+    "Store",
+    "TTLCache",
+    "Timestamp",
+    "Unauthorized",
+    "Unavailable",
+    "Unprocessable",
+    "Vault",
+    "aware",
+    "describe",
+    "errors",
+    "is_api_key",
+    "iso",
+    "tokens",
+    "utcnow",
+]

@@ -1,0 +1,32 @@
+"""Who is calling: accounts and sessions, passwords, personal keys, credential resolution, rate limits."""
+
+from svc.identity.accounts import (
+    EMAIL_PATTERN,
+    SESSION_LIFETIME,
+    Accounts,
+    HandleBody,
+    LoginBody,
+    SignupBody,
+    normalise_email,
+    public_user,
+)
+from svc.identity.credentials import Credentials, Principal, require_unscoped
+from svc.identity.keys import ApiKeys, CreateKeyBody
+from svc.identity.ratelimit import RateLimiter
+
+__all__ = [
+    "EMAIL_PATTERN",
+    "SESSION_LIFETIME",
+    "Accounts",
+    "ApiKeys",
+    "CreateKeyBody",
+    "Credentials",
+    "HandleBody",
+    "LoginBody",
+    "Principal",
+    "RateLimiter",
+    "SignupBody",
+    "normalise_email",
+    "public_user",
+    "require_unscoped",
+]

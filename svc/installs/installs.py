@@ -1,0 +1,484 @@
+"""Installs: a template deployed onto a platform through its driver plugin.
+
+Creating an install validates every field against the platform (the plugin's
+`accepts` and credential fields, then its own checks), pins the template's
+current version, and provisions through the driver. Nothing is stored for an
+install whose provisioning failed: the driver undoes what it created upstream
+and the record and its install token are removed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets as random
+from typing import Any
+
+from pymongo import DESCENDING
+
+from config.settings import Settings
+from plugins.manager import Plugins
+from plugins.types import (
+    DeployedAgent,
+    DeprovisionContext,
+    InvokeContext,
+    PlatformError,
+    PlatformInfo,
+    PlatformTraits,
+    ProvisionContext,
+)
+from svc.core import (
+    BadGateway,
+    BadRequest,
+    Conflict,
+    Document,
+    Governance,
+    NotFound,
+    Store,
+    Vault,
+    iso,
+    tokens,
+    utcnow,
+)
+from svc.identity import Credentials, Principal, require_unscoped
+from svc.installs import reach
+from svc.installs.fields import (
+    BILLING_FIELDS,
+    CreateInstallBody,
+    check_depth,
+    check_secret_names,
+    check_variables,
+    interpolate,
+    platform_fields,
+    unwrap,
+)
+from svc.installs.remembered import RememberedSecrets
+from svc.installs.summaries import managed_summaries
+from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
+from svc.templates import is_owner, owner_of
+
+log = logging.getLogger(__name__)
+
+MAX_LISTED = 500
+
+
+class Installs:
+    """Create, list, configure and remove installs."""
+
+    def __init__(
+        self,
+        store: Store,
+        vault: Vault,
+        plugins: Plugins,
+        credentials: Credentials,
+        settings: Settings,
+        runs: Runs,
+        governance: Governance | None = None,
+    ) -> None:
+        self.store = store
+        self.vault = vault
+        self.plugins = plugins
+        self.credentials = credentials
+        self.settings = settings
+        self.runs = runs
+        self.remembered = RememberedSecrets(store, vault)
+        # Org governance (None: nothing waits for approval). It reads org records only, so the
+        # orgs package builds it without needing this service.
+        self.governance = governance
+
+    def traits(self, platform_id: str) -> PlatformTraits:
+        """How the core treats the platform's installs (defaults for a platform no longer loaded)."""
+        platform = self.plugins.platform(platform_id)
+        return platform.traits if platform is not None else PlatformTraits()
+
+    def platform_ids(self, trait: str) -> list[str]:
+        """The platforms with a trait set, for store queries."""
+        return [p.id for p in self.plugins.platforms() if getattr(p.traits, trait)]
+
+    async def create(self, principal: Principal, body: CreateInstallBody) -> dict[str, Any]:
+        """Validate, provision through the platform's driver, store; the spec's response."""
+        require_unscoped(principal)
+        platform = self._platform(body.platform)
+        fields = platform_fields(platform, self.plugins.platforms(), body)
+        template = await self._installable_template(principal, body.templateId)
+        definition = template["definition"]
+        check_depth(platform, definition)
+        variables = check_variables(definition, body.variables or {})
+        install_secrets = check_secret_names(body.secrets or {})
+        await self._check_payment_fields(body)
+        company_id = body.companyId
+        # A re-install into the same company (or, without companies, by the same owner) is pre-filled;
+        # a company created by this install starts empty.
+        if "companyName" not in fields:
+            prefilled = await self.remembered.prefill(owner_of(principal), company_id, definition)
+            install_secrets = {**prefilled, **install_secrets}
+        problems = await self.plugins.validate_install(platform.id, fields, definition)
+        if problems:
+            raise BadRequest("; ".join(problems))
+
+        install_id = tokens.new_id()
+        webhook_secret = random.token_urlsafe(24)
+        now = utcnow()
+        doc: Document = {
+            "_id": install_id,
+            "templateId": template["_id"],
+            "templateName": template["name"],
+            "templateSlug": template["slug"],
+            "templateVersion": template["version"],
+            "definition": definition,
+            "platform": platform.id,
+            "companyId": company_id,
+            "orchABaseUrl": (fields.get("credentials") or {}).get("orchABaseUrl"),
+            "status": "pending",
+            "owner": owner_of(principal),
+            "deployedBy": principal.user_id,
+            "createdByKeyId": principal.key_id,
+            "variables": variables,
+            "secretsEncrypted": {k: self.vault.encrypt(v) for k, v in install_secrets.items()},
+            "credentialsEncrypted": self._encrypt_json(fields.get("credentials") or {}),
+            "webhookSecretEncrypted": self.vault.encrypt(webhook_secret),
+            "options": {
+                k: fields[k]
+                for k in ("model", "companyName", "adapterType", "webhookUrl", "cwd")
+                if fields.get(k) is not None
+            },
+            **{k: getattr(body, k) for k in BILLING_FIELDS},
+            "createdAt": now,
+            "updatedAt": now,
+        }
+        await self.store.installs.insert_one(doc)
+        # A template archived or deleted since we read it takes no new install (its delete
+        # counted active installs before this pending one existed).
+        if not await self.store["templates"].count_documents({"_id": template["_id"], "status": "published"}):
+            await self._forget(install_id)
+            raise Conflict("Template is no longer published")
+        install_token = await self.credentials.issue_install_token(install_id)
+        context = ProvisionContext(
+            install_id=install_id,
+            platform=platform.id,
+            template={
+                "id": template["_id"],
+                "name": template["name"],
+                "slug": template["slug"],
+                "version": template["version"],
+            },
+            definition=interpolate(definition, variables),
+            credentials=fields.get("credentials") or {},
+            secrets=install_secrets,
+            options=doc["options"] | ({"companyId": company_id} if company_id else {}),
+            install_token=install_token,
+            runtime_webhook_url=f"{self.settings.public_url}/api/runtime/webhook",
+            webhook_secret=webhook_secret,
+            ingest_url=f"{self.settings.public_url}/api/runs/ingest",
+            allow_private=self.settings.egress_allow_private,
+        )
+        try:
+            result = await self.plugins.provision(platform.id, context)
+        except BaseException as exc:
+            await self._forget(install_id)
+            if isinstance(exc, PlatformError):
+                raise BadGateway(exc.detail, upstreamStatus=exc.upstream_status) from None
+            raise
+        if platform.traits.uses_secrets and install_secrets:
+            await self.remembered.remember(
+                owner_of(principal), company_id or result.company_id, install_secrets
+            )
+        gated = self.governance is not None and await self.governance.requires_approval(doc["owner"])
+        update: Document = {
+            "status": "pending" if gated else "completed",
+            "companyId": company_id or result.company_id,
+            "deployedAgents": [vars(agent) for agent in result.deployed_agents],
+            "platformData": result.platform_data,
+            "platformStateEncrypted": self._encrypt_json(result.state),
+            "updatedAt": utcnow(),
+        }
+        if platform.traits.managed:
+            webhook_token = tokens.new_webhook_token()
+            update["webhookTokenHash"] = tokens.digest(webhook_token)
+            update["webhookTokenEncrypted"] = self.vault.encrypt(webhook_token)
+            await self.credentials.link_key(principal, install_id)
+        if gated:
+            update["approval"] = "pending"
+        await self.store.installs.update_one({"_id": install_id}, {"$set": update})
+        approval_id = None
+        if gated:
+            assert self.governance is not None
+            approval_id = await self.governance.request_approval({**doc, **update}, principal)
+        response: dict[str, Any] = {
+            "installId": install_id,
+            "platform": platform.id,
+            "deployedAgents": update["deployedAgents"],
+            "platformData": result.platform_data,
+        }
+        if update["companyId"]:
+            response["companyId"] = update["companyId"]
+        if result.warnings:
+            response["warnings"] = list(result.warnings)
+        if approval_id is not None:
+            response["status"] = "pending"
+            response["approvalId"] = approval_id
+        return response
+
+    async def settle_approval(self, install_id: str, org_id: str, approved: bool) -> None:
+        """Governance decision: a waiting install of the org becomes ready, or is cancelled."""
+        waiting = {"_id": install_id, "owner.kind": "org", "owner.id": org_id, "approval": "pending"}
+        now = utcnow()
+        if approved:
+            await self.store.installs.update_one(
+                {**waiting, "status": "pending"},
+                {"$set": {"status": "completed", "approval": "approved", "updatedAt": now}},
+            )
+            return
+        rejected = await self.store.installs.find_one_and_update(
+            {**waiting, "status": "pending"}, {"$set": {"approval": "rejected", "updatedAt": now}}
+        )
+        if rejected is None:
+            return
+        # A rejected deployment leaves nothing behind: its agents upstream are removed (best
+        # effort: a platform that refuses is logged, the install is cancelled regardless).
+        if not self.traits(rejected["platform"]).managed:
+            try:
+                await self._remove_upstream(rejected, remove_upstream=True)
+            except BadGateway as exc:
+                log.warning(
+                    "upstream removal of a rejected install failed",
+                    extra={"installId": install_id, "reason": exc.message},
+                )
+        await self.retire(rejected)
+
+    async def _check_payment_fields(self, body: CreateInstallBody) -> None:
+        """A customer must be one our setup-intent created, for the deployer's email: nobody
+        bills their usage to a customer id they happened to learn."""
+        if body.payPaymentMethodId is not None and body.payCustomerId is None:
+            raise BadRequest("payPaymentMethodId needs payCustomerId")
+        if body.payCustomerId is None:
+            return
+        customer = await self.store["pay_customers"].find_one({"_id": body.payCustomerId})
+        if customer is None:
+            raise BadRequest("payCustomerId: unknown customer; create one with POST /api/stripe/setup-intent")
+        if (body.deployerEmail or "").strip().lower() != customer["email"]:
+            raise BadRequest("deployerEmail must be the email the payment customer was created for")
+
+    def _platform(self, platform_id: str) -> PlatformInfo:
+        platform = self.plugins.platform(platform_id)
+        if platform is None:
+            known = ", ".join(p.id for p in self.plugins.platforms())
+            raise BadRequest(f"Unknown platform {platform_id!r}; known platforms: {known}")
+        return platform
+
+    async def _installable_template(self, principal: Principal, template_id: str) -> Document:
+        template = await self.store["templates"].find_one({"_id": template_id, "kind": "template"})
+        public = template is not None and template["visibility"] == "public" and template["status"] != "draft"
+        if template is None or not (public or is_owner(principal, template)):
+            raise NotFound("Template not found")
+        if template["status"] == "draft":
+            raise Conflict("Template is not published; publish it before installing")
+        if template["status"] == "archived":
+            raise Conflict("Template is archived; new installs are blocked")
+        return template
+
+    async def _forget(self, install_id: str) -> None:
+        await self.store.installs.delete_one({"_id": install_id})
+        await self.credentials.revoke_install_tokens(install_id)
+
+    async def known_secrets(self, principal: Principal, company_id: str, keys: list[str]) -> list[str]:
+        """The subset of `keys` the vault holds for this company (and this owner)."""
+        require_unscoped(principal)
+        return await self.remembered.known(owner_of(principal), company_id, keys)
+
+    async def owned(self, principal: Principal, install_id: str) -> Document:
+        """The install, if the principal reaches it (svc.installs.reach); else 404."""
+        doc = await self.store.installs.find_one({"_id": install_id})
+        if doc is None or not await reach.reaches(self.store, principal, doc):
+            raise NotFound("Install not found")
+        return doc
+
+    async def list(self, principal: Principal) -> list[dict[str, Any]]:
+        """The caller's installs, newest first (an install-scoped key sees its install only)."""
+        docs = (
+            await self.store.installs.find(reach.owned_query(principal))
+            .sort("createdAt", DESCENDING)
+            .to_list(MAX_LISTED)
+        )
+        return [
+            {
+                "id": d["_id"],
+                "templateId": d["templateId"],
+                "templateName": d["templateName"],
+                "templateSlug": d["templateSlug"],
+                "templateVersion": d["templateVersion"],
+                "platform": d["platform"],
+                "companyId": d.get("companyId"),
+                "orchABaseUrl": d.get("orchABaseUrl"),
+                "status": d["status"],
+                "createdAt": iso(d["createdAt"]),
+            }
+            for d in docs
+        ]
+
+    async def mine(self, user_id: str) -> list[dict[str, Any]]:
+        """Managed installs the user deployed or reaches through an org, with what is missing."""
+        return await managed_summaries(self.store, self.vault, self.platform_ids("managed"), user_id)
+
+    async def set_variables(self, principal: Principal, install_id: str, body: Any) -> list[str]:
+        """Merge variables (only the template's required ones); the keys updated."""
+        doc = await self.owned(principal, install_id)
+        values = check_variables(doc["definition"], unwrap(body, "variables"))
+        await self.store.installs.update_one(
+            {"_id": install_id},
+            {"$set": {**{f"variables.{k}": v for k, v in values.items()}, "updatedAt": utcnow()}},
+        )
+        return sorted(values)
+
+    async def set_secrets(self, principal: Principal, install_id: str, body: Any) -> list[str]:
+        """Merge secrets, encrypted; the keys updated (values are never logged or returned)."""
+        doc = await self.owned(principal, install_id)
+        if not self.traits(doc["platform"]).secrets_updatable:
+            raise BadRequest(f"secrets are not accepted for platform {doc['platform']}")
+        values = check_secret_names(unwrap(body, "secrets"))
+        encrypted = {f"secretsEncrypted.{k}": self.vault.encrypt(v) for k, v in values.items()}
+        await self.store.installs.update_one(
+            {"_id": install_id}, {"$set": {**encrypted, "updatedAt": utcnow()}}
+        )
+        await self.remembered.remember(owner_of(principal), doc.get("companyId"), values)
+        return sorted(values)
+
+    async def invoke(self, principal: Principal, install_id: str, body: InvokeBody) -> dict[str, Any]:
+        """Proxy one input to an orchC team; record the run's count, tokens and outcome."""
+        doc = await self.owned(principal, install_id)
+        if not self.traits(doc["platform"]).invokable:
+            takers = " or ".join(self.platform_ids("invokable")) or "none"
+            raise BadRequest(
+                f"invoke is only available for platform {takers} (this install is {doc['platform']})"
+            )
+        require_ready(doc)
+        context = InvokeContext(
+            install_id=install_id,
+            platform=doc["platform"],
+            credentials=self._decrypt_json(doc.get("credentialsEncrypted")),
+            state=self._decrypt_json(doc.get("platformStateEncrypted")),
+            input_text=body.inputText,
+            session_id=body.sessionId,
+            allow_private=self.settings.egress_allow_private,
+        )
+        supervisor = next(iter(doc.get("deployedAgents") or []), {}).get("key")
+        try:
+            result = await self.plugins.invoke(doc["platform"], context)
+        except PlatformError as exc:
+            await self.runs.record(
+                doc, agent_key=supervisor, status="failed", source="invoke", error_message=exc.detail
+            )
+            raise BadGateway(exc.detail, upstreamStatus=exc.upstream_status) from None
+        run_id = await self.runs.record(
+            doc,
+            agent_key=supervisor,
+            status="completed",
+            source="invoke",
+            input_tokens=result.input_tokens,
+            output_tokens=result.output_tokens,
+        )
+        return {
+            "ok": True,
+            "runId": run_id,
+            "sessionId": result.session_id,
+            "agentName": result.agent_name,
+            "text": result.text,
+            "inputTokens": result.input_tokens,
+            "outputTokens": result.output_tokens,
+        }
+
+    async def report_run(self, principal: Principal, install_id: str, body: SelfReportBody) -> str:
+        """A run the deployer made directly on the platform (orchC self-report)."""
+        doc = await self.owned(principal, install_id)
+        require_ready(doc)
+        keys = {agent["key"] for agent in doc["definition"]["agents"]}
+        if body.agentKey not in keys:
+            raise BadRequest(f"agentKey: no agent {body.agentKey!r} in this install")
+        await self.runs.require_tokens(doc, body.inputTokens, body.outputTokens)
+        return await self.runs.record(
+            doc,
+            agent_key=body.agentKey,
+            status=body.status,
+            source="self_report",
+            input_tokens=body.inputTokens,
+            output_tokens=body.outputTokens,
+            error_message=body.errorMessage,
+            run_id=body.runId,
+        )
+
+    async def delete(self, principal: Principal, install_id: str, remove_upstream: bool) -> dict[str, Any]:
+        """Cancel the install; remove the agents upstream first when the platform always does
+        (`deprovision_on_delete`) or when asked."""
+        doc = await self.owned(principal, install_id)
+        if doc["status"] == "cancelled":
+            raise Conflict("Install is already cancelled")
+        deleted, warnings = await self._remove_upstream(doc, remove_upstream)
+        await self.retire(doc)
+        response: dict[str, Any] = {
+            "ok": True,
+            "installId": install_id,
+            "platform": doc["platform"],
+            "deletedAgents": deleted,
+        }
+        if warnings:
+            response["warnings"] = list(warnings)
+        return response
+
+    async def _remove_upstream(self, doc: Document, remove_upstream: bool) -> tuple[int, tuple[str, ...]]:
+        """Delete the agents upstream when the platform always does or when asked; (deleted, warnings)."""
+        install_id = doc["_id"]
+        deleted, warnings = 0, ()
+        traits = self.traits(doc["platform"])
+        if traits.deprovision_on_delete or (remove_upstream and not traits.managed):
+            context = DeprovisionContext(
+                install_id=install_id,
+                platform=doc["platform"],
+                credentials=self._decrypt_json(doc.get("credentialsEncrypted")),
+                deployed_agents=tuple(DeployedAgent(**a) for a in doc.get("deployedAgents") or []),
+                state=self._decrypt_json(doc.get("platformStateEncrypted")),
+                options=doc.get("options") or {},
+                allow_private=self.settings.egress_allow_private,
+            )
+            try:
+                result = await self.plugins.deprovision(doc["platform"], context)
+            except PlatformError as exc:
+                raise BadGateway(exc.detail, upstreamStatus=exc.upstream_status) from None
+            deleted, warnings = result.deleted_agents, tuple(result.warnings)
+        return deleted, warnings
+
+    async def hand_back(self, org_id: str, members: set[str], owner: Document) -> None:
+        """An org being deleted gives its installs back: to the member who deployed each one (their
+        card may pay for it) while still a member, else to `owner`."""
+        as_org = {"owner.kind": "org", "owner.id": org_id}
+        deployers = await self.store.installs.distinct(
+            "deployedBy", {**as_org, "deployedBy": {"$type": "string"}}
+        )
+        for deployer in [d for d in deployers if d in members]:  # former members get nothing
+            await self.store.installs.update_many(
+                {**as_org, "deployedBy": deployer},
+                {"$set": {"owner": {"kind": "user", "id": deployer}, "updatedAt": utcnow()}},
+            )
+        await self.store.installs.update_many(as_org, {"$set": {"owner": owner, "updatedAt": utcnow()}})
+
+    async def retire(self, doc: Document) -> None:
+        """Mark the install cancelled: its webhook and install tokens stop working at once."""
+        install_id = doc["_id"]
+        unset = {"webhookTokenHash": "", "webhookTokenEncrypted": ""}
+        if self.traits(doc["platform"]).deprovision_on_delete:
+            unset["credentialsEncrypted"] = ""  # its agents are gone upstream: nothing left to call
+        await self.store.installs.update_one(
+            {"_id": install_id},
+            {
+                "$set": {"status": "cancelled", "cancelledAt": utcnow(), "updatedAt": utcnow()},
+                "$unset": unset,
+            },
+        )
+        await self.credentials.revoke_install_tokens(install_id)
+
+    # ---- helpers ---------------------------------------------------------------------
+
+    def _encrypt_json(self, value: dict[str, Any]) -> str:
+        return self.vault.encrypt(json.dumps(value))
+
+    def _decrypt_json(self, token: str | None) -> dict[str, Any]:
+        return json.loads(self.vault.decrypt(token)) if token else {}

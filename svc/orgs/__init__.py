@@ -1,0 +1,53 @@
+"""Organisations: access rules, members, invitations, org keys, plans, governance, secrets, audit,
+analytics. Each concern is a service of its own; `OrgAccess` is the one permission check."""
+
+from svc.orgs.access import Access, OrgAccess
+from svc.orgs.audit import SYSTEM, AuditLog, AuditQuery
+from svc.orgs.bodies import (
+    ApprovalDecisionBody,
+    ApprovalRequestBody,
+    ApprovalsQuery,
+    CreateOrgBody,
+    GovernanceBody,
+    InvitationBody,
+    OrgKeyBody,
+    RoleBody,
+    SecretBody,
+    TransferBody,
+    UpdateOrgBody,
+)
+from svc.orgs.governance import Approvals, Governance
+from svc.orgs.invitations import Invitations
+from svc.orgs.org_analytics import AnalyticsQuery
+from svc.orgs.org_keys import OrgKeys
+from svc.orgs.org_secrets import OrgSecrets
+from svc.orgs.orgs import Orgs
+from svc.orgs.plans import Plan, Plans
+
+__all__ = [
+    "SYSTEM",
+    "Access",
+    "AnalyticsQuery",
+    "ApprovalDecisionBody",
+    "ApprovalRequestBody",
+    "Approvals",
+    "ApprovalsQuery",
+    "AuditLog",
+    "AuditQuery",
+    "CreateOrgBody",
+    "Governance",
+    "GovernanceBody",
+    "InvitationBody",
+    "Invitations",
+    "OrgAccess",
+    "OrgKeyBody",
+    "OrgKeys",
+    "OrgSecrets",
+    "Orgs",
+    "Plan",
+    "Plans",
+    "RoleBody",
+    "SecretBody",
+    "TransferBody",
+    "UpdateOrgBody",
+]

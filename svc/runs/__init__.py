@@ -1,0 +1,21 @@
+"""Run records: ingestion, the counters on the write path, analytics for builders, the run poller."""
+
+from svc.runs import run_stats
+from svc.runs.run_analytics import RunAnalytics, RunsQuery, RunsReport
+from svc.runs.run_poller import RunPoller
+from svc.runs.run_stats import usage_by_install
+from svc.runs.runs import IngestBody, InvokeBody, Runs, SelfReportBody, require_ready
+
+__all__ = [
+    "IngestBody",
+    "InvokeBody",
+    "RunAnalytics",
+    "RunPoller",
+    "Runs",
+    "RunsQuery",
+    "RunsReport",
+    "SelfReportBody",
+    "require_ready",
+    "run_stats",
+    "usage_by_install",
+]

@@ -1,0 +1,293 @@
+"""Run analytics for a template's owner: GET /api/runs.
+
+The summary and the per-platform and per-agent breakdowns cover every run of the
+template and are computed inside MongoDB (one `$match` + `$facet` of `$group`s) over
+the run counters (svc/run_stats.py), so the cost does not grow with the runs. The run list is a
+separate indexed `find` (templateId, createdAt desc), bounded by `limit`.
+
+Tool calls are the agents' outbound `http_request` calls: each entry written to the
+security log (svc/security_log.py) also adds to its install's all-time tool-call
+counter, so the figures cover all time like the run figures (the log itself keeps
+30 days). A tool call failed when it got no HTTP response (blocked by a rule, the
+default action, the judge or the egress guard, or a transport failure) or an HTTP
+status of 400 or more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, Field
+from pymongo import DESCENDING
+
+from svc.core import BadRequest, Document, NotFound, Store, iso, utcnow
+from svc.identity import Principal, require_unscoped
+from svc.runs import run_stats
+from svc.templates import owner_of
+
+DEFAULT_LIMIT = 100
+LATEST_WINDOWS = (
+    timedelta(hours=1),
+    timedelta(days=1),
+    timedelta(days=7),
+    timedelta(days=30),
+    timedelta(days=365),
+    None,
+)
+MAX_LIMIT = 500
+RUN_FIELDS = ("installId", "platform", "agentKey", "status", "inputTokens", "outputTokens")
+
+# ---- response shape (also the OpenAPI schema) -----------------------------------------
+
+
+class RunsQuery(BaseModel):
+    """Query of GET /api/runs."""
+
+    templateId: str | None = Field(default=None, min_length=1, max_length=64)
+    templateSlug: str | None = Field(default=None, min_length=1, max_length=64)
+    limit: int = Field(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="runs array only")
+
+
+class RunsSummary(BaseModel):
+    """Totals over every run of the template."""
+
+    totalRuns: int
+    failedRuns: int
+    successRate: float | None = Field(description="0 to 100; null when there are no runs")
+    totalInputTokens: int
+    totalOutputTokens: int
+    totalToolCalls: int = Field(description="agent http_request calls (security log, last 30 days)")
+    failedToolCalls: int
+
+
+class PlatformRuns(BaseModel):
+    """Runs of the template on one platform."""
+
+    platform: str
+    totalRuns: int
+    failedRuns: int
+    inputTokens: int
+    outputTokens: int
+    hasTokens: bool = Field(description="whether any run on this platform reported tokens")
+
+
+class AgentRuns(BaseModel):
+    """Runs of one agent of the template."""
+
+    agentKey: str | None
+    runs: int
+    failed: int
+    inputTokens: int
+    outputTokens: int
+
+
+class RunItem(BaseModel):
+    """One run, as the run list shows it."""
+
+    id: str
+    installId: str
+    platform: str
+    agentKey: str | None
+    status: str
+    inputTokens: int | None
+    outputTokens: int | None
+    errorMessage: str | None
+    createdAt: str
+
+
+class RunsReport(BaseModel):
+    """GET /api/runs."""
+
+    summary: RunsSummary
+    byPlatform: list[PlatformRuns]
+    byAgent: list[AgentRuns]
+    runs: list[RunItem] = Field(description="newest first, at most `limit`")
+
+
+# ---- pipelines -------------------------------------------------------------------------
+
+
+def _total(field: str) -> Document:
+    return {"$sum": f"${field}"}
+
+
+def breakdown_pipeline(template_id: str) -> list[Document]:
+    """Summary, by platform and by agent, from the template's all-time run counters.
+
+    The counters (svc/run_stats.py, one per install, platform and agent) are grouped once
+    by (platform, agent), which leaves a handful of rows; the `$facet` then rolls those
+    rows up three ways. The cost grows with installs and agents, not with runs.
+    """
+    return [
+        {"$match": {"kind": "total", "templateId": template_id}},
+        {
+            "$group": {
+                "_id": {"platform": "$platform", "agentKey": "$agentKey"},
+                "runs": _total("runs"),
+                "failed": _total("failed"),
+                "inputTokens": _total("inputTokens"),
+                "outputTokens": _total("outputTokens"),
+                "hasTokens": {"$max": {"$cond": [{"$gt": ["$tokenRuns", 0]}, 1, 0]}},
+            }
+        },
+        {
+            "$facet": {
+                "summary": [
+                    {
+                        "$group": {
+                            "_id": None,
+                            "totalRuns": _total("runs"),
+                            "failedRuns": _total("failed"),
+                            "totalInputTokens": _total("inputTokens"),
+                            "totalOutputTokens": _total("outputTokens"),
+                        }
+                    }
+                ],
+                "byPlatform": [
+                    {
+                        "$group": {
+                            "_id": "$_id.platform",
+                            "totalRuns": _total("runs"),
+                            "failedRuns": _total("failed"),
+                            "inputTokens": _total("inputTokens"),
+                            "outputTokens": _total("outputTokens"),
+                            "hasTokens": {"$max": "$hasTokens"},
+                        }
+                    },
+                    {"$sort": {"totalRuns": -1, "_id": 1}},
+                ],
+                "byAgent": [
+                    {
+                        "$group": {
+                            "_id": "$_id.agentKey",
+                            "runs": _total("runs"),
+                            "failed": _total("failed"),
+                            "inputTokens": _total("inputTokens"),
+                            "outputTokens": _total("outputTokens"),
+                        }
+                    },
+                    {"$sort": {"runs": -1, "_id": 1}},
+                ],
+            }
+        },
+    ]
+
+
+# ---- the service -----------------------------------------------------------------------
+
+
+class RunAnalytics:
+    """Answers GET /api/runs for the template's owner."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def report(self, principal: Principal, query: RunsQuery) -> dict[str, Any]:
+        """Summary, byPlatform and byAgent over all runs; the newest `limit` runs."""
+        template = await self._managed_template(principal, query.templateId, query.templateSlug)
+        template_id = template["_id"]
+        breakdown, tool_calls, runs = await asyncio.gather(
+            self._breakdown(template_id),
+            self._tool_calls(template_id),
+            self._latest(template_id, query.limit),
+        )
+        return {**breakdown, "summary": {**breakdown["summary"], **tool_calls}, "runs": runs}
+
+    async def _managed_template(
+        self, principal: Principal, template_id: str | None, template_slug: str | None
+    ) -> Document:
+        """The template by id and/or slug if the caller owns it; 404 otherwise (no existence leak)."""
+        if template_id is None and template_slug is None:
+            raise BadRequest("templateId or templateSlug is required")
+        require_unscoped(principal)
+        match: Document = {"kind": "template"}
+        if template_id is not None:
+            match["_id"] = template_id
+        if template_slug is not None:
+            match["slug"] = template_slug
+        template = await self.store["templates"].find_one(match, {"owner": 1})
+        if template is None or template.get("owner") != owner_of(principal):
+            raise NotFound("Template not found")
+        return template
+
+    async def _breakdown(self, template_id: str) -> dict[str, Any]:
+        cursor = await self.store[run_stats.COLLECTION].aggregate(breakdown_pipeline(template_id))
+        (facets,) = await cursor.to_list(None)
+        totals = next(iter(facets["summary"]), None) or {}
+        total = int(totals.get("totalRuns", 0))
+        failed = int(totals.get("failedRuns", 0))
+        return {
+            "summary": {
+                "totalRuns": total,
+                "failedRuns": failed,
+                "successRate": round(100 * (total - failed) / total, 2) if total else None,
+                "totalInputTokens": int(totals.get("totalInputTokens", 0)),
+                "totalOutputTokens": int(totals.get("totalOutputTokens", 0)),
+            },
+            "byPlatform": [
+                {
+                    "platform": row["_id"],
+                    "totalRuns": row["totalRuns"],
+                    "failedRuns": row["failedRuns"],
+                    "inputTokens": row["inputTokens"],
+                    "outputTokens": row["outputTokens"],
+                    "hasTokens": bool(row["hasTokens"]),
+                }
+                for row in facets["byPlatform"]
+            ],
+            "byAgent": [
+                {
+                    "agentKey": row["_id"],
+                    "runs": row["runs"],
+                    "failed": row["failed"],
+                    "inputTokens": row["inputTokens"],
+                    "outputTokens": row["outputTokens"],
+                }
+                for row in facets["byAgent"]
+            ],
+        }
+
+    async def _tool_calls(self, template_id: str) -> dict[str, int]:
+        installs = await self.store.installs.find({"templateId": template_id}, {"_id": 1}).to_list(None)
+        if not installs:
+            return {"totalToolCalls": 0, "failedToolCalls": 0}
+        match = {"kind": "tools", "installId": {"$in": [doc["_id"] for doc in installs]}}
+        cursor = await self.store[run_stats.COLLECTION].aggregate(
+            [
+                {"$match": match},
+                {"$group": {"_id": None, "total": _total("toolCalls"), "failed": _total("failedToolCalls")}},
+            ]
+        )
+        row = next(iter(await cursor.to_list(None)), None) or {}
+        return {"totalToolCalls": int(row.get("total", 0)), "failedToolCalls": int(row.get("failed", 0))}
+
+    async def _latest(self, template_id: str, limit: int) -> list[dict[str, Any]]:
+        """The newest runs, looked for in widening windows: a store that reads every match
+        before sorting (the embedded server) then reads about `limit` runs, not all of them."""
+        fields = {name: 1 for name in (*RUN_FIELDS, "errorMessage", "createdAt")}
+        now = utcnow()
+        docs: list[Document] = []
+        for window in LATEST_WINDOWS:
+            query: Document = {"templateId": template_id}
+            if window is not None:
+                query["createdAt"] = {"$gte": now - window}
+            docs = (
+                await self.store["runs"]
+                .find(query, fields)
+                .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
+                .limit(limit)
+                .to_list(None)
+            )
+            if len(docs) >= limit:
+                break
+        return [
+            {
+                "id": doc["_id"],
+                **{name: doc.get(name) for name in RUN_FIELDS},
+                "errorMessage": doc.get("errorMessage"),
+                "createdAt": iso(doc["createdAt"]),
+            }
+            for doc in docs
+        ]

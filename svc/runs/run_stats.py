@@ -1,0 +1,217 @@
+"""Run counters, so analytics and billing cost grows with installs and days, not with runs.
+
+Every new run record adds one to three counters in `run_stats` (one bulk write):
+
+- `total`: all time, per template, install, platform and agent (GET /api/runs reads these);
+- `day` and `hour`: per install and UTC day or hour (billing reads these).
+
+A billing period is cut into whole days, then whole hours at either end, then the two
+partial hours at the very edges, which are read from the run records themselves. The
+figures are therefore exact for any period, and a 30-day period reads about 30 day
+counters, 46 hour counters and two hours of runs per install.
+
+The counters are written after the run record; if a process dies between the two
+writes, `svc runs rebuild-stats` recomputes them from the records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pymongo import UpdateOne
+from pymongo.errors import BulkWriteError
+
+from svc.core import Document, Store, aware
+
+COLLECTION = "run_stats"
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+COUNTERS = ("runs", "failed", "completed", "inputTokens", "outputTokens", "tokenRuns", "billedTokens")
+
+
+def _floor(moment: datetime, unit: timedelta) -> datetime:
+    moment = aware(moment).astimezone(UTC)
+    if unit == DAY:
+        return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def _ceil(moment: datetime, unit: timedelta) -> datetime:
+    floor = _floor(moment, unit)
+    return floor if floor == moment else floor + unit
+
+
+def increments(run: Document) -> dict[str, int]:
+    """What one run record adds to each of its counters."""
+    completed = run["status"] == "completed"
+    tokens = int(run.get("inputTokens") or 0) + int(run.get("outputTokens") or 0)
+    return {
+        "runs": 1,
+        "failed": 0 if completed else 1,
+        "completed": 1 if completed else 0,
+        "inputTokens": int(run.get("inputTokens") or 0),
+        "outputTokens": int(run.get("outputTokens") or 0),
+        "tokenRuns": 1 if run.get("inputTokens") is not None or run.get("outputTokens") is not None else 0,
+        "billedTokens": tokens if completed else 0,
+    }
+
+
+def counters_of(run: Document) -> list[tuple[str, Document]]:
+    """The (id, identifying fields) of the three counters a run adds to."""
+    base = {"templateId": run["templateId"], "installId": run["installId"], "owner": run.get("owner")}
+    total_id = f"total|{run['templateId']}|{run['installId']}|{run['platform']}|{run.get('agentKey')}"
+    out = [
+        (total_id, {**base, "kind": "total", "platform": run["platform"], "agentKey": run.get("agentKey")})
+    ]
+    for kind, unit in (("day", DAY), ("hour", HOUR)):
+        start = _floor(run["createdAt"], unit)
+        out.append(
+            (
+                f"{kind}|{run['templateId']}|{run['installId']}|{start.isoformat()}",
+                {**base, "kind": kind, "start": start},
+            )
+        )
+    return out
+
+
+async def count(store: Store, run: Document) -> None:
+    """Add a new run record to its counters (upserts; a racing first insert is retried once)."""
+    inc = increments(run)
+    operations = [
+        UpdateOne({"_id": key}, {"$inc": inc, "$setOnInsert": fields}, upsert=True)
+        for key, fields in counters_of(run)
+    ]
+    try:
+        await store[COLLECTION].bulk_write(operations, ordered=False)
+    except BulkWriteError as exc:
+        # Only the upserts that lost a race to create their counter are sent again.
+        failed = [operations[error["index"]] for error in exc.details.get("writeErrors", [])]
+        if failed:
+            await store[COLLECTION].bulk_write(failed, ordered=False)
+
+
+async def count_tool_call(store: Store, install_id: str, status_code: int | None) -> None:
+    """Add an agent's outbound call to its install's all-time tool-call counter.
+
+    A call failed when it got no HTTP response (blocked, or a transport failure) or a
+    status of 400 or more.
+    """
+    failed = status_code is None or status_code >= 400
+    await store[COLLECTION].update_one(
+        {"_id": f"tools|{install_id}"},
+        {
+            "$inc": {"toolCalls": 1, "failedToolCalls": 1 if failed else 0},
+            "$setOnInsert": {"kind": "tools", "installId": install_id},
+        },
+        upsert=True,
+    )
+
+
+async def rebuild(store: Store, match: Document | None = None, batch: int = 1000) -> int:
+    """Recompute the counters of the runs matching `match` from the records; counters written.
+
+    `match` may name templateId, installId or owner (fields both collections have); the
+    counters it selects are replaced. Runs recorded while it works are not counted: stop
+    the writers (or rebuild again) for an exact result.
+    """
+    match = match or {}
+    totals: dict[str, dict[str, Any]] = {}
+    async for run in store["runs"].find(match):
+        inc = increments(run)
+        for key, fields in counters_of(run):
+            row = totals.setdefault(key, {**fields, **dict.fromkeys(COUNTERS, 0)})
+            for name, value in inc.items():
+                row[name] += value
+    # Only counters derived from run records: tool-call counters come from the (expiring) log.
+    await store[COLLECTION].delete_many({**match, "kind": {"$in": ["total", "day", "hour"]}})
+    operations = [UpdateOne({"_id": key}, {"$set": row}, upsert=True) for key, row in totals.items()]
+    for start in range(0, len(operations), batch):
+        await store[COLLECTION].bulk_write(operations[start : start + batch], ordered=False)
+    return len(operations)
+
+
+# ---- reading ----------------------------------------------------------------------------
+
+
+def segments(start: datetime, end: datetime) -> list[tuple[str, datetime, datetime]]:
+    """[start, end) as ("day" | "hour" | "raw", low, high) pieces: whole days, whole hours, the rest."""
+    if start >= end:
+        return []
+    first_hour, last_hour = _ceil(start, HOUR), _floor(end, HOUR)
+    if first_hour >= last_hour:
+        return [("raw", start, end)]
+    out = [("raw", low, high) for low, high in ((start, first_hour), (last_hour, end)) if low < high]
+    first_day, last_day = _ceil(first_hour, DAY), _floor(last_hour, DAY)
+    if first_day >= last_day:
+        return [*out, ("hour", first_hour, last_hour)]
+    out += [
+        ("hour", low, high) for low, high in ((first_hour, first_day), (last_day, last_hour)) if low < high
+    ]
+    return [*out, ("day", first_day, last_day)]
+
+
+@dataclass(frozen=True)
+class InstallUsage:
+    """One install's runs in a period."""
+
+    install_id: str
+    runs: int
+    completed: int
+    tokens: int
+    billed_tokens: int
+
+
+def _raw_pipeline(match: Document) -> list[Document]:
+    tokens = {"$add": [{"$ifNull": ["$inputTokens", 0]}, {"$ifNull": ["$outputTokens", 0]}]}
+    completed = {"$eq": ["$status", "completed"]}
+    return [
+        {"$match": match},
+        {
+            "$group": {
+                "_id": "$installId",
+                "runs": {"$sum": 1},
+                "completed": {"$sum": {"$cond": [completed, 1, 0]}},
+                "tokens": {"$sum": tokens},
+                "billedTokens": {"$sum": {"$cond": [completed, tokens, 0]}},
+            }
+        },
+    ]
+
+
+def _counter_pipeline(match: Document) -> list[Document]:
+    return [
+        {"$match": match},
+        {
+            "$group": {
+                "_id": "$installId",
+                "runs": {"$sum": "$runs"},
+                "completed": {"$sum": "$completed"},
+                "tokens": {"$sum": {"$add": ["$inputTokens", "$outputTokens"]}},
+                "billedTokens": {"$sum": "$billedTokens"},
+            }
+        },
+    ]
+
+
+async def usage_by_install(
+    store: Store, scope: Document, start: datetime, end: datetime
+) -> list[InstallUsage]:
+    """Runs, completed runs and tokens per install in [start, end), for runs matching `scope`
+    (templateId and/or installId)."""
+    totals: dict[str, dict[str, int]] = {}
+    for kind, low, high in segments(start, end):
+        if kind == "raw":
+            collection, pipeline = "runs", _raw_pipeline({**scope, "createdAt": {"$gte": low, "$lt": high}})
+        else:
+            collection = COLLECTION
+            pipeline = _counter_pipeline({"kind": kind, **scope, "start": {"$gte": low, "$lt": high}})
+        async for row in await store[collection].aggregate(pipeline):
+            entry = totals.setdefault(row["_id"], {"runs": 0, "completed": 0, "tokens": 0, "billedTokens": 0})
+            for name in entry:
+                entry[name] += int(row[name])
+    return [
+        InstallUsage(install_id, t["runs"], t["completed"], t["tokens"], t["billedTokens"])
+        for install_id, t in sorted(totals.items())
+    ]

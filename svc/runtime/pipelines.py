@@ -1,0 +1,475 @@
+"""Pipelines: a team with declared gates runs its agents in definition order as steps.
+
+Each step's output is the next step's input. After a step with a gate (and unless
+the run bypasses gates) the run pauses: its state (the next step and the output
+to pass on) is stored in MongoDB, so a paused pipeline survives any restart and
+continues later in whatever process holds the install's actor.
+
+The outreach gates work on records that steps produce through structured output
+(docs/pipelines.md): a step whose final answer is a JSON object with `targets`
+and/or `drafts` adds them to the install's queues. An agent with role `sender`
+is a built-in step that mails every approved draft exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+from pymongo import DESCENDING, ReturnDocument
+
+from svc.core import BadRequest, Conflict, Document, Mailer, NotFound, RequestBody, Store, iso, tokens, utcnow
+from svc.identity import Principal
+from svc.installs import Installs
+from svc.runtime.agent_loop import AgentStep, RunScope, TeamResult, TeamRunner
+from svc.runtime.events import Events
+
+log = logging.getLogger(__name__)
+
+SENDER_ROLE = "sender"
+DraftStatus = Literal["pending_approval", "approved", "rejected", "sent", "archived"]
+BUILT_IN_GATES = ("target-review", "draft-approval")
+
+
+def structured(output: str | None) -> dict[str, Any]:
+    """The JSON object at the heart of a step's answer, or {} when there is none."""
+    if not output or "{" not in output:
+        return {}
+    try:
+        value = json.loads(output[output.index("{") : output.rindex("}") + 1])
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def score(value: Any) -> int:
+    """A priority score from agent output (0 when it is not a number)."""
+    try:
+        return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+MAX_DRAFT_ID = 2**63 - 1
+
+
+class PipelineExecutor:
+    """Runs pipeline steps inside the install's actor."""
+
+    def __init__(self, store: Store, mailer: Mailer) -> None:
+        self.store = store
+        self.mailer = mailer
+        self.events = Events(store)
+
+    async def run(
+        self,
+        install: Document,
+        definition: dict[str, Any],
+        scope: RunScope,
+        runner: TeamRunner,
+        payload: dict[str, Any],
+    ) -> tuple[TeamResult, dict[str, Any] | None]:
+        """Run from `fromStep`; the result, and the pause state when a gate stopped it."""
+        agents = definition["agents"]
+        gates = {gate["after"]: gate for gate in definition.get("gates") or []}
+        carry: str = payload.get("input") or payload["task"]
+        bypass = bool(payload.get("bypassGates"))
+        input_tokens = int(payload.get("inputTokens") or 0)
+        output_tokens = int(payload.get("outputTokens") or 0)
+        last_key = agents[0]["key"]
+        for index in range(int(payload.get("fromStep") or 0), len(agents)):
+            agent = agents[index]
+            last_key = agent["key"]
+            if agent.get("role") == SENDER_ROLE:
+                output = await self.send_approved(install["_id"], scope.run_id, agent["key"])
+                if runner.steps_sink is not None:
+                    await runner.steps_sink(
+                        AgentStep(agent_key=agent["key"], output=output, ended_at=utcnow())
+                    )
+            else:
+                result = await runner.run_agent(scope, agent, await self._input(install["_id"], agent, carry))
+                input_tokens += result.input_tokens
+                output_tokens += result.output_tokens
+                if result.status != "completed":
+                    return TeamResult(
+                        "failed", None, agent["key"], input_tokens, output_tokens, result.steps, result.error
+                    ), None
+                output = result.response or ""
+                await self._records(install["_id"], scope.run_id, agent["key"], output)
+            carry = output
+            gate = gates.get(agent["key"])
+            if gate is not None and not bypass:
+                pause = {
+                    "gate": gate["name"],
+                    "fromStep": index + 1,
+                    "input": carry,
+                    "inputTokens": input_tokens,
+                    "outputTokens": output_tokens,
+                }
+                await self.events.emit(
+                    install["_id"],
+                    "gate_triggered",
+                    step_key=agent["key"],
+                    gate_name=gate["name"],
+                    meta={"runId": scope.run_id},
+                )
+                return TeamResult("paused", None, agent["key"], input_tokens, output_tokens, []), pause
+        return TeamResult("completed", carry, last_key, input_tokens, output_tokens, []), None
+
+    async def _input(self, install_id: str, agent: dict[str, Any], carry: str) -> str:
+        """The step's input, with reviewers' notes on this agent's rejected drafts fed back."""
+        notes = (
+            await self.store["drafts"]
+            .find(
+                {
+                    "installId": install_id,
+                    "stepKey": agent["key"],
+                    "status": "rejected",
+                    "rejectionNote": {"$nin": [None, ""]},
+                    "noteDelivered": {"$ne": True},
+                },
+                {"rejectionNote": 1, "subject": 1},
+            )
+            .to_list(50)
+        )
+        if not notes:
+            return carry
+        await self.store["drafts"].update_many(
+            {"_id": {"$in": [n["_id"] for n in notes]}}, {"$set": {"noteDelivered": True}}
+        )
+        feedback = "\n".join(f"- {n.get('subject') or 'a draft'}: {n['rejectionNote']}" for n in notes)
+        return f"{carry}\n\nReviewers rejected earlier drafts with these notes:\n{feedback}"
+
+    async def _records(self, install_id: str, run_id: str, step_key: str, output: str) -> None:
+        """Targets and drafts from the step's structured output."""
+        data = structured(output)
+        now = utcnow()
+        handles: dict[str, str] = {}
+        for raw in data.get("targets") or []:
+            if not isinstance(raw, dict) or not (raw.get("githubHandle") or raw.get("email")):
+                continue
+            target_id = tokens.new_id()
+            handles[str(raw.get("githubHandle") or raw.get("email"))] = target_id
+            await self.store["targets"].insert_one(
+                {
+                    "_id": target_id,
+                    "installId": install_id,
+                    "runId": run_id,
+                    "stepKey": step_key,
+                    "githubHandle": raw.get("githubHandle"),
+                    "email": raw.get("email"),
+                    "priorityScore": score(raw.get("priorityScore")),
+                    "categoryFit": raw.get("categoryFit"),
+                    "bio": raw.get("bio"),
+                    "status": "pending",
+                    "createdAt": now,
+                }
+            )
+        for raw in data.get("drafts") or []:
+            if not isinstance(raw, dict) or not raw.get("body"):
+                continue
+            recipient = raw.get("recipientEmail") or raw.get("email")
+            target_id = handles.get(str(raw.get("targetHandle") or recipient))
+            if target_id is None and raw.get("targetHandle"):
+                found = await self.store["targets"].find_one(
+                    {"installId": install_id, "githubHandle": raw["targetHandle"]}, sort=[("createdAt", -1)]
+                )
+                target_id = found["_id"] if found else None
+            counter = await self.store["counters"].find_one_and_update(
+                {"_id": "drafts"}, {"$inc": {"value": 1}}, upsert=True, return_document=ReturnDocument.AFTER
+            )
+            await self.store["drafts"].insert_one(
+                {
+                    "_id": int(counter["value"]),
+                    "installId": install_id,
+                    "runId": run_id,
+                    "stepKey": step_key,
+                    "targetId": target_id,
+                    "status": "pending_approval",
+                    "subject": str(raw.get("subject") or ""),
+                    "body": str(raw["body"]),
+                    "recipientEmail": recipient,
+                    "targetHandle": raw.get("targetHandle"),
+                    "rejectionNote": None,
+                    "editedAt": None,
+                    "createdAt": now,
+                }
+            )
+
+    async def send_approved(self, install_id: str, run_id: str, step_key: str) -> str:
+        """Mail every approved draft once: each is claimed (approved -> sending) before it is sent."""
+        sent = 0
+        while True:
+            draft = await self.store["drafts"].find_one_and_update(
+                {"installId": install_id, "status": "approved", "recipientEmail": {"$nin": [None, ""]}},
+                {"$set": {"status": "sending"}},
+                return_document=ReturnDocument.AFTER,
+            )
+            if draft is None:
+                break
+            try:
+                await self.mailer.send(
+                    draft["recipientEmail"], draft["subject"], draft["body"], kind="outreach.draft"
+                )
+            except Exception:
+                # Not sent: back to approved, so a later Sender step (or a recall) can act on it.
+                await self.store["drafts"].update_one({"_id": draft["_id"]}, {"$set": {"status": "approved"}})
+                raise
+            await self.store["drafts"].update_one(
+                {"_id": draft["_id"], "status": "sending"}, {"$set": {"status": "sent", "sentAt": utcnow()}}
+            )
+            sent += 1
+        return json.dumps({"sent": sent})
+
+
+# ---- the operator's side ---------------------------------------------------------------
+
+
+class DraftEdit(RequestBody):
+    """PATCH .../drafts/:draftId."""
+
+    subject: str | None = Field(default=None, max_length=1000)
+    body: str | None = Field(default=None, max_length=100_000)
+
+
+class RejectBody(RequestBody):
+    """POST .../drafts/:draftId/reject."""
+
+    note: str | None = Field(default=None, max_length=5000)
+
+
+class BulkFilter(RequestBody):
+    """The filter form of a bulk action."""
+
+    status: DraftStatus
+
+
+class BulkBody(RequestBody):
+    """POST .../drafts/bulk: an action on `ids` or on `filter`, exactly one of the two."""
+
+    action: Literal["approve", "reject", "requeue", "archive"]
+    ids: list[Annotated[int, Field(ge=1, le=MAX_DRAFT_ID)]] | None = Field(default=None, max_length=1000)
+    filter: BulkFilter | None = None
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> BulkBody:
+        if (self.ids is None) == (self.filter is None):
+            raise ValueError("give exactly one of ids and filter")
+        return self
+
+
+class ContinueBody(RequestBody):
+    """POST .../continue."""
+
+    bypassGates: bool = False
+
+
+BULK = {
+    "approve": ({"$nin": ["sent", "sending", "archived"]}, {"status": "approved"}),
+    "reject": ({"$nin": ["sent", "sending", "archived"]}, {"status": "rejected"}),
+    "requeue": ({"$nin": ["sent", "sending"]}, {"status": "pending_approval", "rejectionNote": None}),
+    "archive": ({"$ne": "archived"}, {"status": "archived"}),
+}
+
+
+def draft_view(doc: Document) -> dict[str, Any]:
+    """The Outreach draft resource."""
+    status = "approved" if doc["status"] == "sending" else doc["status"]
+    return {
+        "id": doc["_id"],
+        "installId": doc["installId"],
+        "targetId": doc.get("targetId"),
+        "status": status,
+        "subject": doc["subject"],
+        "body": doc["body"],
+        "rejectionNote": doc.get("rejectionNote"),
+        "editedAt": iso(doc.get("editedAt")),
+        "createdAt": iso(doc["createdAt"]),
+    }
+
+
+def target_view(doc: Document | None) -> dict[str, Any] | None:
+    """The Target resource."""
+    if doc is None:
+        return None
+    status = "approved" if doc["status"] == "approved" else "pending"
+    return {
+        "id": doc["_id"],
+        "installId": doc["installId"],
+        "githubHandle": doc.get("githubHandle"),
+        "email": doc.get("email"),
+        "priorityScore": doc.get("priorityScore", 0),
+        "status": status,
+    }
+
+
+class Outreach:
+    """Drafts, targets and gate queues for the operator console."""
+
+    def __init__(self, store: Store, installs: Installs) -> None:
+        self.store = store
+        self.installs = installs
+        self.events = Events(store)
+
+    async def queue(self, principal: Principal, install_id: str, gate: str) -> dict[str, Any]:
+        """The records waiting at a built-in gate ({records, total}); an unknown gate is empty."""
+        await self.installs.owned(principal, install_id)
+        if gate == "target-review":
+            docs = (
+                await self.store["targets"]
+                .find({"installId": install_id, "status": "pending"})
+                .sort("priorityScore", DESCENDING)
+                .to_list(500)
+            )
+            records = [
+                {
+                    "id": d["_id"],
+                    "githubHandle": d.get("githubHandle"),
+                    "email": d.get("email"),
+                    "priorityScore": d.get("priorityScore", 0),
+                    "status": d["status"],
+                    "categoryFit": d.get("categoryFit"),
+                    "bio": d.get("bio"),
+                }
+                for d in docs
+            ]
+        elif gate == "draft-approval":
+            docs = (
+                await self.store["drafts"]
+                .find({"installId": install_id, "status": "pending_approval"})
+                .sort("_id", DESCENDING)
+                .to_list(500)
+            )
+            records = [
+                {
+                    "id": d["_id"],
+                    "status": d["status"],
+                    "subject": d["subject"],
+                    "body": d["body"],
+                    "recipientEmail": d.get("recipientEmail"),
+                    "targetHandle": d.get("targetHandle"),
+                }
+                for d in docs
+            ]
+        else:
+            return {"records": [], "total": 0}
+        # The queue shows at most 500 records; `total` counts them all.
+        collection, status = (
+            ("targets", "pending") if gate == "target-review" else ("drafts", "pending_approval")
+        )
+        total = await self.store[collection].count_documents({"installId": install_id, "status": status})
+        return {"records": records, "total": total}
+
+    async def drafts(self, principal: Principal, install_id: str) -> list[dict[str, Any]]:
+        """Drafts (not archived), newest first, each with its target."""
+        await self.installs.owned(principal, install_id)
+        docs = (
+            await self.store["drafts"]
+            .find({"installId": install_id, "status": {"$ne": "archived"}})
+            .sort("_id", DESCENDING)
+            .to_list(500)
+        )
+        target_ids = [d["targetId"] for d in docs if d.get("targetId")]
+        targets = {
+            t["_id"]: t for t in await self.store["targets"].find({"_id": {"$in": target_ids}}).to_list(None)
+        }
+        return [{"draft": draft_view(d), "target": target_view(targets.get(d.get("targetId")))} for d in docs]
+
+    async def _draft(self, principal: Principal, install_id: str, draft_id: int) -> Document:
+        await self.installs.owned(principal, install_id)
+        doc = await self.store["drafts"].find_one({"_id": draft_id, "installId": install_id})
+        if doc is None:
+            raise NotFound("Draft not found")
+        return doc
+
+    async def _move(
+        self, install_id: str, draft_id: int, frm: str, changes: dict[str, Any], action: str
+    ) -> Document:
+        moved = await self.store["drafts"].find_one_and_update(
+            {"_id": draft_id, "installId": install_id, "status": frm},
+            {"$set": changes},
+            return_document=ReturnDocument.AFTER,
+        )
+        if moved is None:
+            current = await self.store["drafts"].find_one({"_id": draft_id}, {"status": 1})
+            state = (
+                "approved" if current and current["status"] == "sending" else (current or {}).get("status")
+            )
+            raise Conflict(f"Cannot {action} a draft that is {state}")
+        return moved
+
+    async def edit(
+        self, principal: Principal, install_id: str, draft_id: int, body: DraftEdit
+    ) -> dict[str, Any]:
+        """Change subject and/or body of an unsent draft; editedAt is stamped."""
+        await self._draft(principal, install_id, draft_id)
+        changes = {k: v for k, v in body.model_dump(exclude_unset=True).items() if v is not None}
+        if not changes:
+            raise BadRequest("Give a subject or a body")
+        doc = await self.store["drafts"].find_one_and_update(
+            {
+                "_id": draft_id,
+                "installId": install_id,
+                "status": {"$in": ["pending_approval", "approved", "rejected"]},
+            },
+            {"$set": {**changes, "editedAt": utcnow()}},
+            return_document=ReturnDocument.AFTER,
+        )
+        if doc is None:
+            raise Conflict("Cannot edit a draft that is sent or archived")
+        return draft_view(doc)
+
+    async def approve(
+        self, principal: Principal, install_id: str, draft_id: int, actor: dict[str, Any]
+    ) -> Document:
+        """pending_approval -> approved."""
+        await self._draft(principal, install_id, draft_id)
+        doc = await self._move(install_id, draft_id, "pending_approval", {"status": "approved"}, "approve")
+        await self.events.emit(
+            install_id, "gate_approved", gate_name="draft-approval", meta={"draftId": draft_id}, **actor
+        )
+        return doc
+
+    async def reject(
+        self, principal: Principal, install_id: str, draft_id: int, note: str | None, actor: dict[str, Any]
+    ) -> None:
+        """pending_approval -> rejected; the note goes back to the writing agent on its next run."""
+        await self._draft(principal, install_id, draft_id)
+        await self._move(
+            install_id,
+            draft_id,
+            "pending_approval",
+            {"status": "rejected", "rejectionNote": note, "noteDelivered": False},
+            "reject",
+        )
+        await self.events.emit(
+            install_id, "gate_rejected", gate_name="draft-approval", meta={"draftId": draft_id}, **actor
+        )
+
+    async def recall(self, principal: Principal, install_id: str, draft_id: int) -> None:
+        """approved (not yet sent) -> pending_approval; 409 once sent."""
+        await self._draft(principal, install_id, draft_id)
+        await self._move(install_id, draft_id, "approved", {"status": "pending_approval"}, "recall")
+
+    async def bulk(self, principal: Principal, install_id: str, body: BulkBody) -> int:
+        """Apply an action to the drafts chosen by ids or by a status filter; how many changed."""
+        await self.installs.owned(principal, install_id)
+        allowed, changes = BULK[body.action]
+        query: Document = {"installId": install_id}
+        if body.ids is not None:
+            query["_id"] = {"$in": body.ids}
+            query["status"] = allowed
+        else:
+            assert body.filter is not None
+            query["status"] = body.filter.status
+            query["$and"] = [{"status": allowed}]
+        result = await self.store["drafts"].update_many(query, {"$set": changes})
+        return int(result.modified_count)
+
+    async def pending_drafts(self, install_id: str) -> int:
+        """Drafts still waiting for a decision."""
+        return await self.store["drafts"].count_documents(
+            {"installId": install_id, "status": "pending_approval"}
+        )

@@ -1,0 +1,233 @@
+"""Starting runs of managed installs, on the API side (sync runs, webhook triggers, heartbeats,
+continue and cancel): `RunService` checks the caller and the install, then hands the run to the
+runtime port. The install's actor executes it (svc/runtime/execution.py).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any
+
+import httpx
+from pydantic import Field
+
+from svc.core import (
+    BadRequest,
+    Conflict,
+    Document,
+    NotFound,
+    RequestBody,
+    Runtime,
+    RuntimeFailure,
+    Store,
+    Unauthorized,
+    tokens,
+    utcnow,
+)
+from svc.identity import Principal
+from svc.installs import Installs
+from svc.runs import require_ready
+from svc.runtime.events import Events
+from svc.runtime.execution import CANCELLED, INTERRUPTED, failed_outcome
+
+log = logging.getLogger(__name__)
+
+
+
+class RunBody(RequestBody):
+    """POST /api/installs/:installId/run."""
+
+    task: str = Field(min_length=1, max_length=100_000)
+
+
+class WebhookBody(RequestBody):
+    """POST /api/webhook/:token."""
+
+    inputText: str | None = Field(default=None, max_length=100_000)
+    callbackUrl: str | None = Field(default=None, max_length=2048)
+
+
+class RunService:
+    """Starts runs from the API (sync runs, webhook triggers, orchA heartbeats)."""
+
+    def __init__(self, store: Store, installs: Installs, runtime: Runtime | None) -> None:
+        self.store = store
+        self.installs = installs
+        self.runtime = runtime
+
+    async def run(self, principal: Principal, install_id: str, body: RunBody) -> dict[str, Any]:
+        """A synchronous run: answers when the team has finished."""
+        install = await self.installs.owned(principal, install_id)
+        if not self.installs.traits(install["platform"]).managed:
+            raise BadRequest(f"run is for managed (svc) installs; this install is on {install['platform']}")
+        require_ready(install)
+        run_id = tokens.new_id()
+        return await self._dispatch(
+            install_id, {"runId": run_id, "task": body.task, "source": "run"}, wait=True
+        )
+
+    async def trigger(self, install_id: str, body: WebhookBody) -> dict[str, Any]:
+        """Queue a run from the webhook; the result goes to `callbackUrl` when given."""
+        install = await self.store.installs.find_one({"_id": install_id})
+        if install is None:
+            raise NotFound("Webhook token not found")
+        require_ready(install)
+        if body.callbackUrl is not None:
+            try:
+                parsed = httpx.URL(body.callbackUrl)
+            except (httpx.InvalidURL, ValueError):
+                parsed = None
+            if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+                raise BadRequest("callbackUrl: must be an http(s) URL")
+        run_id = tokens.new_id()
+        await self.store["pipeline_runs"].insert_one(
+            {
+                "_id": run_id,
+                "installId": install_id,
+                "status": "queued",
+                "source": "webhook",
+                "createdAt": utcnow(),
+            }
+        )
+        payload = {
+            "runId": run_id,
+            "task": body.inputText or "",
+            "source": "webhook",
+            "callbackUrl": body.callbackUrl,
+        }
+        await self._dispatch(install_id, payload, wait=False)
+        return {"runId": run_id, "status": "queued"}
+
+    async def heartbeat(self, body: HeartbeatBody, secret: str | None) -> dict[str, Any]:
+        """Run one orchA `http` agent for a heartbeat; answers in the deployer-webhook shape."""
+        # Upstream agent ids come from each deployer's own server, so they may repeat across
+        # installs: the install is the one whose secret the caller presents.
+        candidates = await self.store.installs.find(
+            {
+                "deployedAgents.externalId": body.agentId,
+                "platform": {"$in": self.installs.platform_ids("heartbeats")},
+                "status": "completed",
+            }
+        ).to_list(20)
+        install = None
+        for candidate in candidates:
+            expected = self.installs.vault.decrypt(candidate["webhookSecretEncrypted"])
+            if secret and hmac.compare_digest(secret.encode(), expected.encode()):
+                install = candidate
+        if install is None:
+            raise Unauthorized("Invalid runtime credential")
+        agent = next(a for a in install["deployedAgents"] if a["externalId"] == body.agentId)
+        context = body.context or {}
+        task = str(context.get("task") or context.get("prompt") or "") or (
+            f"Heartbeat from the orchestrator (wake reason: {context.get('wakeReason') or 'scheduled'}; "
+            f"task id: {context.get('taskId') or 'none'}). Do your work for this wake-up and report."
+        )
+        payload = {"runId": tokens.new_id(), "task": task, "source": "heartbeat", "agentKey": agent["key"]}
+        outcome = await self._dispatch(install["_id"], payload, wait=True)
+        return {
+            "runId": body.runId,
+            "agentId": body.agentId,
+            "companyId": body.companyId,
+            "agentName": agent["name"],
+            "response": outcome.get("response"),
+        }
+
+    async def continue_run(
+        self,
+        principal: Principal,
+        install_id: str,
+        bypass_gates: bool,
+        actor: dict[str, Any],
+        run_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Resume the paused run (the oldest, or `run_id`) from the step after its gate (409 when none)."""
+        install = await self.installs.owned(principal, install_id)
+        query: Document = {"installId": install_id, "status": "paused"}
+        if run_id is not None:
+            query["_id"] = run_id
+        paused = await self.store["pipeline_runs"].find_one(query, sort=[("pausedAt", 1), ("_id", 1)])
+        if paused is None:
+            raise Conflict("No pending gate found for this install")
+        state = paused["state"]
+        if state["fromStep"] >= len(install["definition"]["agents"]):
+            raise Conflict("No agents remaining after gate")
+        claimed = await self.store["pipeline_runs"].find_one_and_update(
+            {"_id": paused["_id"], "status": "paused"}, {"$set": {"status": "queued"}}
+        )
+        if claimed is None:
+            raise Conflict("No pending gate found for this install")
+        await Events(self.store).emit(
+            install_id, "gate_approved", gate_name=state["gate"], meta={"runId": paused["_id"]}, **actor
+        )
+        payload = {
+            "runId": paused["_id"],
+            "task": "",
+            "source": paused.get("source", "run"),
+            "input": state["input"],
+            "fromStep": state["fromStep"],
+            "inputTokens": state["inputTokens"],
+            "outputTokens": state["outputTokens"],
+            "bypassGates": bypass_gates,
+            "callbackUrl": paused.get("callbackUrl"),
+        }
+        await self._dispatch(install_id, payload, wait=False)
+        return {"ok": True}
+
+    async def cancel(self, principal: Principal, install_id: str) -> dict[str, Any]:
+        """Cancel the install's active run: {ok, runId, cancelledStep}; 404 when none is active."""
+        await self.installs.owned(principal, install_id)
+        active = await self.store["pipeline_runs"].find_one(
+            {"installId": install_id, "status": {"$in": ["queued", "starting", "running"]}},
+            sort=[("createdAt", -1)],
+        )
+        if active is None or self.runtime is None:
+            raise NotFound("No active run for this install")
+        if active["status"] == "queued":
+            # Not started yet: nothing to stop in a worker, the run simply never starts.
+            await self.store["pipeline_runs"].update_one(
+                {"_id": active["_id"], "status": "queued"},
+                {"$set": {"status": "failed", "errorMessage": CANCELLED, "endedAt": utcnow()}},
+            )
+            return {"ok": True, "runId": active["_id"], "cancelledStep": None}
+        step = await self.runtime.cancel(install_id, active["_id"])
+        if step is None:
+            # The record says running but no worker runs it: it was interrupted.
+            await self.store["pipeline_runs"].update_one(
+                {"_id": active["_id"], "status": "running"},
+                {"$set": {"status": "failed", "errorMessage": INTERRUPTED, "endedAt": utcnow()}},
+            )
+            raise NotFound("No active run for this install")
+        return {"ok": True, "runId": active["_id"], "cancelledStep": step or None}
+
+    async def _dispatch(self, install_id: str, payload: dict[str, Any], wait: bool) -> dict[str, Any]:
+        if self.runtime is None:
+            raise RuntimeFailure("The runtime is not available")
+        if not wait:
+            await self.runtime.submit(install_id, payload)
+            return {}
+        try:
+            return await self.runtime.run(install_id, payload)
+        except RuntimeFailure as exc:
+            # The worker died mid-run: record the run as failed (idempotent with its own recovery).
+            await self.store["pipeline_runs"].update_one(
+                {"_id": payload["runId"], "status": {"$in": ["queued", "starting", "running"]}},
+                {"$set": {"status": "failed", "errorMessage": INTERRUPTED, "endedAt": utcnow()}},
+            )
+            return failed_outcome(payload["runId"], str(exc) or INTERRUPTED)
+
+
+class HeartbeatBody(RequestBody):
+    """POST /api/runtime/webhook: the orchestration platform's heartbeat."""
+
+    runId: str = Field(min_length=1, max_length=200)
+    agentId: str = Field(min_length=1, max_length=200)
+    companyId: str | None = Field(default=None, max_length=200)
+    context: dict[str, Any] = Field(default_factory=dict)
+
+
+class RuntimeTestBody(RequestBody):
+    """POST /api/runtime/webhook/test."""
+
+    systemPrompt: str = Field(min_length=1, max_length=100_000)
+    task: str = Field(min_length=1, max_length=100_000)

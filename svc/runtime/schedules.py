@@ -1,0 +1,303 @@
+"""Cron schedules of installs, and the scheduler's tick that fires them exactly once.
+
+A fire is claimed with one conditional update that moves `nextRunAt` from the due
+time to the next one, so of several schedulers (API processes, a restarted
+scheduler) exactly one fires it. The next time is computed from *now*: a service
+that was down past several fire times fires once on return, not once per miss.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from croniter import CroniterError, croniter
+from pydantic import Field
+from pymongo import ReturnDocument
+
+from svc.core import BadRequest, Document, NotFound, RequestBody, Runtime, Store, iso, tokens, utcnow
+from svc.identity import Principal
+from svc.installs import Installs
+from svc.runtime.events import Events
+
+log = logging.getLogger(__name__)
+
+CLAIM_BATCH = 200
+# A run waiting at a gate still occupies its install.
+ACTIVE = ("queued", "starting", "running", "paused")
+
+
+class ScheduleBody(RequestBody):
+    """PATCH /api/installs/:id/schedule (cronExpression is required; null deletes)."""
+
+    cronExpression: str | None = Field(max_length=200)
+    label: str | None = Field(default=None, max_length=200)
+    enabled: bool | None = None
+    onBacklog: Literal["skip", "queue"] | None = None
+    timezone: str | None = Field(default=None, max_length=64)
+    bypassGates: bool | None = None
+
+
+class ToggleBody(RequestBody):
+    """PATCH /api/installs/:id/schedule/toggle."""
+
+    enabled: bool
+
+
+@cache
+def timezones() -> list[str]:
+    """Every IANA zone name this machine knows, sorted."""
+    return sorted(available_timezones())
+
+
+def check_cron(expression: str) -> str:
+    """A 5-field cron expression (minute hour day month weekday); 400 with the reason otherwise."""
+    fields = expression.split()
+    if len(fields) != 5:
+        raise BadRequest(f"cronExpression: needs 5 fields (minute hour day month weekday), got {len(fields)}")
+    expression = " ".join(fields)
+    try:
+        croniter(expression).get_next(datetime)  # also refuses dates that never come (30 February)
+    except (CroniterError, ValueError, KeyError) as exc:
+        raise BadRequest(f"cronExpression: {exc}") from None
+    return expression
+
+
+def check_timezone(name: str) -> ZoneInfo:
+    """The zone; 400 for a name that is not an IANA zone."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise BadRequest(f"timezone: unknown IANA time zone {name!r}") from None
+
+
+def next_fire(expression: str, zone: str, after: datetime) -> datetime:
+    """The first fire strictly after `after`, in UTC, computed on the zone's wall clock.
+
+    When clocks go back, a wall time that occurs twice fires once; when they go
+    forward, a wall time that does not exist fires at the first moment after it.
+    """
+    local_after = after.astimezone(ZoneInfo(zone))
+    schedule = croniter(expression, local_after)
+    candidate: datetime = schedule.get_next(datetime)
+    while candidate.replace(tzinfo=None) <= local_after.replace(tzinfo=None):
+        candidate = schedule.get_next(datetime)
+    return candidate.astimezone(UTC)
+
+
+def view(doc: Document) -> dict[str, Any]:
+    """The Schedule resource."""
+    return {
+        "cronExpression": doc["cronExpression"],
+        "label": doc.get("label"),
+        "enabled": doc["enabled"],
+        "onBacklog": doc["onBacklog"],
+        "timezone": doc["timezone"],
+        "bypassGates": doc["bypassGates"],
+        "lastRunAt": iso(doc.get("lastRunAt")),
+        "nextRunAt": iso(doc.get("nextRunAt")) if doc["enabled"] else None,
+    }
+
+
+class Schedules:
+    """Reading and changing schedules (the API side)."""
+
+    def __init__(self, store: Store, installs: Installs) -> None:
+        self.store = store
+        self.installs = installs
+
+    async def get(self, principal: Principal, install_id: str) -> dict[str, Any]:
+        """{schedule or null, timezones}."""
+        await self.installs.owned(principal, install_id)
+        doc = await self.store["schedules"].find_one({"_id": install_id})
+        return {"schedule": view(doc) if doc else None, "timezones": timezones()}
+
+    async def update(self, principal: Principal, install_id: str, body: ScheduleBody) -> dict[str, Any]:
+        """Create, change or (cronExpression null) delete the schedule."""
+        install = await self.installs.owned(principal, install_id)
+        if not self.installs.traits(install["platform"]).managed:
+            raise BadRequest(
+                f"schedules run managed (svc) installs; this install is on {install['platform']}"
+            )
+        if body.cronExpression is None:
+            await self.store["schedules"].delete_one({"_id": install_id})
+            return {"ok": True, "schedule": None}
+        current = await self.store["schedules"].find_one({"_id": install_id}) or {}
+        sent = body.model_dump(exclude_unset=True)
+        doc = {
+            "cronExpression": check_cron(body.cronExpression),
+            "label": sent.get("label", current.get("label")),
+            "enabled": sent.get("enabled")
+            if sent.get("enabled") is not None
+            else current.get("enabled", True),
+            "onBacklog": sent.get("onBacklog") or current.get("onBacklog", "skip"),
+            "timezone": sent.get("timezone") or current.get("timezone", "UTC"),
+            "bypassGates": sent.get("bypassGates")
+            if sent.get("bypassGates") is not None
+            else current.get("bypassGates", False),
+        }
+        check_timezone(doc["timezone"])
+        doc["nextRunAt"] = next_fire(doc["cronExpression"], doc["timezone"], utcnow())
+        updated = await self.store["schedules"].find_one_and_update(
+            {"_id": install_id},
+            {
+                "$set": {**doc, "updatedAt": utcnow()},
+                "$setOnInsert": {"lastRunAt": None, "createdAt": utcnow()},
+            },
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        return {"ok": True, "schedule": view(updated)}
+
+    async def toggle(self, principal: Principal, install_id: str, enabled: bool) -> dict[str, Any]:
+        """Switch the schedule on or off (a re-enabled schedule fires from now on)."""
+        await self.installs.owned(principal, install_id)
+        doc = await self.store["schedules"].find_one({"_id": install_id})
+        if doc is None:
+            raise NotFound("No schedule for this install")
+        changes: dict[str, Any] = {"enabled": enabled, "updatedAt": utcnow()}
+        if enabled:
+            changes["nextRunAt"] = next_fire(doc["cronExpression"], doc["timezone"], utcnow())
+        await self.store["schedules"].update_one({"_id": install_id}, {"$set": changes})
+        return {"ok": True, "enabled": enabled}
+
+
+class SchedulerCore:
+    """One scheduler tick: claim due fires, start (or skip, or queue) their runs."""
+
+    def __init__(self, store: Store, runtime: Runtime) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.events = Events(store)
+
+    async def tick(self, now: datetime | None = None) -> int:
+        """Fire what is due; start queued runs whose install is free. How many fires were claimed."""
+        now = now or utcnow()
+        fired = 0
+        while (
+            due := await self.store["schedules"]
+            .find({"enabled": True, "nextRunAt": {"$lte": now}})
+            .to_list(CLAIM_BATCH)
+        ):
+            claimed = await self._claim(due, now)
+            fired += len(claimed)
+            await self._fire(claimed, now)
+        await self._start_queued()
+        return fired
+
+    async def _claim(self, due: list[Document], now: datetime) -> list[tuple[Document, datetime]]:
+        """Claim the due fires: one conditional update per group of equal schedules.
+
+        The filter names the due time, so a fire another scheduler moved on is not claimed
+        again; the claim token then tells which documents this tick claimed.
+        """
+        token = tokens.new_id()
+        groups: dict[tuple[datetime, str, str], list[str]] = {}
+        for schedule in due:
+            key = (schedule["nextRunAt"], schedule["cronExpression"], schedule["timezone"])
+            groups.setdefault(key, []).append(schedule["_id"])
+        scheduled_for: dict[str, datetime] = {}
+        for (due_at, expression, zone), ids in groups.items():
+            await self.store["schedules"].update_many(
+                {"_id": {"$in": ids}, "enabled": True, "nextRunAt": due_at},
+                {"$set": {"nextRunAt": next_fire(expression, zone, now), "lastRunAt": now, "claim": token}},
+            )
+            scheduled_for.update(dict.fromkeys(ids, due_at))
+        claimed = await self.store["schedules"].find({"claim": token}).to_list(None)
+        return [(schedule, scheduled_for[schedule["_id"]]) for schedule in claimed]
+
+    async def _fire(self, claimed: list[tuple[Document, datetime]], now: datetime) -> None:
+        """Start, queue or skip each claimed fire; a few batched writes for the whole batch."""
+        if not claimed:
+            return
+        ids = [schedule["_id"] for schedule, _ in claimed]
+        ready = {
+            doc["_id"]
+            for doc in await self.store.installs.find(
+                {"_id": {"$in": ids}, "status": "completed"}, {"_id": 1}
+            ).to_list(None)
+        }
+        active = (
+            await self.store["pipeline_runs"]
+            .find(
+                {"installId": {"$in": ids}, "status": {"$in": list(ACTIVE)}},
+                {"installId": 1, "status": 1, "source": 1},
+            )
+            .to_list(None)
+        )
+        busy = {run["installId"] for run in active}
+        waiting = {
+            run["installId"]
+            for run in active
+            if run["status"] == "queued" and run.get("source") == "schedule"
+        }
+        runs: list[Document] = []
+        events: list[Document] = []
+        for schedule, due_at in claimed:
+            install_id = schedule["_id"]
+            meta: dict[str, Any] = {"scheduledFor": iso(due_at)}
+            if install_id not in ready:
+                meta.update(runId=None, skipped=True, reason="install not ready")
+            elif install_id in busy and (schedule["onBacklog"] == "skip" or install_id in waiting):
+                reason = (
+                    "a run was active"
+                    if schedule["onBacklog"] == "skip"
+                    else "a scheduled run is already queued"
+                )
+                meta.update(runId=None, skipped=True, reason=reason)
+            else:
+                run_id = tokens.new_id()
+                queued = install_id in busy
+                runs.append(
+                    {
+                        "_id": run_id,
+                        "installId": install_id,
+                        "status": "queued" if queued else "starting",
+                        "source": "schedule",
+                        "task": schedule.get("label") or "Scheduled run",
+                        "bypassGates": bool(schedule.get("bypassGates")),
+                        "createdAt": now,
+                    }
+                )
+                meta.update(runId=run_id, queued=queued)
+            events.append(self.events.document(install_id, "scheduler_run", meta=meta))
+        if runs:
+            await self.store["pipeline_runs"].insert_many(runs)
+        await self.store["pipeline_events"].insert_many(events)
+        for run in runs:
+            if run["status"] == "starting":
+                await self.runtime.submit(
+                    run["installId"],
+                    {
+                        "runId": run["_id"],
+                        "task": run["task"],
+                        "source": "schedule",
+                        "bypassGates": bool(run.get("bypassGates")),
+                    },
+                )
+
+    async def _start_queued(self) -> None:
+        """Start scheduled runs that waited for an active run to finish."""
+        queued = (
+            await self.store["pipeline_runs"]
+            .find({"status": "queued", "source": "schedule"})
+            .to_list(CLAIM_BATCH)
+        )
+        for run in queued:
+            running = await self.store["pipeline_runs"].count_documents(
+                {"installId": run["installId"], "status": {"$in": ["starting", "running"]}}
+            )
+            if not running:
+                await self._start(run["_id"])
+
+    async def _start(self, run_id: str) -> None:
+        run = await self.store["pipeline_runs"].find_one_and_update(
+            {"_id": run_id, "status": "queued"}, {"$set": {"status": "starting"}}
+        )
+        if run is None:
+            return  # another scheduler started it
+        payload = {"runId": run_id, "task": run["task"], "source": "schedule"}
+        await self.runtime.submit(run["installId"], payload)

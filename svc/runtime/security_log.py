@@ -1,0 +1,70 @@
+"""The outbound-request security log: one entry per agent HTTP request, as the spec's resource.
+
+URLs are stored as the agent wrote them (with `${SECRET}` references), never with
+secrets substituted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pymongo import DESCENDING
+
+from svc.core import Store, iso, tokens, utcnow
+from svc.runs import run_stats
+
+LOG_LIMIT = 200
+Decision = Literal["ALLOW", "BLOCK", "JUDGE", "PASSTHROUGH"]
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One logged request."""
+
+    installId: str
+    agentKey: str
+    agentName: str
+    runId: str
+    method: str
+    url: str
+    hostname: str
+    path: str
+    decision: Decision
+    decisionSource: Literal["rule", "default", "judge"] | None
+    reason: str | None
+    judgeReasoning: str | None
+    judgeConfidence: float | None
+    statusCode: int | None
+    latencyMs: int
+
+
+class SecurityLog:
+    """Writes and reads the log."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def record(self, entry: RequestRecord) -> None:
+        """Store one entry, and count it as a tool call of the install (the log expires; counts stay)."""
+        await self.store["security_requests"].insert_one(
+            {"_id": tokens.new_id(), **asdict(entry), "createdAt": utcnow()}
+        )
+        await run_stats.count_tool_call(self.store, entry.installId, entry.statusCode)
+
+    async def latest(self, install_id: str) -> list[dict[str, Any]]:
+        """The last 200 entries of an install, newest first."""
+        docs = (
+            await self.store["security_requests"]
+            .find({"installId": install_id})
+            .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
+            .to_list(LOG_LIMIT)
+        )
+        return [
+            {
+                "id": doc.pop("_id"),
+                **{k: v for k, v in doc.items() if k != "installId"},
+                "createdAt": iso(doc["createdAt"]),
+            }
+            for doc in docs
+        ]

@@ -1,0 +1,55 @@
+"""Team templates: definitions and their schema, the lifecycle, versions and their classification."""
+
+from svc.templates.definitions import (
+    VARIABLE_REFERENCE,
+    AccessPolicy,
+    TeamDefinition,
+    check_definition,
+    hierarchy_depth,
+    json_schema,
+)
+from svc.templates.resources import (
+    LIST_DEFAULT,
+    LIST_MAX,
+    PLATFORM_FEE_PERCENT,
+    CreateTemplateBody,
+    PricingBody,
+    PricingOut,
+    PublishBody,
+    RollbackBody,
+    TemplateList,
+    TemplateOut,
+    UpdateTemplateBody,
+    VersionList,
+    is_owner,
+    owner_of,
+    view,
+)
+from svc.templates.templates import Templates
+from svc.templates.versioning import diff_summary
+
+__all__ = [
+    "LIST_DEFAULT",
+    "LIST_MAX",
+    "PLATFORM_FEE_PERCENT",
+    "VARIABLE_REFERENCE",
+    "AccessPolicy",
+    "CreateTemplateBody",
+    "PricingBody",
+    "PricingOut",
+    "PublishBody",
+    "RollbackBody",
+    "TeamDefinition",
+    "TemplateList",
+    "TemplateOut",
+    "Templates",
+    "UpdateTemplateBody",
+    "VersionList",
+    "check_definition",
+    "diff_summary",
+    "hierarchy_depth",
+    "is_owner",
+    "json_schema",
+    "owner_of",
+    "view",
+]

@@ -1,0 +1,460 @@
+"""Templates: the lifecycle of the spec's state table, versions, rollback, fork, pricing.
+
+A template record is either a `template` (draft, published or archived; its
+slug is unique) or a `version_draft` (a pending new version of a published
+template; at most one per parent, by a unique index). Every transition is one
+conditional update or an insert guarded by a unique index, so concurrent
+requests cannot both win.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from datetime import datetime
+from typing import Any
+
+from pymongo import DESCENDING, ReturnDocument
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.asynchronous.cursor import AsyncCursor
+from pymongo.errors import DuplicateKeyError
+
+from svc.core import (
+    BadRequest,
+    Conflict,
+    Document,
+    Forbidden,
+    Mailer,
+    NotFound,
+    Store,
+    Unprocessable,
+    iso,
+    tokens,
+    utcnow,
+)
+from svc.identity import Principal, require_unscoped
+from svc.templates.definitions import check_definition
+from svc.templates.resources import (
+    ACTIVE_INSTALL,
+    LIST_DEFAULT,
+    MERGED_FIELDS,
+    NULLABLE_FIELDS,
+    PLATFORM_FEE_PERCENT,
+    CreateTemplateBody,
+    PricingBody,
+    PublishBody,
+    RollbackBody,
+    UpdateTemplateBody,
+    check_pricing,
+    decode_cursor,
+    encode_cursor,
+    is_listed,
+    is_owner,
+    owner_of,
+    view,
+)
+from svc.templates.versioning import FIRST_SEMVER, classify, next_semver
+
+log = logging.getLogger(__name__)
+
+
+class Templates:
+    """The template lifecycle."""
+
+    def __init__(self, store: Store, mailer: Mailer) -> None:
+        self.store = store
+        self.mailer = mailer
+
+    @property
+    def _templates(self) -> AsyncCollection[Document]:
+        return self.store["templates"]
+
+    @property
+    def _versions(self) -> AsyncCollection[Document]:
+        return self.store["template_versions"]
+
+    # ---- reading -------------------------------------------------------------------
+
+    async def hand_back(self, org_id: str, owner: Document) -> None:
+        """An org being deleted gives its templates to `owner` (its owner)."""
+        as_org = {"owner.kind": "org", "owner.id": org_id}
+        await self._templates.update_many(as_org, {"$set": {"owner": owner, "updatedAt": utcnow()}})
+
+    async def list_published(
+        self, principal: Principal | None, limit: int = LIST_DEFAULT, cursor: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Published public templates (and the caller's own published team ones), newest first."""
+        visible: list[Document] = [{"visibility": "public"}]
+        if principal is not None:
+            visible.append({"owner": owner_of(principal)})
+        query: Document = {"kind": "template", "status": "published", "$or": visible}
+        if cursor:
+            stamp, doc_id = decode_cursor(cursor)
+            query = {
+                "$and": [
+                    query,
+                    {
+                        "$or": [
+                            {"publishedAt": {"$lt": stamp}},
+                            {"publishedAt": stamp, "_id": {"$lt": doc_id}},
+                        ]
+                    },
+                ]
+            }
+        docs = (
+            await self._templates.find(query)
+            .sort([("publishedAt", DESCENDING), ("_id", DESCENDING)])
+            .limit(limit + 1)
+            .to_list(limit + 1)
+        )
+        next_cursor = encode_cursor(docs[limit - 1]) if len(docs) > limit else None
+        return [view(doc) for doc in docs[:limit]], next_cursor
+
+    async def get(self, principal: Principal | None, template_id: str) -> dict[str, Any]:
+        """One template the caller may see (its owner, or anyone for a listed one)."""
+        return view(await self._visible(principal, template_id))
+
+    async def versions(self, principal: Principal | None, template_id: str) -> list[dict[str, Any]]:
+        """Every published version, newest first, with its bump and change log."""
+        doc = await self._visible(principal, template_id)
+        snapshots = (
+            await self._versions.find({"templateId": doc["_id"]}).sort("version", DESCENDING).to_list(None)
+        )
+        return [
+            {
+                "version": snap["version"],
+                "semver": snap["semver"],
+                "bump": snap["bump"],
+                "changeLog": snap.get("changeLog"),
+                "publishedAt": iso(snap["publishedAt"]),
+            }
+            for snap in snapshots
+        ]
+
+    async def _visible(self, principal: Principal | None, template_id: str) -> Document:
+        doc = await self._templates.find_one({"_id": template_id})
+        if doc is None or not (is_owner(principal, doc) or is_listed(doc)):
+            raise NotFound("Template not found")
+        return doc
+
+    async def _owned(self, principal: Principal, template_id: str) -> Document:
+        """The template, if the caller owns it: 404 when they cannot see it, 403 when they can."""
+        require_unscoped(principal)
+        doc = await self._templates.find_one({"_id": template_id})
+        if doc is None:
+            raise NotFound("Template not found")
+        if not is_owner(principal, doc):
+            if is_listed(doc):
+                raise Forbidden("Only the template's owner can change it")
+            raise NotFound("Template not found")
+        return doc
+
+    # ---- creating and editing ------------------------------------------------------
+
+    async def create(self, principal: Principal, body: CreateTemplateBody) -> dict[str, Any]:
+        """A new draft (version 1)."""
+        require_unscoped(principal)
+        check_definition(body.definition)
+        now = utcnow()
+        doc = {
+            "_id": tokens.new_id(),
+            "kind": "template",
+            "slug": body.slug,
+            "name": body.name,
+            "description": body.description,
+            "ownerTeam": body.ownerTeam,
+            "visibility": body.visibility,
+            "status": "draft",
+            "version": 1,
+            "semver": FIRST_SEMVER,
+            "publishedAt": None,
+            "changeLog": None,
+            "definition": body.definition.model_dump(mode="json", exclude_none=True),
+            "pricingModel": body.pricingModel,
+            "priceUsdCents": body.priceUsdCents,
+            "forkable": body.forkable,
+            "owner": owner_of(principal),
+            "createdAt": now,
+            "updatedAt": now,
+        }
+        try:
+            await self._templates.insert_one(doc)
+        except DuplicateKeyError:
+            raise Conflict(f"Slug {body.slug!r} is already taken") from None
+        return view(doc)
+
+    async def update_draft(
+        self, principal: Principal, template_id: str, body: UpdateTemplateBody
+    ) -> dict[str, Any]:
+        """Edit a draft or a version draft; 409 on a published or archived template."""
+        doc = await self._owned(principal, template_id)
+        if doc["kind"] == "template" and doc["status"] != "draft":
+            raise Conflict(
+                f"Template is {doc['status']}; create a version draft (POST /api/templates/{doc['_id']}"
+                "/new-version) and edit that"
+            )
+        sent = body.model_dump(exclude_unset=True, exclude={"definition"})
+        # Only the price and the change log may be cleared with null; other nulls mean "unchanged".
+        changes: Document = {k: v for k, v in sent.items() if v is not None or k in NULLABLE_FIELDS}
+        if body.definition is not None:
+            check_definition(body.definition)
+            changes["definition"] = body.definition.model_dump(mode="json", exclude_none=True)
+        if changes.get("pricingModel") == "free" and "priceUsdCents" not in changes:
+            changes["priceUsdCents"] = None  # switching to free clears the price
+        try:
+            check_pricing(
+                changes.get("pricingModel", doc["pricingModel"]),
+                changes.get("priceUsdCents", doc["priceUsdCents"]),
+            )
+        except ValueError as exc:
+            raise BadRequest(f"priceUsdCents: {exc}") from None
+        changes["updatedAt"] = utcnow()
+        updated = await self._templates.find_one_and_update(
+            {"_id": doc["_id"], "status": "draft"}, {"$set": changes}, return_document=ReturnDocument.AFTER
+        )
+        if updated is None:
+            raise Conflict("Template is no longer a draft")
+        return view(updated)
+
+    async def set_pricing(self, principal: Principal, body: PricingBody) -> dict[str, Any]:
+        """PATCH /api/billing/pricing: drafts and published templates alike."""
+        doc = await self._owned(principal, body.templateId)
+        if doc["status"] == "archived":
+            raise Conflict("Template is archived")
+        await self._templates.update_one(
+            {"_id": doc["_id"]},
+            {
+                "$set": {
+                    "pricingModel": body.pricingModel,
+                    "priceUsdCents": body.priceUsdCents,
+                    "updatedAt": utcnow(),
+                }
+            },
+        )
+        return {
+            "id": doc["_id"],
+            "pricingModel": body.pricingModel,
+            "priceUsdCents": body.priceUsdCents,
+            "envelopeFeePercent": PLATFORM_FEE_PERCENT,
+        }
+
+    # ---- publishing ----------------------------------------------------------------
+
+    async def publish(self, principal: Principal, template_id: str, body: PublishBody) -> dict[str, Any]:
+        """Publish a draft, or merge a version draft into its parent."""
+        try:
+            doc = await self._owned(principal, template_id)
+        except NotFound:
+            # A version draft is deleted once merged; a late publish of it is a conflict, not a 404.
+            if await self._versions.count_documents({"fromDraftId": template_id}, limit=1):
+                raise Conflict("This version draft has already been published") from None
+            raise
+        if doc["kind"] == "version_draft":
+            return await self._publish_version(doc, body.changeLog)
+        if doc["status"] != "draft":
+            raise Conflict(f"Template is already {doc['status']}")
+        now = utcnow()
+        change_log = body.changeLog if body.changeLog is not None else doc.get("changeLog")
+        published = await self._templates.find_one_and_update(
+            {"_id": doc["_id"], "status": "draft"},
+            {"$set": {"status": "published", "publishedAt": now, "changeLog": change_log, "updatedAt": now}},
+            return_document=ReturnDocument.AFTER,
+        )
+        if published is None:
+            raise Conflict("Template is already published")
+        await self._snapshot(published, "MAJOR", now)
+        return view(published)
+
+    async def _publish_version(self, draft: Document, change_log: str | None) -> dict[str, Any]:
+        parent = await self._templates.find_one({"_id": draft["parentTemplateId"]})
+        if parent is None or parent["status"] != "published":
+            raise Conflict("The parent template is not published")
+        bump = classify(parent["definition"], draft["definition"])
+        now = utcnow()
+        merged = {field: draft.get(field) for field in MERGED_FIELDS}
+        if change_log is not None:
+            merged["changeLog"] = change_log
+        merged.update(
+            semver=next_semver(parent.get("semver", FIRST_SEMVER), bump), publishedAt=now, updatedAt=now
+        )
+        # The conditional update is the arbiter: of two concurrent publishes, one matches.
+        updated = await self._templates.find_one_and_update(
+            {"_id": parent["_id"], "status": "published", "version": draft["version"] - 1},
+            {"$set": merged, "$inc": {"version": 1}},
+            return_document=ReturnDocument.AFTER,
+        )
+        if updated is None:
+            raise Conflict("This version draft has already been published")
+        await self._snapshot(updated, bump, now, from_draft=draft["_id"])
+        await self._templates.delete_one({"_id": draft["_id"]})
+        if bump == "MAJOR":
+            await self._notify_major(updated)
+        return view(updated)
+
+    async def _snapshot(
+        self, doc: Document, bump: str, when: datetime, from_draft: str | None = None
+    ) -> None:
+        snapshot = {
+            "fromDraftId": from_draft,
+            "_id": f"{doc['_id']}:{doc['version']}",
+            "templateId": doc["_id"],
+            "version": doc["version"],
+            "semver": doc.get("semver", FIRST_SEMVER),
+            "bump": bump if doc["version"] > 1 else "INITIAL",
+            "changeLog": doc.get("changeLog"),
+            "definition": doc["definition"],
+            "publishedAt": when,
+        }
+        await self._versions.replace_one({"_id": snapshot["_id"]}, snapshot, upsert=True)
+
+    async def _notify_major(self, template: Document) -> None:
+        """Tell deployers with active installs that a breaking version is out."""
+        installs = await self._installs_of(template["_id"]).to_list(10_000)
+        user_ids = {i["deployedBy"] for i in installs if i.get("deployedBy")}
+        users = await self.store.users.find({"_id": {"$in": list(user_ids)}}, {"email": 1}).to_list(None)
+        account_email = {user["_id"]: user["email"] for user in users}
+        # One address per install: the deploying account's, else the billing email given at install.
+        emails = {account_email.get(i.get("deployedBy")) or i.get("deployerEmail") for i in installs} - {None}
+        subject = f"{template['name']} {template['semver']}: a breaking (MAJOR) version is published"
+        body = (
+            f"Version {template['version']} ({template['semver']}) of {template['name']} "
+            f"({template['slug']}) changes its contract: agents or inputs were removed or renamed.\n\n"
+            f"Change log:\n{template.get('changeLog') or '(none given)'}\n\n"
+            "Your installs keep running the version they were installed from. "
+            "Install again to move to the new version."
+        )
+        for email in sorted(emails):
+            await self.mailer.send(email, subject, body, kind="template.major_version")
+
+    def _installs_of(self, template_id: str) -> AsyncCursor[Document]:
+        return self.store.installs.find({"templateId": template_id, **ACTIVE_INSTALL})
+
+    # ---- version drafts, rollback, fork --------------------------------------------
+
+    async def new_version(self, principal: Principal, template_id: str) -> dict[str, Any]:
+        """A version draft of a published template, inheriting everything."""
+        parent = await self._published_parent(principal, template_id)
+        return view(await self._open_version_draft(parent, parent["definition"]))
+
+    async def rollback(self, principal: Principal, template_id: str, body: RollbackBody) -> dict[str, Any]:
+        """A version draft preloaded with an earlier version's definition."""
+        parent = await self._published_parent(principal, template_id)
+        snapshot = await self._versions.find_one({"templateId": parent["_id"], "version": body.version})
+        if snapshot is None:
+            raise Unprocessable(f"No snapshot exists for version {body.version}")
+        draft = await self._open_version_draft(parent, snapshot["definition"])
+        return view(draft, parentId=parent["_id"], rolledBackFrom=body.version)
+
+    async def _published_parent(self, principal: Principal, template_id: str) -> Document:
+        parent = await self._owned(principal, template_id)
+        if parent["kind"] == "version_draft":
+            raise Conflict("This is a version draft; create versions from its published parent")
+        if parent["status"] != "published":
+            raise Conflict(f"Template is {parent['status']}; only a published template gets new versions")
+        return parent
+
+    async def _open_version_draft(self, parent: Document, definition: dict[str, Any]) -> Document:
+        # A draft at or below the parent's version is left over from an interrupted publish.
+        stale = {"$lte": parent["version"]}
+        await self._templates.delete_many(
+            {"kind": "version_draft", "parentTemplateId": parent["_id"], "version": stale}
+        )
+        now = utcnow()
+        draft = {
+            **{field: parent.get(field) for field in MERGED_FIELDS},
+            "_id": tokens.new_id(),
+            "kind": "version_draft",
+            "slug": parent["slug"],
+            "status": "draft",
+            "version": parent["version"] + 1,
+            "semver": parent.get("semver", FIRST_SEMVER),
+            "parentTemplateId": parent["_id"],
+            "definition": definition,
+            "changeLog": None,
+            "publishedAt": None,
+            "owner": parent["owner"],
+            "createdAt": now,
+            "updatedAt": now,
+        }
+        try:
+            await self._templates.insert_one(draft)
+        except DuplicateKeyError:
+            raise Conflict("An active version draft already exists for this template") from None
+        # A version published between our read of the parent and the insert makes this draft stale.
+        if not await self._templates.count_documents({"_id": parent["_id"], "version": parent["version"]}):
+            await self._templates.delete_one({"_id": draft["_id"]})
+            raise Conflict("The template changed while the draft was being opened; try again")
+        return draft
+
+    async def fork(self, principal: Principal, template_id: str) -> dict[str, Any]:
+        """A private copy (a `team` draft) of a published template."""
+        require_unscoped(principal)
+        original = await self._templates.find_one({"_id": template_id, "kind": "template"})
+        owner = original is not None and is_owner(principal, original)
+        if original is None or original["status"] != "published" or not (owner or is_listed(original)):
+            raise NotFound("Template not found or not published")
+        if not original["forkable"] and not owner:
+            raise Forbidden("This template cannot be forked")
+        now = utcnow()
+        doc = {
+            "_id": tokens.new_id(),
+            "kind": "template",
+            "name": original["name"],
+            "description": original["description"],
+            "ownerTeam": original["ownerTeam"],
+            "visibility": "team",
+            "status": "draft",
+            "version": 1,
+            "semver": FIRST_SEMVER,
+            "publishedAt": None,
+            "changeLog": None,
+            "definition": original["definition"],
+            "pricingModel": "free",
+            "priceUsdCents": None,
+            "forkable": True,
+            "forkedFromId": original["_id"],
+            "owner": owner_of(principal),
+            "createdAt": now,
+            "updatedAt": now,
+        }
+        for attempt in range(5):
+            suffix = "fork" if attempt == 0 else f"fork-{secrets.token_hex(3)}"
+            doc["slug"] = f"{original['slug'][: 63 - len(suffix)]}-{suffix}"
+            try:
+                await self._templates.insert_one(doc)
+                return view(doc)
+            except DuplicateKeyError:
+                continue
+        raise Conflict("Could not find a free slug for the fork; try again")
+
+    # ---- archive and delete --------------------------------------------------------
+
+    async def archive(self, principal: Principal, template_id: str) -> dict[str, Any]:
+        """Delist a published template; existing installs keep running."""
+        doc = await self._owned(principal, template_id)
+        if doc["kind"] == "version_draft" or doc["status"] == "draft":
+            raise Conflict("Only a published template can be archived; delete a draft instead")
+        now = utcnow()
+        archived = await self._templates.find_one_and_update(
+            {"_id": doc["_id"], "status": "published"},
+            {"$set": {"status": "archived", "archivedAt": now, "updatedAt": now}},
+            return_document=ReturnDocument.AFTER,
+        )
+        if archived is None:
+            raise Conflict("Template is already archived")
+        installs = await self.store.installs.count_documents({"templateId": doc["_id"], **ACTIVE_INSTALL})
+        return view(archived, installCount=installs)
+
+    async def delete(self, principal: Principal, template_id: str) -> None:
+        """Remove a draft at any time, a published or archived template only without active installs."""
+        doc = await self._owned(principal, template_id)
+        if doc["kind"] == "template" and doc["status"] != "draft":
+            active = await self.store.installs.count_documents({"templateId": doc["_id"], **ACTIVE_INSTALL})
+            if active:
+                raise Conflict(
+                    f"Template has {active} active install(s); archive it instead", canArchive=True
+                )
+        await self._templates.delete_one({"_id": doc["_id"]})
+        if doc["kind"] == "template":
+            await self._templates.delete_many({"kind": "version_draft", "parentTemplateId": doc["_id"]})
+            await self._versions.delete_many({"templateId": doc["_id"]})
