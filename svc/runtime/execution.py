@@ -42,6 +42,7 @@ INTERRUPTED = "Interrupted: the install's worker stopped during the run; start i
 CALLBACK_ATTEMPTS = 5
 CALLBACK_BACKOFF_S = 0.5
 SIGNATURE_HEADER = "Svc-Signature"
+UPSTREAM_IDS = ("platformRunId", "platformAgentId", "platformTaskId")
 
 
 def sign(body: bytes, secret: str, timestamp: int | None = None) -> str:
@@ -110,7 +111,13 @@ class InstallRunner:
             {"_id": run_id},
             {
                 "$set": {"status": "running", "startedAt": utcnow(), "agentKey": root_key},
-                "$setOnInsert": {"installId": install_id, "source": source, "createdAt": utcnow()},
+                "$setOnInsert": {
+                    "installId": install_id,
+                    "source": source,
+                    "createdAt": utcnow(),
+                    # A heartbeat's upstream ids, so the run can be found on the platform too.
+                    **{k: payload[k] for k in UPSTREAM_IDS if payload.get(k)},
+                },
             },
             upsert=True,
         )
@@ -251,6 +258,8 @@ class InstallRunner:
             output_tokens=output_tokens,
             error_message=error,
             run_id=run_id,
+            platform_agent_id=finished.get("platformAgentId"),
+            platform_run_id=finished.get("platformRunId"),
         )
         await self.store.installs.update_one({"_id": install["_id"]}, {"$set": {"lastRunAt": utcnow()}})
 
