@@ -411,9 +411,43 @@ class Installs:
         (`deprovision_on_delete`) or when asked."""
         doc = await self.owned(principal, install_id)
         if doc["status"] == "cancelled":
-            raise Conflict("Install is already cancelled")
+            # A plain DELETE leaves the agents upstream (spec); asking to remove them afterwards
+            # is honoured once, so a cancelled install never strands agents that keep waking.
+            if not (remove_upstream and self._upstream_left(doc)):
+                raise Conflict("Install is already cancelled")
+            claimed = await self.store.installs.find_one_and_update(
+                {"_id": install_id, "status": "cancelled", "upstreamRemovedAt": {"$exists": False}},
+                {"$set": {"upstreamRemovedAt": utcnow()}},
+            )
+            if claimed is None:
+                raise Conflict("Install is already cancelled")
+            try:
+                deleted, warnings = await self._remove_upstream(doc, remove_upstream)
+            except BaseException:
+                undo = {"$unset": {"upstreamRemovedAt": ""}}
+                await self.store.installs.update_one({"_id": install_id}, undo)
+                raise
+            return self._deleted(doc, deleted, warnings)
         deleted, warnings = await self._remove_upstream(doc, remove_upstream)
+        if remove_upstream and self._upstream_left(doc):
+            done = {"$set": {"upstreamRemovedAt": utcnow()}}
+            await self.store.installs.update_one({"_id": install_id}, done)
         await self.retire(doc)
+        return self._deleted(doc, deleted, warnings)
+
+    def _upstream_left(self, doc: Document) -> bool:
+        """Whether the install's agents may still exist upstream and can be removed by us."""
+        traits = self.traits(doc["platform"])
+        return (
+            not traits.managed
+            and not traits.deprovision_on_delete
+            and "upstreamRemovedAt" not in doc
+            and bool(doc.get("credentialsEncrypted"))
+        )
+
+    def _deleted(self, doc: Document, deleted: int, warnings: tuple[str, ...]) -> dict[str, Any]:
+        """The answer of DELETE /api/installs/:id."""
+        install_id = doc["_id"]
         response: dict[str, Any] = {
             "ok": True,
             "installId": install_id,
