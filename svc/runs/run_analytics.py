@@ -38,8 +38,6 @@ LATEST_WINDOWS = (
 )
 MAX_LIMIT = 500
 RUN_FIELDS = ("installId", "platform", "agentKey", "status", "inputTokens", "outputTokens")
-# The run's and its agent's ids on the platform, when it has its own (shown only when known).
-UPSTREAM_FIELDS = ("runId", "platformAgentId", "platformRunId")
 
 # ---- response shape (also the OpenAPI schema) -----------------------------------------
 
@@ -97,9 +95,6 @@ class RunItem(BaseModel):
     outputTokens: int | None
     errorMessage: str | None
     createdAt: str
-    runId: str | None = Field(default=None, description="the run id reported or assigned")
-    platformAgentId: str | None = Field(default=None, description="the agent's id on its platform")
-    platformRunId: str | None = Field(default=None, description="the platform's own run id (orchA)")
 
 
 class RunsReport(BaseModel):
@@ -271,7 +266,7 @@ class RunAnalytics:
     async def _latest(self, template_id: str, limit: int) -> list[dict[str, Any]]:
         """The newest runs, looked for in widening windows: a store that reads every match
         before sorting (the embedded server) then reads about `limit` runs, not all of them."""
-        fields = {name: 1 for name in (*RUN_FIELDS, *UPSTREAM_FIELDS, "errorMessage", "createdAt")}
+        fields = {name: 1 for name in (*RUN_FIELDS, "errorMessage", "createdAt")}
         now = utcnow()
         docs: list[Document] = []
         for window in LATEST_WINDOWS:
@@ -291,7 +286,6 @@ class RunAnalytics:
             {
                 "id": doc["_id"],
                 **{name: doc.get(name) for name in RUN_FIELDS},
-                **{name: doc[name] for name in UPSTREAM_FIELDS if doc.get(name)},
                 "errorMessage": doc.get("errorMessage"),
                 "createdAt": iso(doc["createdAt"]),
             }
