@@ -117,6 +117,8 @@ def main() -> int:
         key = server.board_key()
         Receiver.base = server.base_url
         record("wrong_key", "GET", "/api/companies", key="pcp_board_wrong")
+        record("whoami", "GET", "/api/cli-auth/me", key=key)
+        record("board_keys_listed", "GET", "/api/board-api-keys", key=key)
         company = record("company_created", "POST", "/api/companies", {"name": "Recorded Co"}, key)
         record("company_read", "GET", f"/api/companies/{company['id']}", key=key)
         record(
