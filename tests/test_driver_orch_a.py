@@ -288,3 +288,37 @@ async def test_a_non_json_answer_rolls_back_and_is_a_platform_error(fake):
         await Plugins().provision("orchA", context(fake))
     assert "without JSON" in failure.value.detail
     assert fake.agents == {} and fake.companies == {}
+
+
+async def test_rotating_the_board_key_with_a_patch_of_the_credentials(make_client, fake):
+    client = await make_client(rate_limit_multiplier=None)
+    caller = await signup(client)
+    key = await create_key(client, caller)
+    template = await publish_template(client, key, visibility="public", definition=definition(agent("lead")))
+    fake.companies["c1"] = {"id": "c1", "name": "Acme", "issuePrefix": "ACM"}
+    body = {
+        "templateId": template["id"],
+        "companyId": "c1",
+        "credentials": {"orchABaseUrl": fake.base_url, "orchAApiKey": fake.api_key},
+    }
+    created = await (await client.post("/api/installs", json=body, headers=bearer(key))).json()
+    assert any("expires at 2026-12-23T21:19:50.102Z" in w for w in created["warnings"]), created
+    install_id = created["installId"]
+    url = f"/api/installs/{install_id}/credentials"
+    for bad, message in (
+        ({"orchAToken": "x"}, "credentials.orchAToken: not a credential of platform orchA"),
+        ({"orchAApiKey": 5}, "credentials.orchAApiKey: must be a string"),
+        ({"orchABaseUrl": "ftp://x"}, "credentials.orchABaseUrl must be an http(s) URL"),
+        ({}, "No credentials given"),
+    ):
+        response = await client.patch(url, json=bad, headers=bearer(key))
+        assert response.status == 400 and await response.json() == {"error": message}
+    stranger = await create_key(client, await signup(client))
+    assert (await client.patch(url, json={"orchAApiKey": "k"}, headers=bearer(stranger))).status == 404
+    fake.api_key = "rotated-board-key"  # the old key stops working upstream
+    rotated = {"credentials": {"orchAApiKey": "rotated-board-key"}}
+    response = await client.patch(url, json=rotated, headers=bearer(key))
+    assert await response.json() == {"ok": True, "installId": install_id, "updatedKeys": ["orchAApiKey"]}
+    assert "rotated-board-key" not in await response.text()
+    removed = await client.delete(f"/api/installs/{install_id}?removeUpstream=true", headers=bearer(key))
+    assert (await removed.json())["deletedAgents"] == 1 and fake.agents == {}, "the new key is the one used"

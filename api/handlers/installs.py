@@ -103,6 +103,16 @@ async def set_secrets(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "installId": install_id, "updatedKeys": updated})
 
 
+@routes.patch("/api/installs/{installId}/credentials", auth="K")
+async def set_credentials(request: web.Request) -> web.Response:
+    """Rotate platform credentials (flat, or wrapped in `credentials`); stored encrypted."""
+    install_id = request.match_info["installId"]
+    updated = await services(request).installs.set_credentials(
+        principal(request), install_id, await read_json(request)
+    )
+    return web.json_response({"ok": True, "installId": install_id, "updatedKeys": updated})
+
+
 @routes.delete("/api/installs/{installId}", auth="K", query=DeleteQuery)
 async def delete_install(request: web.Request, query: DeleteQuery) -> web.Response:
     """Cancel an install (orchC: delete its agents and aliases and forget its credentials)."""

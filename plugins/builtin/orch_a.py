@@ -262,6 +262,22 @@ async def reporter_warning(client: Client) -> str | None:
     return f"local-adapter runs are not reported until the plugin {REPORTER_PLUGIN} is installed: {how}"
 
 
+async def key_expiry_warning(client: Client, install_id: str) -> str | None:
+    """When the board key expires (Paperclip's default is 30 days), so the deployer rotates it."""
+    try:
+        me = await client.call("GET", "/api/cli-auth/me")
+        keys = await client.call("GET", "/api/board-api-keys")
+    except PlatformError:
+        return None  # informational only: never fail an install over it
+    for key in keys.get("items", []):
+        if isinstance(key, dict) and key.get("id") == me.get("keyId") and key.get("expiresAt"):
+            return (
+                f"the board key expires at {key['expiresAt']}: rotate it before then with "
+                f"PATCH /api/installs/{install_id}/credentials {{\"orchAApiKey\": <new key>}}"
+            )
+    return None
+
+
 @hookimpl
 async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionResult | None:
     """Create the company (if asked), then the agents, managers first; undo all on failure."""
@@ -326,6 +342,9 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
             warning = await reporter_warning(client)
             if warning:
                 warnings.append(warning)
+        expiry = await key_expiry_warning(client, context.install_id)
+        if expiry:
+            warnings.append(expiry)
         return ProvisionResult(
             deployed_agents=tuple(deployed),
             platform_data=ui_links(client.base, prefix, deployed),

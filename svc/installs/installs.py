@@ -343,6 +343,32 @@ class Installs:
         await self.remembered.remember(owner_of(principal), doc.get("companyId"), values)
         return sorted(values)
 
+    async def set_credentials(self, principal: Principal, install_id: str, body: Any) -> list[str]:
+        """Replace some of the install's platform credentials (a board key before it expires, a
+        moved base URL); checked by the driver like at install time, stored encrypted, never
+        returned. The keys updated."""
+        doc = await self.owned(principal, install_id)
+        platform = self.plugins.platform(doc["platform"])
+        fields = {f.key for f in platform.credential_fields} if platform else set()
+        if not fields:
+            raise BadRequest(f"platform {doc['platform']} takes no credentials")
+        if doc["status"] == "cancelled" and not self._upstream_left(doc):
+            raise Conflict("Install is already cancelled")
+        values = unwrap(body, "credentials")
+        unknown = sorted(set(values) - fields)
+        if unknown:
+            raise BadRequest(f"credentials.{unknown[0]}: not a credential of platform {doc['platform']}")
+        merged = {**self._decrypt_json(doc.get("credentialsEncrypted")), **values}
+        checked = {"credentials": merged, "companyId": doc.get("companyId") or "-"}
+        problems = await self.plugins.validate_install(doc["platform"], checked, doc["definition"])
+        if problems:
+            raise BadRequest("; ".join(problems))
+        await self.store.installs.update_one(
+            {"_id": install_id},
+            {"$set": {"credentialsEncrypted": self._encrypt_json(merged), "updatedAt": utcnow()}},
+        )
+        return sorted(values)
+
     async def invoke(self, principal: Principal, install_id: str, body: InvokeBody) -> dict[str, Any]:
         """Proxy one input to an orchC team; record the run's count, tokens and outcome."""
         doc = await self.owned(principal, install_id)

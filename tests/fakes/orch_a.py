@@ -68,6 +68,7 @@ class FakePaperclip:
     html_at: int | None = None
     deny_deletes: bool = False
     deliver_to: str | None = None
+    key_expires_at: str | None = "2026-12-23T21:19:50.102Z"
     base_url: str = ""
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _agent_creates: int = 0
@@ -86,6 +87,8 @@ class FakePaperclip:
         app.router.add_get("/api/issues/{id}", self.read_issue)
         app.router.add_patch("/api/issues/{id}", self.update_issue)
         app.router.add_get("/api/plugins", self.list_plugins)
+        app.router.add_get("/api/cli-auth/me", self.whoami)
+        app.router.add_get("/api/board-api-keys", self.board_keys)
         return app
 
     def _new_id(self, prefix: str) -> str:
@@ -183,6 +186,13 @@ class FakePaperclip:
 
     async def list_plugins(self, request: web.Request) -> web.Response:
         return web.json_response(self.plugins)
+
+    async def whoami(self, request: web.Request) -> web.Response:
+        return answer("whoami", keyId="board-key-id")
+
+    async def board_keys(self, request: web.Request) -> web.Response:
+        listed = recorded("board_keys_listed")["body"]
+        return web.json_response([{**listed[0], "id": "board-key-id", "expiresAt": self.key_expires_at}])
 
     # ---- issues and heartbeats -------------------------------------------------------------
 
