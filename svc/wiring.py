@@ -16,7 +16,7 @@ from svc.authoring import Authoring
 from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, UsageReport
 from svc.core import Mailer, Runtime, Store, TTLCache, Vault
 from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter
-from svc.installs import Installs
+from svc.installs import Installs, RunPoller
 from svc.orgs import (
     Approvals,
     AuditLog,
@@ -28,9 +28,9 @@ from svc.orgs import (
     OrgSecrets,
     Plans,
 )
-from svc.runs import RunAnalytics, RunPoller, Runs
+from svc.runs import RunAnalytics, Runs
 from svc.runtime import LLM, InstallRunner, Outreach, RunService, Schedules, SecurityLog
-from svc.templates import Templates
+from svc.templates import Portability, Templates
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ class Services:
     credentials: Credentials
     rate_limiter: RateLimiter | None
     templates: Templates
+    portability: Portability
     runs: Runs
     run_analytics: RunAnalytics
     run_poller: RunPoller
@@ -127,6 +128,7 @@ def build_services(
         credentials=credentials,
         rate_limiter=RateLimiter(store, multiplier) if multiplier is not None else None,
         templates=templates,
+        portability=Portability(store, templates),
         runs=runs,
         run_analytics=RunAnalytics(store),
         run_poller=RunPoller(store, vault, plugins, runs, settings),
@@ -134,7 +136,7 @@ def build_services(
         llm=llm,
         run_service=RunService(store, installs, runtime),
         security_log=SecurityLog(store),
-        schedules=Schedules(store, installs),
+        schedules=Schedules(store, installs, runtime),
         outreach=Outreach(store, installs),
         authoring=Authoring(llm),
         org_access=org_access,

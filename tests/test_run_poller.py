@@ -11,7 +11,7 @@ import pytest
 from api.context import SERVICES
 from config.settings import Settings
 from svc.core.clock import aware
-from svc.runs.run_poller import RunPoller
+from svc.installs.run_poller import RunPoller
 from tests.conftest import bearer
 from tests.installs_helpers import install_ok, orch_b_credentials, start_fake_orch_b
 from tests.runs_helpers import paid_template

@@ -88,6 +88,13 @@ async def toggle_schedule(request: web.Request, body: ToggleBody) -> web.Respons
     return web.json_response(result)
 
 
+@routes.post("/api/installs/{id}/schedule/trigger", auth="K/S")
+async def trigger_schedule(request: web.Request) -> web.Response:
+    """Run the scheduled task now, as a schedule run (the backlog policy applies)."""
+    result = await services(request).schedules.trigger(principal(request), request.match_info["id"])
+    return web.json_response(result)
+
+
 async def acting(request: web.Request) -> dict[str, str | None]:
     """Who acted, for events: the person behind the session or key."""
     caller = principal(request)

@@ -62,6 +62,11 @@ log = logging.getLogger(__name__)
 MAX_LISTED = 500
 
 
+async def touch_last_run(store: Store, install_id: str) -> None:
+    """Note that the install just ran (shown in the deployer's home list)."""
+    await store.installs.update_one({"_id": install_id}, {"$set": {"lastRunAt": utcnow()}})
+
+
 class Installs:
     """Create, list, configure and remove installs."""
 

@@ -4,7 +4,7 @@ access policies, the security log and pipeline events."""
 from svc.runtime.agent_loop import RunScope, TeamRunner, root_agent
 from svc.runtime.events import Events, agent_runs
 from svc.runtime.execution import CANCELLED, InstallRunner, failed_outcome
-from svc.runtime.llm import LLM
+from svc.runtime.llm import LLM, ProviderNotConfigured
 from svc.runtime.pipelines import MAX_DRAFT_ID, BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody
 from svc.runtime.policy import read_back
 from svc.runtime.runs_exec import HeartbeatBody, RunBody, RunService, RuntimeTestBody, WebhookBody
@@ -22,6 +22,7 @@ __all__ = [
     "HeartbeatBody",
     "InstallRunner",
     "Outreach",
+    "ProviderNotConfigured",
     "RejectBody",
     "RunBody",
     "RunScope",

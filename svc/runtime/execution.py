@@ -27,12 +27,13 @@ from svc.core import (
     tokens,
     utcnow,
 )
-from svc.installs import interpolate
+from svc.installs import interpolate, touch_last_run
 from svc.runs import Runs
 from svc.runtime.agent_loop import AgentStep, RunScope, TeamResult, TeamRunner
 from svc.runtime.events import Events, EventType
 from svc.runtime.llm import LLM
 from svc.runtime.pipelines import PipelineExecutor
+from svc.runtime.schedules import note_scheduled_outcome
 from svc.runtime.security_log import SecurityLog
 
 log = logging.getLogger(__name__)
@@ -261,7 +262,9 @@ class InstallRunner:
             platform_agent_id=finished.get("platformAgentId"),
             platform_run_id=finished.get("platformRunId"),
         )
-        await self.store.installs.update_one({"_id": install["_id"]}, {"$set": {"lastRunAt": utcnow()}})
+        await touch_last_run(self.store, install["_id"])
+        if source == "schedule":
+            await note_scheduled_outcome(self.store, install["_id"], status == "completed", error)
 
     async def callback(self, install: Document, url: str, outcome: dict[str, Any]) -> bool:
         """POST the result to the caller's URL, signed, retried with backoff; True when delivered."""
@@ -324,5 +327,3 @@ def outcome_of(run_id: str, result: TeamResult) -> dict[str, Any]:
     if result.error:
         outcome["errorMessage"] = result.error
     return outcome
-
-

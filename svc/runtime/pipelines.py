@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 
 SENDER_ROLE = "sender"
 DraftStatus = Literal["pending_approval", "approved", "rejected", "sent", "archived"]
-BUILT_IN_GATES = ("target-review", "draft-approval")
 
 
 def structured(output: str | None) -> dict[str, Any]:

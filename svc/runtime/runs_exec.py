@@ -37,7 +37,6 @@ from svc.runtime.execution import CANCELLED, INTERRUPTED, failed_outcome
 log = logging.getLogger(__name__)
 
 
-
 class RunBody(RequestBody):
     """POST /api/installs/:installId/run."""
 

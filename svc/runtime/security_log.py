@@ -37,6 +37,8 @@ class RequestRecord:
     judgeConfidence: float | None
     statusCode: int | None
     latencyMs: int
+    # The decision was only reported (the agent's policy is in report mode): nothing was blocked.
+    reportOnly: bool = False
 
 
 class SecurityLog:

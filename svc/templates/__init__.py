@@ -8,6 +8,7 @@ from svc.templates.definitions import (
     hierarchy_depth,
     json_schema,
 )
+from svc.templates.portability import ImportQuery, Portability, export_schema
 from svc.templates.resources import (
     LIST_DEFAULT,
     LIST_MAX,
@@ -35,6 +36,8 @@ __all__ = [
     "VARIABLE_REFERENCE",
     "AccessPolicy",
     "CreateTemplateBody",
+    "ImportQuery",
+    "Portability",
     "PricingBody",
     "PricingOut",
     "PublishBody",
@@ -47,6 +50,7 @@ __all__ = [
     "VersionList",
     "check_definition",
     "diff_summary",
+    "export_schema",
     "hierarchy_depth",
     "is_owner",
     "json_schema",

@@ -23,7 +23,7 @@ from config.settings import Settings
 from plugins.manager import Plugins
 from plugins.types import DeployedAgent, PlatformError, PollContext, RunReport
 from svc.core import Document, Store, Vault, aware, iso, utcnow
-from svc.runs.runs import Runs
+from svc.runs import Runs
 
 log = logging.getLogger(__name__)
 
