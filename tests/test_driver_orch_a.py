@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from plugins.egress import EgressDenied
@@ -322,3 +324,29 @@ async def test_rotating_the_board_key_with_a_patch_of_the_credentials(make_clien
     assert "rotated-board-key" not in await response.text()
     removed = await client.delete(f"/api/installs/{install_id}?removeUpstream=true", headers=bearer(key))
     assert (await removed.json())["deletedAgents"] == 1 and fake.agents == {}, "the new key is the one used"
+
+
+async def test_paperclip_down_or_a_refused_key_is_a_502_that_says_what_to_do(make_client, fake, store):
+    client = await make_client(rate_limit_multiplier=None)
+    key = await create_key(client, await signup(client))
+    template = await publish_template(client, key, visibility="public", definition=definition(agent("lead")))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens once the socket closes
+    body = {"templateId": template["id"], "companyName": "Acme"}
+    down = await client.post(
+        "/api/installs", json={**body, "credentials": {"orchABaseUrl": closed, "orchAApiKey": "k"}},
+        headers=bearer(key),
+    )
+    assert down.status == 502 and "is Paperclip running" in (await down.json())["error"]
+    refused = await client.post(
+        "/api/installs",
+        json={**body, "credentials": {"orchABaseUrl": fake.base_url, "orchAApiKey": "pcp_board_revoked1"}},
+        headers=bearer(key),
+    )
+    error = await refused.json()
+    assert refused.status == 502 and error["upstreamStatus"] == 401
+    assert "Agent token did not verify" in error["error"], "Paperclip's own words"
+    assert "PATCH /api/installs/:id/credentials" in error["error"], "and what to do"
+    assert "pcp_board_revoked1" not in error["error"]
+    assert await store.installs.count_documents({}) == 0 and fake.companies == {}

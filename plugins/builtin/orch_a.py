@@ -47,6 +47,12 @@ LOCAL_ADAPTERS = {"providerA": "claude_local", "providerB": "codex_local", "prov
 WEBHOOK_SECRET_HEADER = "X-Svc-Webhook-Secret"
 HTTP_TIMEOUT_MS = 120_000
 RUN_ID_HEADER = "X-Paperclip-Run-Id"
+# What a deployer can do about Paperclip's refusals (appended to the 502's message).
+HINTS = {
+    401: " (the board key is wrong, expired or revoked: create one with POST /api/board-api-keys and "
+    "rotate it with PATCH /api/installs/:id/credentials)",
+    403: " (the board key cannot reach this company: check companyId, or use a key of its board user)",
+}
 REPORTER_PLUGIN = "svc.paperclip-reporter"
 # Paperclip's local adapters default to skipping their own approval prompts and sandbox; agents a
 # template deploys do not get that without the operator choosing it in Paperclip.
@@ -202,10 +208,14 @@ class Client:
         except EgressDenied as exc:
             raise PlatformError(f"orchA base URL refused: {exc}") from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise PlatformError(f"orchA {method} {path} failed: {type(exc).__name__}") from None
+            raise PlatformError(
+                f"orchA {method} {path} failed: {type(exc).__name__} "
+                "(is Paperclip running and reachable at orchABaseUrl?)"
+            ) from None
         if response.status_code >= 300:
             raise PlatformError(
-                f"orchA {method} {path} answered HTTP {response.status_code}: {response.text[:200]}",
+                f"orchA {method} {path} answered HTTP {response.status_code}: {response.text[:200]}"
+                + HINTS.get(response.status_code, ""),
                 response.status_code,
                 denied=response.status_code in (401, 403),
             )
