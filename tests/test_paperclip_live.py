@@ -193,8 +193,10 @@ async def test_the_whole_loop_against_the_real_paperclip(
     assert "Write the launch note" in sent and "Two sentences about Monday's launch." in sent
     comments = await upstream.ok("GET", f"/api/issues/{issue['id']}/comments")
     assert "Launch note: the product ships on Monday." in str(comments)
-    done_run = await store["runs"].find_one({"installId": install["installId"], "status": "completed"})
-    assert done_run["platformAgentId"] == agents["writer"]
+    done_run = await store["runs"].find_one(
+        {"installId": install["installId"], "status": "completed", "platformAgentId": agents["writer"]}
+    )
+    assert done_run is not None and done_run["agentKey"] == "writer"
 
     async def run_status(run_id: str) -> str:
         return str((await upstream.ok("GET", f"/api/heartbeat-runs/{run_id}"))["status"])
