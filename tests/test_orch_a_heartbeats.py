@@ -7,10 +7,10 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from tests.conftest import bearer, create_key, signup
 from tests.fakes.orch_a import FakePaperclip, recorded
-from tests.runtime_helpers import member, provider_settings, start_llm
-from tests.templates_helpers import publish_template
+from tests.support.accounts import bearer, create_key, signup
+from tests.support.runtime import member, provider_settings, start_llm
+from tests.support.templates import publish_template
 
 
 @pytest.fixture

@@ -26,9 +26,9 @@ import pytest
 
 from api.app import create_app
 from scripts.paperclip import Paperclip, PaperclipUnavailable, free_port, install_reporter
-from tests.conftest import bearer, create_key, signup
-from tests.runtime_helpers import provider_settings, start_llm
-from tests.templates_helpers import publish_template
+from tests.support.accounts import bearer, create_key, signup
+from tests.support.runtime import provider_settings, start_llm
+from tests.support.templates import publish_template
 
 DEADLINE_S = 180.0
 TEAM = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from svc.templates.definitions import AccessPolicy
-from tests.runtime_helpers import member, provider_settings, start_llm, start_target, svc_install
+from tests.support.runtime import member, provider_settings, start_llm, start_target, svc_install
 
 
 def http_call(url: str) -> dict:

@@ -9,7 +9,7 @@ import pytest
 
 from api.context import ROUTE_TABLE
 from svc.templates.resources import PricingOut, TemplateList, TemplateOut, VersionList
-from tests.conftest import bearer, create_key, signup
+from tests.support.accounts import bearer, create_key, signup
 
 VALID = {
     "version": "v1",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from tests.conftest import bearer
-from tests.templates_helpers import agent, definition, publish_template, release, user_with_key
+from tests.support.accounts import bearer
+from tests.support.templates import agent, definition, publish_template, release, user_with_key
 
 POLICY = {
     "accessPolicyVersion": "1",

@@ -6,6 +6,8 @@ from aiohttp import web
 
 from api.context import services, user_id
 from api.routing import RouteTable
+from api.timeline import timeline_response
+from svc.core import TimelineQuery
 from svc.orgs import (
     AnalyticsQuery,
     ApprovalDecisionBody,
@@ -230,6 +232,13 @@ async def billing_cancel(request: web.Request) -> web.Response:
 async def audit_log(request: web.Request, query: AuditQuery) -> web.Response:
     """Audit events, newest first, paged (owner, admin; Pro)."""
     return web.json_response(await services(request).orgs.audit_log(user_id(request), slug(request), query))
+
+
+@routes.get(ORG + "/audit/timeline", auth="S", query=TimelineQuery)
+async def org_timeline(request: web.Request, query: TimelineQuery) -> web.Response:
+    """The org's one audit timeline: its events and its installs', newest first, by cursor (Pro)."""
+    events, following = await services(request).orgs.timeline(user_id(request), slug(request), query)
+    return timeline_response(request, events, following)
 
 
 @routes.get(ORG + "/analytics", auth="S", query=AnalyticsQuery)

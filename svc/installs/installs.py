@@ -33,9 +33,13 @@ from svc.core import (
     Conflict,
     Document,
     Governance,
+    Kind,
     NotFound,
     Store,
+    Timeline,
+    TimelineQuery,
     Vault,
+    actor_of,
     iso,
     tokens,
     utcnow,
@@ -46,6 +50,7 @@ from svc.installs.fields import (
     BILLING_FIELDS,
     CreateInstallBody,
     check_depth,
+    check_payment_fields,
     check_secret_names,
     check_variables,
     interpolate,
@@ -110,7 +115,7 @@ class Installs:
         check_depth(platform, definition)
         variables = check_variables(definition, body.variables or {})
         install_secrets = check_secret_names(body.secrets or {})
-        await self._check_payment_fields(body)
+        await check_payment_fields(self.store, body)
         company_id = body.companyId
         # A re-install into the same company (or, without companies, by the same owner) is pre-filled;
         # a company created by this install starts empty.
@@ -251,19 +256,6 @@ class Installs:
                 )
         await self.retire(rejected)
 
-    async def _check_payment_fields(self, body: CreateInstallBody) -> None:
-        """A customer must be one our setup-intent created, for the deployer's email: nobody
-        bills their usage to a customer id they happened to learn."""
-        if body.payPaymentMethodId is not None and body.payCustomerId is None:
-            raise BadRequest("payPaymentMethodId needs payCustomerId")
-        if body.payCustomerId is None:
-            return
-        customer = await self.store["pay_customers"].find_one({"_id": body.payCustomerId})
-        if customer is None:
-            raise BadRequest("payCustomerId: unknown customer; create one with POST /api/stripe/setup-intent")
-        if (body.deployerEmail or "").strip().lower() != customer["email"]:
-            raise BadRequest("deployerEmail must be the email the payment customer was created for")
-
     def _platform(self, platform_id: str) -> PlatformInfo:
         platform = self.plugins.platform(platform_id)
         if platform is None:
@@ -333,6 +325,7 @@ class Installs:
             {"_id": install_id},
             {"$set": {**{f"variables.{k}": v for k, v in values.items()}, "updatedAt": utcnow()}},
         )
+        await self._audit(principal, install_id, "variable", "variables.set", {"keys": sorted(values)})
         return sorted(values)
 
     async def set_secrets(self, principal: Principal, install_id: str, body: Any) -> list[str]:
@@ -346,6 +339,7 @@ class Installs:
             {"_id": install_id}, {"$set": {**encrypted, "updatedAt": utcnow()}}
         )
         await self.remembered.remember(owner_of(principal), doc.get("companyId"), values)
+        await self._audit(principal, install_id, "secret", "secrets.set", {"keys": sorted(values)})
         return sorted(values)
 
     async def set_credentials(self, principal: Principal, install_id: str, body: Any) -> list[str]:
@@ -372,6 +366,7 @@ class Installs:
             {"_id": install_id},
             {"$set": {"credentialsEncrypted": self._encrypt_json(merged), "updatedAt": utcnow()}},
         )
+        await self._audit(principal, install_id, "secret", "credentials.set", {"keys": sorted(values)})
         return sorted(values)
 
     async def invoke(self, principal: Principal, install_id: str, body: InvokeBody) -> dict[str, Any]:
@@ -458,12 +453,16 @@ class Installs:
                 undo = {"$unset": {"upstreamRemovedAt": ""}}
                 await self.store.installs.update_one({"_id": install_id}, undo)
                 raise
+            meta = {"removeUpstream": True, "deletedAgents": deleted}
+            await self._audit(principal, install_id, "install", "install.upstream_removed", meta)
             return self._deleted(doc, deleted, warnings)
         deleted, warnings = await self._remove_upstream(doc, remove_upstream)
         if remove_upstream and self._upstream_left(doc):
             done = {"$set": {"upstreamRemovedAt": utcnow()}}
             await self.store.installs.update_one({"_id": install_id}, done)
         await self.retire(doc)
+        meta = {"removeUpstream": remove_upstream, "deletedAgents": deleted}
+        await self._audit(principal, install_id, "install", "install.cancelled", meta)
         return self._deleted(doc, deleted, warnings)
 
     def _upstream_left(self, doc: Document) -> bool:
@@ -510,6 +509,20 @@ class Installs:
                 raise BadGateway(exc.detail, upstreamStatus=exc.upstream_status) from None
             deleted, warnings = result.deleted_agents, tuple(result.warnings)
         return deleted, warnings
+
+    async def timeline(
+        self, principal: Principal, install_id: str, query: TimelineQuery
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the install's audit timeline, newest first, and the next cursor."""
+        await self.owned(principal, install_id)
+        return await Timeline(self.store).page({"installId": install_id}, query)
+
+    async def _audit(
+        self, principal: Principal, install_id: str, kind: Kind, action: str, meta: dict[str, Any]
+    ) -> None:
+        """A change to the install, on its audit timeline (names only, never a secret value)."""
+        actor = actor_of(principal.user_id, principal.via)
+        await Timeline(self.store).record(kind, action, install_id=install_id, actor=actor, meta=meta)
 
     async def hand_back(self, org_id: str, members: set[str], owner: Document) -> None:
         """An org being deleted gives its installs back: to the member who deployed each one (their

@@ -24,7 +24,9 @@ from svc.core import (
     Runtime,
     RuntimeFailure,
     Store,
+    Timeline,
     Unauthorized,
+    actor_of,
     tokens,
     utcnow,
 )
@@ -209,6 +211,13 @@ class RunService:
             "callbackUrl": paused.get("callbackUrl"),
         }
         await self._dispatch(install_id, payload, wait=False)
+        await Timeline(self.store).record(
+            "gate",
+            "gate.continue",
+            install_id=install_id,
+            actor=actor_of(principal.user_id, principal.via),
+            meta={"runId": paused["_id"], "gate": state["gate"], "bypassGates": bypass_gates},
+        )
         return {"ok": True}
 
     async def cancel(self, principal: Principal, install_id: str) -> dict[str, Any]:
