@@ -63,7 +63,7 @@ VAULT = web.AppKey("vault", Vault)
 def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web.Application:
     """Build the application; nothing connects until it starts."""
     # The deployment's model names (SVC_MODELS_FILE) are the ones this process calls with.
-    catalogue.use(settings.upstream_models, settings.bedrock_models)
+    catalogue.use(settings.upstream_models, settings.bedrock_models, settings.orch_a_models)
     app = web.Application(
         middlewares=[metrics.measure, request_context, rate_limit], client_max_size=settings.max_body_bytes
     )

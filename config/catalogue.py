@@ -2,8 +2,9 @@
 
 Model ids are `provider:model`. Agents may use the eight agent models; each
 authoring endpoint has its own accepted list and default. `upstream` maps an id
-to the provider's own model name and `bedrock` to the Amazon Bedrock model or
-inference-profile id that orchC provisions with. Operators replace any of these
+to the provider's own model name, `bedrock` to the Amazon Bedrock model or
+inference-profile id that orchC provisions with, and `orchAModels` to Paperclip's
+model id for orchA's local adapters. Operators replace any of these
 names without editing the package through SVC_MODELS_FILE (docs/models.md):
 `load_models_file` validates such a file and `use` makes a mapping the one the
 process calls with.
@@ -49,16 +50,29 @@ DEFAULT_BEDROCK: Mapping[str, str] = dict(_RAW["bedrock"])
 # module that imported these names sees the change.
 UPSTREAM: dict[str, str] = dict(DEFAULT_UPSTREAM)
 BEDROCK: dict[str, str] = dict(DEFAULT_BEDROCK)
-SECTIONS = ("upstream", "bedrock")
+# Paperclip's model id for each of our ids on its local adapters (orchA). Empty by default: an
+# agent without an entry runs on its adapter's default model (docs/platforms/orchA.md).
+DEFAULT_ORCH_A: Mapping[str, str] = dict(_RAW.get("orchAModels") or {})
+ORCH_A_MODELS: dict[str, str] = dict(DEFAULT_ORCH_A)
+# The tables a models file may have, and the catalogue ids each accepts.
+SECTIONS: dict[str, Mapping[str, str]] = {
+    "upstream": DEFAULT_UPSTREAM,
+    "bedrock": DEFAULT_BEDROCK,
+    "orchA": {model_id: "" for model_id in AGENT_MODELS},
+}
+DEFAULTS: dict[str, Mapping[str, str]] = {
+    "upstream": DEFAULT_UPSTREAM,
+    "bedrock": DEFAULT_BEDROCK,
+    "orchA": DEFAULT_ORCH_A,
+}
 
 
-def load_models_file(path: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """The (upstream, bedrock) mappings of the defaults overlaid with a JSON or TOML file.
+def load_models_file(path: Path) -> dict[str, dict[str, str]]:
+    """The `upstream`, `bedrock` and `orchA` mappings: the defaults overlaid with a JSON or TOML file.
 
-    The file has up to two tables, `upstream` and `bedrock`, each mapping a catalogue id to a
-    non-empty name; ids it leaves out keep their default. Anything else is refused with a
-    `ModelsFileError` naming the file and the key, so a typo stops start-up instead of failing
-    the first run.
+    Each table maps a catalogue id to a non-empty name; ids a table leaves out keep their
+    default. Anything else is refused with a `ModelsFileError` naming the file and the key, so a
+    typo stops start-up instead of failing the first run.
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -70,14 +84,15 @@ def load_models_file(path: Path) -> tuple[dict[str, str], dict[str, str]]:
         kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
         raise ModelsFileError(f"{path}: not valid {kind} ({exc})") from None
     if not isinstance(data, dict):
-        raise ModelsFileError(f"{path}: expected a table with `upstream` and/or `bedrock`")
-    mappings = {"upstream": dict(DEFAULT_UPSTREAM), "bedrock": dict(DEFAULT_BEDROCK)}
+        raise ModelsFileError(f"{path}: expected a table with `upstream`, `bedrock` and/or `orchA`")
+    mappings = {section: dict(DEFAULTS[section]) for section in SECTIONS}
     for section, entries in data.items():
         if section not in SECTIONS:
-            raise ModelsFileError(f"{path}: key {section!r}: unknown section (accepted: upstream, bedrock)")
+            accepted = ", ".join(SECTIONS)
+            raise ModelsFileError(f"{path}: key {section!r}: unknown section (accepted: {accepted})")
         if not isinstance(entries, dict):
             raise ModelsFileError(f"{path}: key {section!r}: expected a table of catalogue id to name")
-        known = DEFAULT_UPSTREAM if section == "upstream" else DEFAULT_BEDROCK
+        known = SECTIONS[section]
         for model_id, name in entries.items():
             where = f"{path}: key {section}.{model_id!r}"
             if model_id not in known:
@@ -85,15 +100,14 @@ def load_models_file(path: Path) -> tuple[dict[str, str], dict[str, str]]:
             if not isinstance(name, str) or not name.strip():
                 raise ModelsFileError(f"{where}: the name must be a non-empty string")
             mappings[section][model_id] = name.strip()
-    return mappings["upstream"], mappings["bedrock"]
+    return mappings
 
 
-def use(upstream: Mapping[str, str], bedrock: Mapping[str, str]) -> None:
-    """Make these mappings the ones this process calls providers and Bedrock with."""
-    UPSTREAM.clear()
-    UPSTREAM.update(upstream)
-    BEDROCK.clear()
-    BEDROCK.update(bedrock)
+def use(upstream: Mapping[str, str], bedrock: Mapping[str, str], orch_a: Mapping[str, str]) -> None:
+    """Make these mappings the ones this process calls providers, Bedrock and Paperclip with."""
+    for live, wanted in ((UPSTREAM, upstream), (BEDROCK, bedrock), (ORCH_A_MODELS, orch_a)):
+        live.clear()
+        live.update(wanted)
 
 
 # The platform of an install body that names none (spec: POST /api/installs).

@@ -56,7 +56,9 @@ VARIABLES: tuple[Variable, ...] = (
         for letter in "ABC"
         for suffix, form in (("API_KEY", "the provider's API key"), ("BASE_URL", "an http(s) URL"))
     ),
-    Variable("SVC_MODELS_FILE", "a JSON or TOML file of `upstream` and `bedrock` names (docs/models.md)"),
+    Variable(
+        "SVC_MODELS_FILE", "a JSON or TOML file of `upstream`, `bedrock` and `orchA` names (docs/models.md)"
+    ),
     Variable("SVC_JUDGE_MODEL", "a catalogue model id such as `providerA:small`"),
     Variable("SVC_RATE_LIMITS", "`on`, `off` or a positive multiplier such as `10`"),
     Variable("SVC_TRUSTED_PROXIES", "comma-separated CIDRs or addresses, e.g. `10.0.0.0/8,192.0.2.1`"),
@@ -167,6 +169,7 @@ class Settings(BaseModel):
     models_file: Path | None = None
     upstream_models: dict[str, str] = Field(default_factory=lambda: dict(catalogue.DEFAULT_UPSTREAM))
     bedrock_models: dict[str, str] = Field(default_factory=lambda: dict(catalogue.DEFAULT_BEDROCK))
+    orch_a_models: dict[str, str] = Field(default_factory=lambda: dict(catalogue.DEFAULT_ORCH_A))
     judge_model: str = "providerA:small"
     # None means rate limiting is off; otherwise the spec's limits are multiplied by it.
     rate_limit_multiplier: float | None = 1.0
@@ -233,10 +236,10 @@ class Settings(BaseModel):
                 raise SettingsError(f"{name}={shown}: {problem}; accepted: {ACCEPTED[name]}") from None
 
         models_file = parsed("SVC_MODELS_FILE", Path, None)
-        upstream, bedrock = (
+        names = (
             parsed("SVC_MODELS_FILE", lambda value: catalogue.load_models_file(Path(value)), None)
             if models_file is not None
-            else (dict(catalogue.DEFAULT_UPSTREAM), dict(catalogue.DEFAULT_BEDROCK))
+            else {section: dict(defaults) for section, defaults in catalogue.DEFAULTS.items()}
         )
         values: dict[str, object] = {
             "mongodb_uri": parsed("SVC_MONGODB_URI", parse_mongodb_uri, None),
@@ -252,8 +255,9 @@ class Settings(BaseModel):
                 for name in ("providerA", "providerB", "providerC")
             },
             "models_file": models_file,
-            "upstream_models": upstream,
-            "bedrock_models": bedrock,
+            "upstream_models": names["upstream"],
+            "bedrock_models": names["bedrock"],
+            "orch_a_models": names["orchA"],
             "judge_model": parsed("SVC_JUDGE_MODEL", parse_model_id, "providerA:small"),
             "rate_limit_multiplier": parsed("SVC_RATE_LIMITS", parse_rate_limits, 1.0),
             "trusted_proxies": parsed("SVC_TRUSTED_PROXIES", parse_networks, ()),

@@ -29,6 +29,9 @@ OLLAMA_TOML = """
 
 [bedrock]
 "providerA:small" = "eu.anthropic.claude-haiku-4-5-20251001-v1:0"
+
+[orchA]
+"providerA:middle" = "claude-sonnet-4-6"
 """
 
 
@@ -57,6 +60,7 @@ def test_a_models_file_overrides_some_names_and_keeps_the_rest(tmp_path, suffix)
     assert settings.upstream_models["providerA:small"] == catalogue.DEFAULT_UPSTREAM["providerA:small"]
     if suffix == ".toml":
         assert settings.bedrock_models["providerA:small"].startswith("eu.anthropic.")
+        assert settings.orch_a_models == {"providerA:middle": "claude-sonnet-4-6"}
 
 
 @pytest.mark.parametrize(
@@ -70,6 +74,7 @@ def test_a_models_file_overrides_some_names_and_keeps_the_rest(tmp_path, suffix)
         ('[upstream]\n"providerB:mini" = "  "\n', ".toml", "key upstream.'providerB:mini': the name must be"),
         ('{"bedrock": {"providerC:pro": "google.gemini"}}', ".json", "key bedrock.'providerC:pro': unknown"),
         ('{"models": {}}', ".json", "key 'models': unknown section"),
+        ('{"orchA": {"providerB:mini": "x"}}', ".json", "key orchA.'providerB:mini': unknown"),
         ('{"upstream": ["providerB:mini"]}', ".json", "key 'upstream': expected a table"),
         ("{not json", ".json", "not valid JSON"),
         ("[upstream\n", ".toml", "not valid TOML"),
@@ -113,6 +118,7 @@ def model_settings(path: Path) -> dict[str, Any]:
         "models_file": settings.models_file,
         "upstream_models": settings.upstream_models,
         "bedrock_models": settings.bedrock_models,
+        "orch_a_models": settings.orch_a_models,
     }
 
 
@@ -176,4 +182,4 @@ async def test_orch_c_provisions_with_the_configured_bedrock_id(
         (created,) = fake.agents.values()
         assert created["foundationModel"] == "eu.anthropic.claude-haiku-4-5-20251001-v1:0"
     finally:
-        catalogue.use(catalogue.DEFAULT_UPSTREAM, catalogue.DEFAULT_BEDROCK)
+        catalogue.use(catalogue.DEFAULT_UPSTREAM, catalogue.DEFAULT_BEDROCK, catalogue.DEFAULT_ORCH_A)

@@ -10,6 +10,7 @@ from api.context import principal, services, user_id
 from api.errors import error_response
 from api.routing import RouteTable
 from api.schemas import (
+    CredentialsUpdated,
     InstallCreated,
     InstallDeleted,
     InstallList,
@@ -111,6 +112,16 @@ async def set_secrets(request: web.Request) -> web.Response:
     """Merge install secrets (flat, or wrapped in `secrets`); stored encrypted."""
     install_id = request.match_info["installId"]
     updated = await services(request).installs.set_secrets(
+        principal(request), install_id, await read_json(request)
+    )
+    return web.json_response({"ok": True, "installId": install_id, "updatedKeys": updated})
+
+
+@routes.patch("/api/installs/{installId}/credentials", auth="K", response=CredentialsUpdated)
+async def set_credentials(request: web.Request) -> web.Response:
+    """Rotate platform credentials (flat, or wrapped in `credentials`); stored encrypted."""
+    install_id = request.match_info["installId"]
+    updated = await services(request).installs.set_credentials(
         principal(request), install_id, await read_json(request)
     )
     return web.json_response({"ok": True, "installId": install_id, "updatedKeys": updated})

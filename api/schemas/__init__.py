@@ -39,6 +39,7 @@ from api.schemas.console import (
     ScheduleView,
 )
 from api.schemas.installs import (
+    CredentialsUpdated,
     InstallCreated,
     InstallDeleted,
     InstallList,
@@ -98,6 +99,7 @@ __all__ = [
     "ConnectStatus",
     "CreatedOrgKey",
     "CreatedPersonalKey",
+    "CredentialsUpdated",
     "DraftEdited",
     "DraftList",
     "Earnings",

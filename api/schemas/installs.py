@@ -120,6 +120,14 @@ class KeysUpdated(Reply):
     updatedKeys: list[str]
 
 
+class CredentialsUpdated(Reply):
+    """PATCH /api/installs/:installId/credentials: the credential names replaced (never values)."""
+
+    ok: bool
+    installId: str
+    updatedKeys: list[str]
+
+
 class InstallDeleted(Reply):
     """DELETE /api/installs/:installId: `warnings` lists partial upstream failures."""
 

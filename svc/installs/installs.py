@@ -342,6 +342,33 @@ class Installs:
         await self._audit(principal, install_id, "secret", "secrets.set", {"keys": sorted(values)})
         return sorted(values)
 
+    async def set_credentials(self, principal: Principal, install_id: str, body: Any) -> list[str]:
+        """Replace some of the install's platform credentials (a board key before it expires, a
+        moved base URL); checked by the driver like at install time, stored encrypted, never
+        returned. The keys updated."""
+        doc = await self.owned(principal, install_id)
+        platform = self.plugins.platform(doc["platform"])
+        fields = {f.key for f in platform.credential_fields} if platform else set()
+        if not fields:
+            raise BadRequest(f"platform {doc['platform']} takes no credentials")
+        if doc["status"] == "cancelled" and not self._upstream_left(doc):
+            raise Conflict("Install is already cancelled")
+        values = unwrap(body, "credentials")
+        unknown = sorted(set(values) - fields)
+        if unknown:
+            raise BadRequest(f"credentials.{unknown[0]}: not a credential of platform {doc['platform']}")
+        merged = {**self._decrypt_json(doc.get("credentialsEncrypted")), **values}
+        checked = {"credentials": merged, "companyId": doc.get("companyId") or "-"}
+        problems = await self.plugins.validate_install(doc["platform"], checked, doc["definition"])
+        if problems:
+            raise BadRequest("; ".join(problems))
+        await self.store.installs.update_one(
+            {"_id": install_id},
+            {"$set": {"credentialsEncrypted": self._encrypt_json(merged), "updatedAt": utcnow()}},
+        )
+        await self._audit(principal, install_id, "secret", "credentials.set", {"keys": sorted(values)})
+        return sorted(values)
+
     async def invoke(self, principal: Principal, install_id: str, body: InvokeBody) -> dict[str, Any]:
         """Proxy one input to an orchC team; record the run's count, tokens and outcome."""
         doc = await self.owned(principal, install_id)
@@ -410,11 +437,47 @@ class Installs:
         (`deprovision_on_delete`) or when asked."""
         doc = await self.owned(principal, install_id)
         if doc["status"] == "cancelled":
-            raise Conflict("Install is already cancelled")
+            # A plain DELETE leaves the agents upstream (spec); asking to remove them afterwards
+            # is honoured once, so a cancelled install never strands agents that keep waking.
+            if not (remove_upstream and self._upstream_left(doc)):
+                raise Conflict("Install is already cancelled")
+            claimed = await self.store.installs.find_one_and_update(
+                {"_id": install_id, "status": "cancelled", "upstreamRemovedAt": {"$exists": False}},
+                {"$set": {"upstreamRemovedAt": utcnow()}},
+            )
+            if claimed is None:
+                raise Conflict("Install is already cancelled")
+            try:
+                deleted, warnings = await self._remove_upstream(doc, remove_upstream)
+            except BaseException:
+                undo = {"$unset": {"upstreamRemovedAt": ""}}
+                await self.store.installs.update_one({"_id": install_id}, undo)
+                raise
+            meta = {"removeUpstream": True, "deletedAgents": deleted}
+            await self._audit(principal, install_id, "install", "install.upstream_removed", meta)
+            return self._deleted(doc, deleted, warnings)
         deleted, warnings = await self._remove_upstream(doc, remove_upstream)
+        if remove_upstream and self._upstream_left(doc):
+            done = {"$set": {"upstreamRemovedAt": utcnow()}}
+            await self.store.installs.update_one({"_id": install_id}, done)
         await self.retire(doc)
         meta = {"removeUpstream": remove_upstream, "deletedAgents": deleted}
         await self._audit(principal, install_id, "install", "install.cancelled", meta)
+        return self._deleted(doc, deleted, warnings)
+
+    def _upstream_left(self, doc: Document) -> bool:
+        """Whether the install's agents may still exist upstream and can be removed by us."""
+        traits = self.traits(doc["platform"])
+        return (
+            not traits.managed
+            and not traits.deprovision_on_delete
+            and "upstreamRemovedAt" not in doc
+            and bool(doc.get("credentialsEncrypted"))
+        )
+
+    def _deleted(self, doc: Document, deleted: int, warnings: tuple[str, ...]) -> dict[str, Any]:
+        """The answer of DELETE /api/installs/:id."""
+        install_id = doc["_id"]
         response: dict[str, Any] = {
             "ok": True,
             "installId": install_id,

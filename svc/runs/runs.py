@@ -104,6 +104,7 @@ class Runs:
         run_id: str | None = None,
         platform_agent_id: str | None = None,
         created_at: datetime | None = None,
+        platform_run_id: str | None = None,
     ) -> tuple[str, bool]:
         """Store one run: the run id, and whether it is new (False for a repeated runId)."""
         run_id = run_id or tokens.new_id()
@@ -117,6 +118,7 @@ class Runs:
             "owner": install["owner"],
             "agentKey": agent_key,
             "platformAgentId": platform_agent_id,
+            **({"platformRunId": platform_run_id} if platform_run_id else {}),
             "status": status,
             "inputTokens": input_tokens,
             "outputTokens": output_tokens,

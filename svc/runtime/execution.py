@@ -43,6 +43,7 @@ INTERRUPTED = "Interrupted: the install's worker stopped during the run; start i
 CALLBACK_ATTEMPTS = 5
 CALLBACK_BACKOFF_S = 0.5
 SIGNATURE_HEADER = "Svc-Signature"
+UPSTREAM_IDS = ("platformRunId", "platformAgentId", "platformTaskId")
 
 
 def sign(body: bytes, secret: str, timestamp: int | None = None) -> str:
@@ -111,7 +112,13 @@ class InstallRunner:
             {"_id": run_id},
             {
                 "$set": {"status": "running", "startedAt": utcnow(), "agentKey": root_key},
-                "$setOnInsert": {"installId": install_id, "source": source, "createdAt": utcnow()},
+                "$setOnInsert": {
+                    "installId": install_id,
+                    "source": source,
+                    "createdAt": utcnow(),
+                    # A heartbeat's upstream ids, so the run can be found on the platform too.
+                    **{k: payload[k] for k in UPSTREAM_IDS if payload.get(k)},
+                },
             },
             upsert=True,
         )
@@ -252,6 +259,8 @@ class InstallRunner:
             output_tokens=output_tokens,
             error_message=error,
             run_id=run_id,
+            platform_agent_id=finished.get("platformAgentId"),
+            platform_run_id=finished.get("platformRunId"),
         )
         await touch_last_run(self.store, install["_id"])
         if source == "schedule":
