@@ -154,7 +154,7 @@ async def test_charge_cycle_charges_once_with_the_fee_split(make_client: Any, ai
     assert intent["customer"] == deal.customer_id and intent["payment_method"] == CARD
     assert intent["application_fee_amount"] == 100  # 10% of 10.01, rounded
     assert intent["transfer_data"] == {"destination": account_id}
-    assert intent["idempotency_key"]
+    assert fake.intent_keys[intent["id"]]
     again = await charge_cycle(client, installId=deal.install_id, amountCents=1001, **period)
     assert await again.json() == {"status": "already_paid", "invoiceId": body["invoiceId"]}
     assert len(fake.succeeded_charges()) == 1
