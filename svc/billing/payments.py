@@ -136,6 +136,9 @@ class PaymentProvider:
             "currency": "usd",
             "customer": customer_id,
             "payment_method": payment_method_id,
+            # Card only: with the API's default (automatic methods, redirects allowed) confirming
+            # may require a `return_url`, and nobody is there to be redirected off-session.
+            "payment_method_types": ["card"],
             "off_session": True,
             "confirm": True,
             "description": description,

@@ -346,7 +346,11 @@ async def create_payment_intent(request: web.Request) -> web.StreamResponse:
     if destination is not None and destination not in fake.accounts:
         return _error(400, "invalid_request_error", "No such destination account", "resource_missing")
     automatic = params.get("automatic_payment_methods")
-    redirects_allowed = automatic is not None and automatic.get("allow_redirects") != "never"
+    # Since 2023-08-16, with neither `payment_method_types` nor `automatic_payment_methods` the
+    # API turns automatic payment methods on, redirect-based ones included.
+    redirects_allowed = (automatic is None and "payment_method_types" not in params) or (
+        automatic is not None and automatic.get("allow_redirects") != "never"
+    )
     if params.get("confirm") == "true" and redirects_allowed and not params.get("return_url"):
         # What Stripe says when redirect-based methods are allowed and nowhere to return to.
         return _error(
