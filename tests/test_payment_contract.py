@@ -41,6 +41,6 @@ async def test_off_session_charges_are_card_only_and_need_no_return_url(
     response = await charge_cycle(client, installId=deal.install_id, amountCents=300, **SEPTEMBER)
     assert response.status == 200, await response.text()
     [(_, _, params)] = [r for r in fake.requests if r[1] == "/v1/payment_intents"]
-    assert params["payment_method_types"] == ["card"]
+    assert params["automatic_payment_methods"] == {"enabled": "true", "allow_redirects": "never"}
     assert params["off_session"] == "true" and params["confirm"] == "true"
-    assert "return_url" not in params and "automatic_payment_methods" not in params
+    assert "return_url" not in params

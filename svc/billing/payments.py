@@ -136,9 +136,10 @@ class PaymentProvider:
             "currency": "usd",
             "customer": customer_id,
             "payment_method": payment_method_id,
-            # Card only: with the API's default (automatic methods, redirects allowed) confirming
-            # may require a `return_url`, and nobody is there to be redirected off-session.
-            "payment_method_types": ["card"],
+            # Never a redirect: with the API's default (automatic methods, redirects allowed)
+            # confirming may require a `return_url`, and nobody is there off-session. (This API
+            # version has no `payment_method_types` on create; the description says so.)
+            "automatic_payment_methods": {"enabled": True, "allow_redirects": "never"},
             "off_session": True,
             "confirm": True,
             "description": description,
