@@ -44,3 +44,155 @@ async def test_off_session_charges_are_card_only_and_need_no_return_url(
     assert params["automatic_payment_methods"] == {"enabled": "true", "allow_redirects": "never"}
     assert params["off_session"] == "true" and params["confirm"] == "true"
     assert "return_url" not in params
+
+
+# ---- defect 2 and the error table (docs/payments.md) ----------------------------------------------
+
+
+async def invoice_of(client: Any, install_id: str) -> dict[str, Any]:
+    invoice = await app_store(client)["invoices"].find_one({"installId": install_id})
+    assert invoice is not None
+    return dict(invoice)
+
+
+async def test_a_refused_charge_releases_its_claim_and_leaves_the_period_billable(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server, charge_error="invalid_request")
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake)
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=300, **SEPTEMBER)
+    assert response.status == 502
+    assert "refused" in (await response.json())["error"]
+    invoice = await invoice_of(client, deal.install_id)
+    assert invoice["status"] == "failed" and invoice["attempt"] == 1
+    assert "detached" in invoice["failure"]
+    assert [(a["attempt"], a["code"]) for a in invoice["attempts"]] == [
+        (1, "payment_method_unexpected_state")
+    ]
+    assert fake.succeeded_charges() == []
+    # No lease to wait out: the next call retries at once, with a new attempt (a new key).
+    fake.charge_error = None
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=300, **SEPTEMBER)
+    assert response.status == 200, await response.text()
+    invoice = await invoice_of(client, deal.install_id)
+    assert (invoice["status"], invoice["attempt"]) == ("paid", 2)
+    assert len(fake.succeeded_charges()) == 1
+
+
+async def test_cancel_after_a_refused_charge_still_bills_that_usage(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    from tests.billing_helpers import report
+
+    fake = await start_fake_stripe(aiohttp_server, charge_error="invalid_request")
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake, model="per_run", price=100)
+    await report(client, deal)
+    now = datetime.now(UTC).isoformat()
+    period = {"periodStart": "2026-01-01T00:00:00Z", "periodEnd": now}
+    assert (await charge_cycle(client, installId=deal.install_id, amountCents=100, **period)).status == 502
+    fake.charge_error = None
+    response = await client.patch(
+        f"/api/stripe/installs/{deal.install_id}/cancel", headers=deal.deployer.cookie
+    )
+    assert await response.json() == {"status": "cancelled", "charged": True, "amountCents": 100}
+    assert [pi["amount"] for pi in fake.succeeded_charges()] == [100]
+
+
+async def test_card_declined_row(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server, declined_methods={CARD})
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake)
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=300, **SEPTEMBER)
+    assert response.status == 402
+    assert (await response.json())["code"] == "payment_declined"
+    invoice = await invoice_of(client, deal.install_id)
+    assert invoice["status"] == "failed" and invoice["attempts"][0]["code"] == "card_declined"
+
+
+async def test_authentication_required_row(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server, charge_error="authentication_required")
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake)
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=300, **SEPTEMBER)
+    assert response.status == 402
+    body = await response.json()
+    assert body["code"] == "payment_declined" and "authentication" in body["error"]
+    invoice = await invoice_of(client, deal.install_id)
+    assert invoice["status"] == "failed" and invoice["attempts"][0]["code"] == "authentication_required"
+    assert fake.succeeded_charges() == []
+
+
+async def test_rate_limited_row(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server, charge_error="rate_limited")
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake)
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=300, **SEPTEMBER)
+    assert response.status == 503
+    assert "busy" in (await response.json())["error"]
+    invoice = await invoice_of(client, deal.install_id)
+    assert invoice["status"] == "failed" and invoice["attempts"][0]["code"] == "rate_limit"
+    fake.charge_error = None
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=300, **SEPTEMBER)
+    assert response.status == 200 and len(fake.succeeded_charges()) == 1
+
+
+async def unknown_outcome_is_resumed_with_the_same_key(client: Any, fake: Any, install_id: str) -> None:
+    """The invoice stays `processing` under its claim; once the lease is over the same key is
+    sent again, and the provider's replay (or a first charge) settles it: one payment at most."""
+    response = await charge_cycle(client, installId=install_id, amountCents=300, **SEPTEMBER)
+    assert response.status == 502
+    invoice = await invoice_of(client, install_id)
+    assert invoice["status"] == "processing"
+    again = await charge_cycle(client, installId=install_id, amountCents=300, **SEPTEMBER)
+    assert again.status == 409 and "in progress" in (await again.json())["error"]
+    past_lease = datetime.now(UTC) - timedelta(minutes=6)
+    await app_store(client)["invoices"].update_one(
+        {"_id": invoice["_id"]}, {"$set": {"claimedAt": past_lease}}
+    )
+    response = await charge_cycle(client, installId=install_id, amountCents=300, **SEPTEMBER)
+    assert response.status == 200, await response.text()
+    invoice = await invoice_of(client, install_id)
+    assert (invoice["status"], invoice["attempt"]) == ("paid", 1)
+    assert len(fake.succeeded_charges()) == 1
+
+
+async def test_network_failure_with_unknown_outcome_row(make_client: Any, aiohttp_server: Any) -> None:
+    # Charged, but every answer (the SDK's two retries included) is lost on the way back.
+    fake = await start_fake_stripe(aiohttp_server, drop_charge_answers=3)
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake)
+    await unknown_outcome_is_resumed_with_the_same_key(client, fake, deal.install_id)
+    assert len(fake.payment_intents) == 1  # the resume was a replay, not a second charge
+
+
+async def test_a_lost_answer_is_recovered_by_the_sdks_own_retry(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server, drop_charge_answers=1)
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake)
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=300, **SEPTEMBER)
+    assert response.status == 200, await response.text()
+    assert len(fake.payment_intents) == 1 and len(fake.succeeded_charges()) == 1
+
+
+async def test_provider_5xx_row(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server, fail_charges=True)
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake)
+    attempts_before = fake.charge_attempts
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=300, **SEPTEMBER)
+    assert response.status == 502
+    assert fake.charge_attempts - attempts_before == 3  # the SDK retried twice with the same key
+    fake.fail_charges = False
+    invoice = await invoice_of(client, deal.install_id)
+    assert invoice["status"] == "processing"
+    past_lease = datetime.now(UTC) - timedelta(minutes=6)
+    await app_store(client)["invoices"].update_one(
+        {"_id": invoice["_id"]}, {"$set": {"claimedAt": past_lease}}
+    )
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=300, **SEPTEMBER)
+    assert response.status == 200, await response.text()
+    assert len(fake.succeeded_charges()) == 1

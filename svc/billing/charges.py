@@ -27,7 +27,14 @@ from pydantic import Field, StrictInt
 from pymongo import DESCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
-from svc.billing.payments import PaymentDeclined, PaymentPending, PaymentProvider, ProviderError, unavailable
+from svc.billing.payments import (
+    PaymentDeclined,
+    PaymentPending,
+    PaymentProvider,
+    ProviderError,
+    ProviderRefused,
+    unavailable,
+)
 from svc.billing.usage import MIN_CHARGE_CENTS, check_period, install_amount, money, split_fee
 from svc.core import (
     BadGateway,
@@ -41,6 +48,7 @@ from svc.core import (
     RequestBody,
     Store,
     Timestamp,
+    Unavailable,
     aware,
     iso,
     tokens,
@@ -175,13 +183,17 @@ class Charges:
                 description=f"{install['templateName']} usage {iso(start)} to {iso(end)}",
             )
         except PaymentDeclined as exc:
-            await self._invoices.update_one(
-                {"_id": invoice["_id"], "claim": invoice["claim"]},
-                {"$set": {"status": "failed", "failure": exc.message, "updatedAt": utcnow()}},
-            )
+            await self._attempt_failed(invoice, exc.message, exc.code)
             raise PaymentRequired(
                 f"The payment was declined: {exc.message}", code="payment_declined"
             ) from None
+        except ProviderRefused as exc:
+            # Refused before anything moved: the claim is released at once and the period stays
+            # billable; the next call retries with attempt + 1 (a new key).
+            await self._attempt_failed(invoice, str(exc), exc.code)
+            if exc.busy:
+                raise Unavailable(f"{exc}; try again shortly") from None
+            raise BadGateway(str(exc)) from None
         except ProviderError as exc:
             # Unknown outcome: the invoice stays `processing` and is resumed with the same key.
             raise BadGateway(str(exc)) from None
@@ -210,6 +222,23 @@ class Charges:
         assert paid is not None
         log.info("install charged", extra={"installId": install["_id"], "amountCents": paid["amountCents"]})
         return ChargeOutcome(paid, charged_now=True)
+
+    async def _attempt_failed(self, invoice: Document, failure: str, code: str | None) -> None:
+        """Record a failed attempt on the invoice (nothing was charged) and end its claim."""
+        await self._invoices.update_one(
+            {"_id": invoice["_id"], "claim": invoice["claim"]},
+            {
+                "$set": {"status": "failed", "failure": failure, "updatedAt": utcnow()},
+                "$push": {
+                    "attempts": {
+                        "$each": [
+                            {"attempt": invoice["attempt"], "code": code, "error": failure, "at": utcnow()}
+                        ],
+                        "$slice": -20,
+                    }
+                },
+            },
+        )
 
     async def _claim(
         self,
@@ -393,7 +422,7 @@ class Charges:
                 try:
                     await self.charge(install, since, now, amount, "cancel", wait=True, now=now)
                     charged, note = True, f"Charged {money(amount)} to the saved payment method."
-                except (PaymentRequired, BadGateway, Conflict) as exc:
+                except (PaymentRequired, BadGateway, Conflict, Unavailable) as exc:
                     note = f"{money(amount)} is due; the charge did not go through ({exc.message})."
         await retire(install)
         await self._receipt(install, user_id, since, now, amount if charged else 0, note)
@@ -468,7 +497,7 @@ class Charges:
             try:
                 outcome = await self.charge(install, since, end, amount, "monthly", wait=False, now=now)
                 counts["charged" if outcome.charged_now else "alreadyPaid"] += 1
-            except (PaymentRequired, BadGateway, Conflict) as exc:
+            except (PaymentRequired, BadGateway, Conflict, Unavailable) as exc:
                 counts["failed"] += 1
                 log.warning(
                     "monthly charge failed", extra={"installId": install["_id"], "reason": exc.message}
@@ -500,7 +529,7 @@ class Charges:
                     now=now,
                 )
                 counts["resumed"] += 1
-            except (PaymentRequired, BadGateway, Conflict) as exc:
+            except (PaymentRequired, BadGateway, Conflict, Unavailable) as exc:
                 counts["failed"] += 1
                 log.warning(
                     "resuming a charge failed", extra={"invoiceId": invoice["_id"], "reason": exc.message}

@@ -49,6 +49,17 @@ class ProviderError(Exception):
     """The provider failed or was unreachable; the outcome of a charge is unknown."""
 
 
+class ProviderRefused(ProviderError):
+    """The provider refused the request before acting on it (a 4xx that is not a card's
+    answer): nothing was charged, so the caller may release its claim at once. `busy` is a
+    rate limit (try again shortly); otherwise the request itself was wrong."""
+
+    def __init__(self, message: str, code: str | None, busy: bool) -> None:
+        super().__init__(message)
+        self.code = code
+        self.busy = busy
+
+
 class ConnectNotEnabled(Exception):
     """The platform account has no Connect (payout) feature."""
 
@@ -318,4 +329,18 @@ class _translated:
             exc.http_status,
             exc.code,
         )
-        raise ProviderError(f"The payment provider refused the request: {message or type(exc).__name__}")
+        reason = message or type(exc).__name__
+        if isinstance(exc, stripe.RateLimitError):
+            raise ProviderRefused(
+                f"The payment provider is busy: {reason}", exc.code or "rate_limit", busy=True
+            ) from None
+        if isinstance(exc, REFUSED):
+            # Refused before anything happened (the provider keeps no idempotent result for it).
+            raise ProviderRefused(f"The payment provider refused the request: {reason}", exc.code, busy=False)
+        # 5xx or no answer: whether it acted is unknown (the SDK already retried with the same key).
+        raise ProviderError(f"The payment provider refused the request: {reason}")
+
+
+# 4xx answers that say nothing was done. An IdempotencyError is not one of them: the key's
+# first request may have charged.
+REFUSED = (stripe.InvalidRequestError, stripe.AuthenticationError, stripe.PermissionError)

@@ -188,8 +188,18 @@ async def authorise(request: web.Request, handler: Any) -> web.StreamResponse:
     key = request.headers.get("Idempotency-Key")
     if request.method == "POST" and key and key in fake.idempotent:
         status, body = fake.idempotent[key]
-        return web.json_response(body, status=status, headers={"Idempotent-Replayed": "true"})
-    response = await handler(request)
+        response: web.StreamResponse = web.json_response(
+            body, status=status, headers={"Idempotent-Replayed": "true"}
+        )
+    else:
+        response = await handler(request)
+    if request.path == "/v1/payment_intents" and fake.drop_charge_answers > 0:
+        fake.drop_charge_answers -= 1
+        assert request.transport is not None
+        request.transport.abort()  # done (or replayed), then the connection drops: the caller cannot know
+        raise asyncio.CancelledError
+    if response.headers.get("Idempotent-Replayed"):
+        return response
     if isinstance(response, web.Response) and response.text is not None:
         fake.violations.extend(
             check_response(request.method, request.path, response.status, json.loads(response.text))
@@ -417,11 +427,6 @@ async def create_payment_intent(request: web.Request) -> web.StreamResponse:
         fake.idempotent[key] = (200, intent)
     if fake.hang_on_charge is not None and len(fake.payment_intents) == fake.hang_on_charge:
         await asyncio.sleep(3600)  # charged, but the answer never arrives
-    if fake.drop_charge_answers > 0:
-        fake.drop_charge_answers -= 1
-        assert request.transport is not None
-        request.transport.abort()  # charged, then the connection drops: the caller cannot know
-        raise asyncio.CancelledError
     return web.json_response(intent)
 
 
