@@ -196,3 +196,86 @@ async def test_provider_5xx_row(make_client: Any, aiohttp_server: Any) -> None:
     response = await charge_cycle(client, installId=deal.install_id, amountCents=300, **SEPTEMBER)
     assert response.status == 200, await response.text()
     assert len(fake.succeeded_charges()) == 1
+
+
+# ---- event sequences: Checkout and subscriptions (defect 1) -----------------------------------
+
+
+async def deliver(client: Any, fake: Any, kind: str, obj: dict[str, Any], event_id: str | None = None) -> None:
+    """The provider sends this event; the webhook acknowledges it."""
+    response = await post_event(client, fake, fake.event(kind, obj, event_id))
+    assert response.status == 200, await response.text()
+
+
+async def open_checkout(client: Any, fake: Any, w: Any) -> dict[str, Any]:
+    from tests.orgs_helpers import ok, send
+
+    await ok(await send(client, w.owner, "POST", f"{w.base}/billing/checkout"))
+    return dict(list(fake.checkout_sessions.values())[-1])
+
+
+async def test_checkout_completed_after_an_incomplete_subscription_keeps_the_paid_one(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    from tests.fakes.stripe import start_subscription
+    from tests.orgs_helpers import world
+
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    w = await world(client)
+    # The first attempt's payment needs action: the subscription stays `incomplete`.
+    first_session = await open_checkout(client, fake, w)
+    first = start_subscription(fake, first_session["id"], trial_days=0, status="incomplete")
+    await deliver(client, fake, "customer.subscription.created", first)
+    org = await app_store(client).orgs.find_one({"_id": w.org["id"]})
+    assert org["plan"] == "free"
+    # The owner tries again and pays: a new, active subscription.
+    second_session = await open_checkout(client, fake, w)
+    second = start_subscription(fake, second_session["id"], trial_days=0)
+    await deliver(client, fake, "customer.subscription.created", second)
+    await deliver(client, fake, "checkout.session.completed", fake.checkout_sessions[second_session["id"]])
+    assert fake.subscriptions[second["id"]]["status"] == "active"  # the paid one is never cancelled
+    org = await app_store(client).orgs.find_one({"_id": w.org["id"]})
+    assert (org["plan"], org["subscriptionStatus"], org["paySubscriptionId"]) == ("pro", "active", second["id"])
+    # The abandoned one is ended at the provider, so it can never bill the org as well.
+    assert fake.subscriptions[first["id"]]["status"] == "canceled"
+    # Its late events change nothing.
+    await deliver(client, fake, "customer.subscription.deleted", fake.subscriptions[first["id"]])
+    org = await app_store(client).orgs.find_one({"_id": w.org["id"]})
+    assert (org["plan"], org["paySubscriptionId"]) == ("pro", second["id"])
+
+
+async def test_an_incomplete_subscription_that_becomes_active_makes_the_org_pro(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    from tests.fakes.stripe import start_subscription
+    from tests.orgs_helpers import world
+
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    w = await world(client)
+    session = await open_checkout(client, fake, w)
+    subscription = start_subscription(fake, session["id"], trial_days=0, status="incomplete")
+    await deliver(client, fake, "customer.subscription.created", subscription)
+    fake.subscriptions[subscription["id"]]["status"] = "active"  # the customer completed the payment
+    await deliver(client, fake, "checkout.session.completed", fake.checkout_sessions[session["id"]])
+    await deliver(client, fake, "customer.subscription.updated", fake.subscriptions[subscription["id"]])
+    org = await app_store(client).orgs.find_one({"_id": w.org["id"]})
+    assert (org["plan"], org["subscriptionStatus"]) == ("pro", "active")
+    assert fake.subscriptions[subscription["id"]]["status"] == "active"
+
+
+async def test_a_deleted_subscription_returns_the_org_to_free(make_client: Any, aiohttp_server: Any) -> None:
+    from tests.fakes.stripe import start_subscription
+    from tests.orgs_helpers import world
+
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    w = await world(client)
+    session = await open_checkout(client, fake, w)
+    subscription = start_subscription(fake, session["id"], trial_days=0)
+    await deliver(client, fake, "checkout.session.completed", fake.checkout_sessions[session["id"]])
+    fake.subscriptions[subscription["id"]]["status"] = "canceled"
+    await deliver(client, fake, "customer.subscription.deleted", fake.subscriptions[subscription["id"]])
+    org = await app_store(client).orgs.find_one({"_id": w.org["id"]})
+    assert (org["plan"], org["subscriptionStatus"]) == ("free", "cancelled")
