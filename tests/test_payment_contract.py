@@ -279,3 +279,71 @@ async def test_a_deleted_subscription_returns_the_org_to_free(make_client: Any, 
     await deliver(client, fake, "customer.subscription.deleted", fake.subscriptions[subscription["id"]])
     org = await app_store(client).orgs.find_one({"_id": w.org["id"]})
     assert (org["plan"], org["subscriptionStatus"]) == ("free", "cancelled")
+
+
+# ---- webhook delivery (issue 17 items 13 and 14) ---------------------------------------------------
+
+
+async def test_future_dated_webhooks_are_refused(make_client: Any, aiohttp_server: Any) -> None:
+    import time
+
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    payload = fake.event("charge.refunded", {"id": "ch_1"}, "evt_future")
+    for offset in (3600, 301):
+        response = await post_event(client, fake, payload, fake.sign(payload, timestamp=int(time.time()) + offset))
+        assert response.status == 400, await response.text()
+    assert await app_store(client)["payment_events"].count_documents({}) == 0
+    # Within the tolerance (a provider clock a little ahead) it is accepted.
+    response = await post_event(client, fake, payload, fake.sign(payload, timestamp=int(time.time()) + 60))
+    assert response.status == 200
+
+
+async def test_concurrent_deliveries_of_one_event_apply_it_once(make_client: Any, aiohttp_server: Any) -> None:
+    import asyncio
+
+    from tests.fakes.stripe import start_subscription
+    from tests.orgs_helpers import audit_actions, world
+
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    w = await world(client)
+    session = await open_checkout(client, fake, w)
+    subscription = start_subscription(fake, session["id"], trial_days=0)
+    payload = fake.event("checkout.session.completed", fake.checkout_sessions[session["id"]], "evt_once")
+    responses = await asyncio.gather(*(post_event(client, fake, payload) for _ in range(6)))
+    statuses = sorted(response.status for response in responses)
+    assert set(statuses) <= {200, 409} and 200 in statuses, statuses
+    for response in responses:
+        if response.status == 409:  # still being applied: the provider delivers it again later
+            assert "being processed" in (await response.json())["error"]
+    assert (await post_event(client, fake, payload)).status == 200  # a redelivery once done: no change
+    updates = [a for a in await audit_actions(client, w.org["id"]) if a["action"] == "billing.subscription_updated"]
+    assert len(updates) == 1
+    [record] = [doc async for doc in app_store(client)["payment_events"].find({})]
+    assert (record["_id"], record["status"]) == ("evt_once", "done")
+    assert fake.subscriptions[subscription["id"]]["status"] == "active"
+
+
+async def test_an_event_whose_apply_crashed_is_applied_on_redelivery(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    builder_cookie = (await __import__("tests.conftest", fromlist=["signup"]).signup(client)).cookie
+    await client.post(
+        "/api/stripe/connect/onboard", json={"returnUrl": "https://app.example.com/p"}, headers=builder_cookie
+    )
+    account_id = next(iter(fake.accounts))
+    fake.complete_onboarding(account_id)
+    payload = fake.event("account.updated", fake.accounts[account_id], "evt_crashed")
+    # A process claimed this event, then died before applying it (its claim is past the lease).
+    stale = datetime.now(UTC) - timedelta(minutes=10)
+    await app_store(client)["payment_events"].insert_one(
+        {"_id": "evt_crashed", "status": "applying", "claimedAt": stale, "receivedAt": stale}
+    )
+    assert (await post_event(client, fake, payload)).status == 200
+    user = await app_store(client).users.find_one({"payout.accountId": account_id})
+    assert user["payout"]["status"] == "active"
+    record = await app_store(client)["payment_events"].find_one({"_id": "evt_crashed"})
+    assert record["status"] == "done"

@@ -11,6 +11,7 @@ is absent and the payment endpoints answer 503.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -26,6 +27,8 @@ CONNECT_DASHBOARD_URL = "https://dashboard.stripe.com/connect"
 # A short client timeout: a hung provider must not hold a request (or the billing job) for minutes.
 TIMEOUT_S = 30
 NETWORK_RETRIES = 2
+# How far a webhook's signed timestamp may be from our clock, either way (the provider's default).
+WEBHOOK_TOLERANCE_S = 300
 
 
 class PaymentDeclined(Exception):
@@ -288,13 +291,29 @@ class PaymentProvider:
             raise Unavailable("The payment webhook secret is not configured")
         if not signature:
             raise BadRequest("Missing Stripe-Signature header")
+        # The SDK refuses timestamps older than the tolerance but not ones from the future: a
+        # signature made for later could be replayed for longer. Both sides are held to it.
+        stamp = _signed_at(signature)
+        if stamp is not None and stamp > time.time() + WEBHOOK_TOLERANCE_S:
+            raise BadRequest("Invalid webhook signature: the timestamp is in the future")
         try:
-            event = self.client.construct_event(payload, signature, self.webhook_secret)
+            event = self.client.construct_event(
+                payload, signature, self.webhook_secret, tolerance=WEBHOOK_TOLERANCE_S
+            )
         except stripe.SignatureVerificationError:
             raise BadRequest("Invalid webhook signature") from None
         except ValueError:
             raise BadRequest("Invalid webhook payload") from None
         return WebhookEvent(event.id, event.type, event.data.object.to_dict())
+
+
+def _signed_at(signature: str) -> int | None:
+    """The `t=` of a Stripe-Signature header, if it has a well-formed one."""
+    for item in signature.split(","):
+        key, _, value = item.strip().partition("=")
+        if key == "t" and value.isdigit() and len(value) < 16:
+            return int(value)
+    return None
 
 
 def payout_status(account: dict[str, Any]) -> str:
