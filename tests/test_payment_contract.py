@@ -347,3 +347,113 @@ async def test_an_event_whose_apply_crashed_is_applied_on_redelivery(
     assert user["payout"]["status"] == "active"
     record = await app_store(client)["payment_events"].find_one({"_id": "evt_crashed"})
     assert record["status"] == "done"
+
+
+# ---- Connect and transfers (issue 17 item 17) --------------------------------------------------------
+
+
+async def held_invoice(client: Any, fake: Any) -> tuple[Any, dict[str, Any]]:
+    """A paid invoice whose builder share is held (no payout account yet)."""
+    deal = await paid_install(client, fake)
+    body = await (await charge_cycle(client, installId=deal.install_id, amountCents=1000, **SEPTEMBER)).json()
+    invoice = await app_store(client)["invoices"].find_one({"_id": body["invoiceId"]})
+    assert invoice["payout"] == "held"
+    return deal, dict(invoice)
+
+
+async def onboard(client: Any, fake: Any, caller: Any) -> str:
+    response = await client.post(
+        "/api/stripe/connect/onboard", json={"returnUrl": "https://app.example.com/p"}, headers=caller.cookie
+    )
+    assert response.status == 200
+    account_id = list(fake.accounts)[-1]
+    fake.complete_onboarding(account_id)
+    return account_id
+
+
+async def test_reading_the_connect_status_never_moves_money(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    deal, invoice = await held_invoice(client, fake)
+    account_id = await onboard(client, fake, deal.builder)
+    for _ in range(3):
+        status = await (await client.get("/api/stripe/connect/status", headers=deal.builder.cookie)).json()
+        assert status["status"] == "active"
+    assert fake.transfers == {}
+    # The provider's event moves it, once.
+    await deliver(client, fake, "account.updated", fake.accounts[account_id])
+    [transfer] = fake.transfers.values()
+    assert (transfer["amount"], transfer["destination"]) == (900, account_id)
+    stored = await app_store(client)["invoices"].find_one({"_id": invoice["_id"]})
+    assert (stored["payout"], stored["transferId"]) == ("routed", transfer["id"])
+
+
+async def test_a_declined_payout_transfer_is_final_until_the_next_account_event(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    from api.context import SERVICES
+
+    fake = await start_fake_stripe(aiohttp_server, fail_transfers=True)
+    client = await make_client(**payment_settings(fake))
+    deal, invoice = await held_invoice(client, fake)
+    account_id = await onboard(client, fake, deal.builder)
+    await deliver(client, fake, "account.updated", fake.accounts[account_id])
+    stored = await app_store(client)["invoices"].find_one({"_id": invoice["_id"]})
+    assert stored["payout"] == "declined" and "insufficient" in stored["payoutFailure"]
+    tries = len([r for r in fake.requests if r[1] == "/v1/transfers"])
+    # Neither the monthly job's sweep nor status reads retry it, however long it waits.
+    charges = client.server.app[SERVICES].charges
+    await app_store(client)["invoices"].update_one(
+        {"_id": invoice["_id"]}, {"$set": {"transferClaimedAt": datetime.now(UTC) - timedelta(days=2)}}
+    )
+    assert await charges.pay_out_held() == 0
+    await client.get("/api/stripe/connect/status", headers=deal.builder.cookie)
+    assert len([r for r in fake.requests if r[1] == "/v1/transfers"]) == tries
+    # The next account event (funds are there now) resolves it with a new transfer key.
+    fake.fail_transfers = False
+    await deliver(client, fake, "account.updated", fake.accounts[account_id])
+    [transfer] = fake.transfers.values()
+    stored = await app_store(client)["invoices"].find_one({"_id": invoice["_id"]})
+    assert (stored["payout"], stored["transferId"]) == ("routed", transfer["id"])
+    keys = {r[2].get("metadata", {}).get("invoiceId") for r in fake.requests if r[1] == "/v1/transfers"}
+    assert keys == {invoice["_id"]}
+    assert len(fake.transfers) == 1
+
+
+async def test_a_reversed_transfer_is_recorded_and_not_paid_again(make_client: Any, aiohttp_server: Any) -> None:
+    from tests.fakes.stripe import reverse_transfer
+
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    deal, invoice = await held_invoice(client, fake)
+    account_id = await onboard(client, fake, deal.builder)
+    await deliver(client, fake, "account.updated", fake.accounts[account_id])
+    [transfer] = fake.transfers.values()
+    await deliver(client, fake, "transfer.reversed", reverse_transfer(fake, transfer["id"]))
+    stored = await app_store(client)["invoices"].find_one({"_id": invoice["_id"]})
+    assert stored["payout"] == "reversed" and stored["payoutReversedCents"] == 900
+    await deliver(client, fake, "account.updated", fake.accounts[account_id])
+    assert len(fake.transfers) == 1  # a reversal is the platform's decision: never re-sent
+
+
+async def test_account_updates_set_the_payout_status(make_client: Any, aiohttp_server: Any) -> None:
+    from tests.conftest import signup
+
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    builder = await signup(client)
+    account_id = await onboard(client, fake, builder)
+    await deliver(client, fake, "account.updated", fake.accounts[account_id])
+    user = await app_store(client).users.find_one({"_id": builder.id})
+    assert user["payout"]["status"] == "active"
+    fake.restrict(account_id)
+    await deliver(client, fake, "account.updated", fake.accounts[account_id])
+    user = await app_store(client).users.find_one({"_id": builder.id})
+    assert user["payout"]["status"] == "restricted"
+    # An account we do not know: acknowledged, recorded once, nothing changes.
+    stranger = dict(fake.accounts[account_id], id="acct_unknown")
+    await deliver(client, fake, "account.updated", stranger, "evt_stranger")
+    await deliver(client, fake, "account.updated", stranger, "evt_stranger")
+    assert await app_store(client)["payment_events"].count_documents({"_id": "evt_stranger"}) == 1
+    user = await app_store(client).users.find_one({"_id": builder.id})
+    assert user["payout"]["status"] == "restricted"

@@ -569,7 +569,9 @@ async def test_held_builder_shares_are_paid_out_once_onboarding_completes(
     body = await (await charge_cycle(client, installId=deal.install_id, amountCents=1000, **september)).json()
     invoice = await app_store(client)["invoices"].find_one({"_id": body["invoiceId"]})
     assert invoice["payout"] == "held" and fake.transfers == {}
-    account_id = await onboarded(client, fake, deal.builder)  # the status call sees it active
+    account_id = await onboarded(client, fake, deal.builder)  # the status call sees it active...
+    assert fake.transfers == {}  # ...and, a read, moves no money
+    await post_event(client, fake, fake.event("account.updated", fake.accounts[account_id]))
     [transfer] = fake.transfers.values()
     assert (transfer["amount"], transfer["destination"]) == (900, account_id)
     invoice = await app_store(client)["invoices"].find_one({"_id": body["invoiceId"]})

@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from svc.billing.leases import BATCH, CLAIM_LEASE, KEY_LIFETIME
-from svc.billing.payments import PaymentDeclined, ProviderError
+from svc.billing.payments import PaymentDeclined, ProviderError, ProviderRefused
 from svc.core import Document, iso, utcnow
 
 if TYPE_CHECKING:
@@ -37,10 +37,13 @@ class Earnings:
     async def pay_out_held(self, builder_user_id: str | None = None) -> int:
         """Transfer builder shares held while a payout account was not active; how many moved.
 
-        One transfer per invoice with the key `svc-payout:<invoiceId>`, claimed by a
-        conditional update (held → transferring → routed). An unknown outcome stays
-        `transferring` and is retried with the same key after the lease, within the
-        provider's 24-hour key lifetime; older ones are left for an operator.
+        One transfer per invoice with the key `svc-payout:<invoiceId>` (`:<n>` after its
+        n-th requeue), claimed by a conditional update (held → transferring → routed).
+        An unknown outcome stays `transferring` and is retried with the same key after the
+        lease, within the provider's 24-hour key lifetime; older ones are left for an
+        operator. A declined transfer is final (`declined`): the same key would only replay
+        the refusal, so nothing retries it until `requeue_declined` (the builder's next
+        account event) gives it a new key. A rate-limited one goes back to `held`.
         """
         provider = self.charges.require_provider()
         now = utcnow()
@@ -84,14 +87,37 @@ class Earnings:
                 )
                 if claimed is None:
                     continue
+                requeues = int(invoice.get("transferRequeues") or 0)
+                key = f"svc-payout:{invoice['_id']}" + (f":{requeues}" if requeues else "")
                 try:
                     transfer_id = await provider.transfer(
                         amount_cents=invoice["builderAmountCents"],
                         destination=account_id,
-                        idempotency_key=f"svc-payout:{invoice['_id']}",
+                        idempotency_key=key,
                         metadata={"invoiceId": invoice["_id"]},
                     )
-                except (ProviderError, PaymentDeclined):
+                except (PaymentDeclined, ProviderRefused) as exc:
+                    busy = isinstance(exc, ProviderRefused) and exc.busy
+                    log.warning(
+                        "held payout transfer refused",
+                        extra={"invoiceId": invoice["_id"], "final": not busy},
+                    )
+                    await self._invoices.update_one(
+                        {"_id": invoice["_id"], "payout": "transferring", "transferClaimedAt": now},
+                        {"$set": {"payout": "held"}}
+                        if busy
+                        else {
+                            "$set": {
+                                "payout": "declined",
+                                "payoutFailure": str(
+                                    exc.message if isinstance(exc, PaymentDeclined) else exc
+                                ),
+                                "payoutDeclinedAt": utcnow(),
+                            }
+                        },
+                    )
+                    continue
+                except ProviderError:
                     log.warning("held payout transfer failed", extra={"invoiceId": invoice["_id"]})
                     continue  # stays `transferring`: retried with the same key after the lease
                 await self._invoices.update_one(
@@ -100,6 +126,36 @@ class Earnings:
                 )
                 moved += 1
         return moved
+
+    async def requeue_declined(self, builder_user_id: str) -> int:
+        """Declined transfers of this builder go back to `held` with a new key (the next
+        account event says the account may take them now); how many."""
+        result = await self._invoices.update_many(
+            {"builderUserId": builder_user_id, "payout": "declined"},
+            {
+                "$set": {"payout": "held", "updatedAt": utcnow()},
+                "$inc": {"transferRequeues": 1},
+                "$unset": {"transferClaimedAt": "", "transferStartedAt": ""},
+            },
+        )
+        return int(result.modified_count)
+
+    async def transfer_reversed(self, transfer: Document) -> None:
+        """A transfer we sent was reversed (the platform took the share back): recorded on the
+        invoice, never sent again. Transfers we did not send (destination charges) are ignored."""
+        if not isinstance(transfer.get("id"), str):
+            return
+        reversed_cents = transfer.get("amount_reversed")
+        await self._invoices.update_one(
+            {"transferId": transfer["id"], "payout": {"$in": ["routed", "reversed"]}},
+            {
+                "$set": {
+                    "payout": "reversed",
+                    "payoutReversedCents": reversed_cents if isinstance(reversed_cents, int) else None,
+                    "updatedAt": utcnow(),
+                }
+            },
+        )
 
     # ---- GET /api/stripe/my-earnings ---------------------------------------------------------
 

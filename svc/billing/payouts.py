@@ -116,11 +116,11 @@ class Payouts:
         if account_id is None:
             return {"status": "not_connected"}
         account = await provider_call(provider.payout_account(account_id))
+        # A read: it stores what it saw, and never moves money (the provider's account event,
+        # and the monthly job, pay held shares out).
         await self.store.users.update_one(
             {"_id": user_id, "payout.accountId": account_id}, {"$set": {"payout.status": account.status}}
         )
-        if account.status == "active":
-            await self.charges.pay_out_held(user_id)
         if account.status != "active":
             return {"status": account.status}
         return {"status": "active", "dashboardUrl": await provider_call(provider.dashboard_link(account_id))}
@@ -181,7 +181,10 @@ class Payouts:
                 {"payout.accountId": obj["id"]}, {"$set": {"payout.status": payout_status(obj)}}
             )
             if user is not None and payout_status(obj) == "active":
+                await self.charges.builders.requeue_declined(user["_id"])
                 await self.charges.pay_out_held(user["_id"])
+        elif event.type == "transfer.reversed":
+            await self.charges.builders.transfer_reversed(obj)
         elif event.type.startswith(("customer.subscription.", "checkout.session.")):
             if self.subscription_handler is not None:
                 await self.subscription_handler(event)
