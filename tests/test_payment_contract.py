@@ -201,7 +201,9 @@ async def test_provider_5xx_row(make_client: Any, aiohttp_server: Any) -> None:
 # ---- event sequences: Checkout and subscriptions (defect 1) -----------------------------------
 
 
-async def deliver(client: Any, fake: Any, kind: str, obj: dict[str, Any], event_id: str | None = None) -> None:
+async def deliver(
+    client: Any, fake: Any, kind: str, obj: dict[str, Any], event_id: str | None = None
+) -> None:
     """The provider sends this event; the webhook acknowledges it."""
     response = await post_event(client, fake, fake.event(kind, obj, event_id))
     assert response.status == 200, await response.text()
@@ -236,7 +238,11 @@ async def test_checkout_completed_after_an_incomplete_subscription_keeps_the_pai
     await deliver(client, fake, "checkout.session.completed", fake.checkout_sessions[second_session["id"]])
     assert fake.subscriptions[second["id"]]["status"] == "active"  # the paid one is never cancelled
     org = await app_store(client).orgs.find_one({"_id": w.org["id"]})
-    assert (org["plan"], org["subscriptionStatus"], org["paySubscriptionId"]) == ("pro", "active", second["id"])
+    assert (org["plan"], org["subscriptionStatus"], org["paySubscriptionId"]) == (
+        "pro",
+        "active",
+        second["id"],
+    )
     # The abandoned one is ended at the provider, so it can never bill the org as well.
     assert fake.subscriptions[first["id"]]["status"] == "canceled"
     # Its late events change nothing.
@@ -291,7 +297,9 @@ async def test_future_dated_webhooks_are_refused(make_client: Any, aiohttp_serve
     client = await make_client(**payment_settings(fake))
     payload = fake.event("charge.refunded", {"id": "ch_1"}, "evt_future")
     for offset in (3600, 301):
-        response = await post_event(client, fake, payload, fake.sign(payload, timestamp=int(time.time()) + offset))
+        response = await post_event(
+            client, fake, payload, fake.sign(payload, timestamp=int(time.time()) + offset)
+        )
         assert response.status == 400, await response.text()
     assert await app_store(client)["payment_events"].count_documents({}) == 0
     # Within the tolerance (a provider clock a little ahead) it is accepted.
@@ -299,7 +307,9 @@ async def test_future_dated_webhooks_are_refused(make_client: Any, aiohttp_serve
     assert response.status == 200
 
 
-async def test_concurrent_deliveries_of_one_event_apply_it_once(make_client: Any, aiohttp_server: Any) -> None:
+async def test_concurrent_deliveries_of_one_event_apply_it_once(
+    make_client: Any, aiohttp_server: Any
+) -> None:
     import asyncio
 
     from tests.fakes.stripe import start_subscription
@@ -318,7 +328,9 @@ async def test_concurrent_deliveries_of_one_event_apply_it_once(make_client: Any
         if response.status == 409:  # still being applied: the provider delivers it again later
             assert "being processed" in (await response.json())["error"]
     assert (await post_event(client, fake, payload)).status == 200  # a redelivery once done: no change
-    updates = [a for a in await audit_actions(client, w.org["id"]) if a["action"] == "billing.subscription_updated"]
+    updates = [
+        a for a in await audit_actions(client, w.org["id"]) if a["action"] == "billing.subscription_updated"
+    ]
     assert len(updates) == 1
     [record] = [doc async for doc in app_store(client)["payment_events"].find({})]
     assert (record["_id"], record["status"]) == ("evt_once", "done")
@@ -420,7 +432,9 @@ async def test_a_declined_payout_transfer_is_final_until_the_next_account_event(
     assert len(fake.transfers) == 1
 
 
-async def test_a_reversed_transfer_is_recorded_and_not_paid_again(make_client: Any, aiohttp_server: Any) -> None:
+async def test_a_reversed_transfer_is_recorded_and_not_paid_again(
+    make_client: Any, aiohttp_server: Any
+) -> None:
     from tests.fakes.stripe import reverse_transfer
 
     fake = await start_fake_stripe(aiohttp_server)
