@@ -471,3 +471,62 @@ async def test_account_updates_set_the_payout_status(make_client: Any, aiohttp_s
     assert await app_store(client)["payment_events"].count_documents({"_id": "evt_stranger"}) == 1
     user = await app_store(client).users.find_one({"_id": builder.id})
     assert user["payout"]["status"] == "restricted"
+
+
+# ---- bad input: answers the description does not allow, events we cannot place ------------------------
+
+
+async def test_an_answer_the_description_does_not_allow_fails_closed(
+    make_client: Any, aiohttp_server: Any, caplog: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server, intent_answer_override={"status": None})
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake)
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=300, **SEPTEMBER)
+    assert response.status == 502, await response.text()
+    invoice = await invoice_of(client, deal.install_id)
+    assert invoice["status"] == "processing"  # never marked paid; resumed with its key, or an operator
+    assert any(
+        "did not match" in record.getMessage() for record in caplog.records if record.levelname == "ERROR"
+    )
+    # The check saw it too; this test wanted exactly that answer.
+    assert any("status" in violation for violation in fake.violations)
+    fake.violations.clear()
+
+
+async def test_an_answer_for_another_amount_fails_closed(make_client: Any, aiohttp_server: Any) -> None:
+    fake = await start_fake_stripe(aiohttp_server, intent_answer_override={"amount": 1})
+    client = await make_client(**payment_settings(fake))
+    deal = await paid_install(client, fake)
+    response = await charge_cycle(client, installId=deal.install_id, amountCents=300, **SEPTEMBER)
+    assert response.status == 502
+    assert (await invoice_of(client, deal.install_id))["status"] == "processing"
+
+
+async def test_events_about_objects_we_do_not_know_change_nothing_and_are_recorded_once(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    _, invoice = await held_invoice(client, fake)
+    intent = {
+        "id": "pi_unknown",
+        "object": "payment_intent",
+        "metadata": {"invoiceId": "inv_nope", "attempt": "1"},
+    }
+    subscription = {"id": "sub_unknown", "object": "subscription", "status": "active", "metadata": {}}
+    for kind, obj, event_id in (
+        ("payment_intent.succeeded", intent, "evt_a"),
+        (
+            "payment_intent.payment_failed",
+            {**intent, "metadata": {"invoiceId": invoice["_id"], "attempt": "9"}},
+            "evt_b",
+        ),
+        ("customer.subscription.updated", subscription, "evt_c"),
+        ("transfer.reversed", {"id": "tr_unknown", "object": "transfer", "amount_reversed": 5}, "evt_d"),
+    ):
+        for _ in range(2):
+            await deliver(client, fake, kind, obj, event_id)
+    assert await app_store(client)["payment_events"].count_documents({}) == 4
+    stored = await app_store(client)["invoices"].find_one({"_id": invoice["_id"]})
+    assert (stored["status"], stored["payout"]) == ("paid", "held")  # an out-of-date attempt changes nothing

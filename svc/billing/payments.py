@@ -166,11 +166,26 @@ class PaymentProvider:
             intent = await self.client.v1.payment_intents.create_async(
                 params, {"idempotency_key": idempotency_key}
             )
-        if intent.status == "processing":
-            raise PaymentPending(intent.id)
-        if intent.status != "succeeded":
-            raise PaymentDeclined(f"The payment needs {intent.status.replace('_', ' ')}", intent.status)
-        return Charge(intent.id, intent.amount, intent.status)
+        answer = intent.to_dict()
+        status = answer.get("status")
+        if (
+            not isinstance(answer.get("id"), str)
+            or not isinstance(status, str)
+            or answer.get("amount") != amount_cents
+            or answer.get("currency") != "usd"
+        ):
+            # Not an answer the API gives for this request: fail closed (nothing is marked paid;
+            # the invoice keeps its claim and key for a resume or an operator).
+            log.error(
+                "payment provider answer did not match the request",
+                extra={"idempotencyKey": idempotency_key, "answerStatus": str(status)},
+            )
+            raise ProviderError("The payment provider's answer did not match the request")
+        if status == "processing":
+            raise PaymentPending(answer["id"])
+        if status != "succeeded":
+            raise PaymentDeclined(f"The payment needs {status.replace('_', ' ')}", status)
+        return Charge(answer["id"], amount_cents, status)
 
     async def transfer(
         self, *, amount_cents: int, destination: str, idempotency_key: str, metadata: dict[str, str]
@@ -181,7 +196,14 @@ class PaymentProvider:
                 {"amount": amount_cents, "currency": "usd", "destination": destination, "metadata": metadata},
                 {"idempotency_key": idempotency_key},
             )
-        return str(transfer.id)
+        answer = transfer.to_dict()
+        if not isinstance(answer.get("id"), str) or answer.get("amount") != amount_cents:
+            log.error(
+                "payment provider transfer answer did not match the request",
+                extra={"idempotencyKey": idempotency_key},
+            )
+            raise ProviderError("The payment provider's answer did not match the request")
+        return str(answer["id"])
 
     # ---- builders (Connect) ------------------------------------------------------------
 

@@ -57,6 +57,8 @@ class FakeStripe:
     charge_error: str | None = None
     drop_charge_answers: int = 0
     fail_transfers: bool = False
+    # Fields laid over every payment intent answer (an answer the API description does not allow).
+    intent_answer_override: dict[str, Any] = field(default_factory=dict)
     base_url: str = ""
     customers: dict[str, dict[str, Any]] = field(default_factory=dict)
     setup_intents: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -422,6 +424,7 @@ async def create_payment_intent(request: web.Request) -> web.StreamResponse:
             decline_code=code if code == "authentication_required" else "generic_decline",
             payment_intent=intent,
         )
+    intent.update(fake.intent_answer_override)
     fake.payment_intents[intent_id] = intent
     if key:
         fake.idempotent[key] = (200, intent)
