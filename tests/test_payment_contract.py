@@ -17,7 +17,7 @@ from tests.billing_helpers import (
     post_event,
     start_fake_stripe,
 )
-from tests.conftest import app_store
+from tests.conftest import app_store, signup
 from tests.fakes.stripe import API_VERSION
 
 SEPTEMBER = {"periodStart": "2026-09-01T00:00:00Z", "periodEnd": "2026-10-01T00:00:00Z"}
@@ -27,6 +27,46 @@ def test_the_vendored_description_is_the_sdks_api_version() -> None:
     from tests.fakes.stripe_contract import spec
 
     assert spec()["info"]["version"] == stripe.api_version == API_VERSION
+
+
+def test_the_refresh_script_extracts_our_operations_from_a_published_description() -> None:
+    """`--spec` on a miniature of spec3.json: our operations, the components their answers
+    reference (to the depth asked), nothing else."""
+    from scripts.stripe_openapi import ENDPOINTS, from_spec
+
+    form = "application/x-www-form-urlencoded"
+    paths: dict[str, Any] = {}
+    for method, path, _, _, component in ENDPOINTS:
+        operation: dict[str, Any] = {
+            "responses": {"200": {"content": {"application/json": {"schema": {"$ref": f"#/c/{component}"}}}}}
+        }
+        if method == "post":
+            body = {"type": "object", "properties": {"metadata": {"type": "object"}}}
+            operation["requestBody"] = {"content": {form: {"schema": body}}}
+        else:
+            operation["parameters"] = [{"in": "query", "name": "expand", "schema": {"type": "array"}}]
+        paths.setdefault(path, {})[method] = operation
+    paths["/v1/refunds"] = {"post": {"responses": {}}}
+    names = {component for *_, component in ENDPOINTS} | {"transfer"}
+    schemas = {
+        name: {"type": "object", "properties": {"nested": {"$ref": "#/components/schemas/deep"}}}
+        for name in names
+    }
+    schemas["deep"] = {"type": "object", "properties": {"deeper": {"$ref": "#/components/schemas/deepest"}}}
+    schemas["deepest"] = {"type": "object", "description": "dropped"}
+    schemas["refund"] = {"type": "object"}
+    spec = {"info": {"version": "2026-10-28.endive"}, "paths": paths, "components": {"schemas": schemas}}
+    doc = from_spec(spec, depth=1)
+    assert "/v1/refunds" not in doc["paths"] and "refund" not in doc["components"]["schemas"]
+    operation = doc["paths"]["/v1/payment_intents"]["post"]
+    assert operation["requestBody"]["content"][form]["schema"]["properties"] == {
+        "metadata": {"type": "object"}
+    }
+    get = doc["paths"]["/v1/accounts/{account}"]["get"]["requestBody"]["content"][form]["schema"]
+    assert get["properties"] == {"expand": {"type": "array"}}
+    assert "deep" in doc["components"]["schemas"]
+    assert doc["components"]["schemas"]["deep"]["properties"]["deeper"] == {}  # past the depth
+    assert doc["info"]["version"] == "2026-10-28.endive"
 
 
 # ---- defect 3: off-session charges are card-only and never redirect ------------------------------
@@ -342,7 +382,7 @@ async def test_an_event_whose_apply_crashed_is_applied_on_redelivery(
 ) -> None:
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
-    builder_cookie = (await __import__("tests.conftest", fromlist=["signup"]).signup(client)).cookie
+    builder_cookie = (await signup(client)).cookie
     await client.post(
         "/api/stripe/connect/onboard", json={"returnUrl": "https://app.example.com/p"}, headers=builder_cookie
     )
@@ -451,8 +491,6 @@ async def test_a_reversed_transfer_is_recorded_and_not_paid_again(
 
 
 async def test_account_updates_set_the_payout_status(make_client: Any, aiohttp_server: Any) -> None:
-    from tests.conftest import signup
-
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
     builder = await signup(client)
