@@ -568,3 +568,25 @@ async def test_events_about_objects_we_do_not_know_change_nothing_and_are_record
     assert await app_store(client)["payment_events"].count_documents({}) == 4
     stored = await app_store(client)["invoices"].find_one({"_id": invoice["_id"]})
     assert (stored["status"], stored["payout"]) == ("paid", "held")  # an out-of-date attempt changes nothing
+
+
+async def test_an_org_stored_before_the_provider_status_was_kept_is_not_blocked(
+    make_client: Any, aiohttp_server: Any
+) -> None:
+    from tests.fakes.stripe import start_subscription
+    from tests.orgs_helpers import world
+
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    w = await world(client)
+    # What the earlier code left after an `incomplete` event: the id, no status, no provider status.
+    await app_store(client).orgs.update_one(
+        {"_id": w.org["id"]},
+        {"$set": {"paySubscriptionId": "sub_left_incomplete", "subscriptionStatus": None}},
+    )
+    session = await open_checkout(client, fake, w)
+    subscription = start_subscription(fake, session["id"], trial_days=0)
+    await deliver(client, fake, "checkout.session.completed", fake.checkout_sessions[session["id"]])
+    assert fake.subscriptions[subscription["id"]]["status"] == "active"
+    org = await app_store(client).orgs.find_one({"_id": w.org["id"]})
+    assert (org["plan"], org["paySubscriptionId"]) == ("pro", subscription["id"])

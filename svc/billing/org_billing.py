@@ -169,6 +169,8 @@ class OrgBilling:
                         {"paySubscriptionId": {"$in": [None, obj.get("subscription")]}},
                         {"subscriptionStatus": "cancelled"},  # the previous one has ended
                         {"payProviderStatus": {"$in": list(REPLACEABLE)}},
+                        # Written before the provider status was kept: never live, not a claim.
+                        {"subscriptionStatus": None, "payProviderStatus": {"$exists": False}},
                     ],
                 },
                 {"$set": {**changes, "trialUsed": True, "payProviderStatus": "claimed"}},
