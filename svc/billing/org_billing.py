@@ -179,7 +179,11 @@ class OrgBilling:
                 await self._duplicate({**org, "subscriptionStatus": "active"}, obj.get("subscription"))
                 return
             replaced = claimed.get("paySubscriptionId")
-            if replaced and replaced != obj.get("subscription"):
+            ended = claimed.get("subscriptionStatus") == "cancelled" or claimed.get("payProviderStatus") in (
+                "canceled",
+                "incomplete_expired",
+            )
+            if replaced and replaced != obj.get("subscription") and not ended:
                 await self._end_replaced(org_id, replaced)
             if obj.get("subscription") and self.provider is not None:
                 try:
@@ -229,13 +233,16 @@ class OrgBilling:
     async def _end_replaced(self, org_id: str, subscription_id: str) -> None:
         """End a subscription that paid for nothing (incomplete, paused) once a new one replaced
         it, so it can never start billing the org as well."""
-        if self.provider is not None:
-            try:
-                current = await self.provider.subscription(subscription_id)
-                if current.get("status") not in ("canceled", "incomplete_expired"):
-                    await self.provider.cancel_now(subscription_id)
-            except ProviderError:
-                log.error("could not end a replaced subscription", extra={"orgId": org_id})
+        if self.provider is None:
+            return
+        try:
+            current = await self.provider.subscription(subscription_id)
+            if current.get("status") in ("canceled", "incomplete_expired"):
+                return  # it ended by itself meanwhile
+            await self.provider.cancel_now(subscription_id)
+        except ProviderError:
+            log.error("could not end a replaced subscription", extra={"orgId": org_id})
+            return
         await self.orgs.audit.record(
             org_id, "billing.replaced_cancelled", SYSTEM, {"subscriptionId": subscription_id}
         )
