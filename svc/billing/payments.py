@@ -377,9 +377,11 @@ class _translated:
             ) from None
         if isinstance(exc, REFUSED):
             # Refused before anything happened (the provider keeps no idempotent result for it).
-            raise ProviderRefused(f"The payment provider refused the request: {reason}", exc.code, busy=False)
+            raise ProviderRefused(
+                f"The payment provider refused the request: {reason}", exc.code, busy=False
+            ) from None
         # 5xx or no answer: whether it acted is unknown (the SDK already retried with the same key).
-        raise ProviderError(f"The payment provider refused the request: {reason}")
+        raise ProviderError(f"The payment provider failed; the outcome is unknown: {reason}") from None
 
 
 # 4xx answers that say nothing was done. An IdempotencyError is not one of them: the key's
