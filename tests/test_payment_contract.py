@@ -29,6 +29,35 @@ def test_the_vendored_description_is_the_sdks_api_version() -> None:
     assert spec()["info"]["version"] == stripe.api_version == API_VERSION
 
 
+def test_the_check_refuses_what_the_real_api_would() -> None:
+    """The shapes the check caught (docs/payments.md), kept caught."""
+    from tests.fakes.stripe_contract import check_object, check_request, check_response
+
+    charge = {"amount": "300", "currency": "usd", "confirm": "true", "metadata": {"invoiceId": "inv_1"}}
+    assert check_request("POST", "/v1/payment_intents", charge) == []
+    assert check_request("POST", "/v1/payment_intents", {**charge, "payment_method_types": ["card"]})
+    assert check_request("POST", "/v1/payment_intents", {**charge, "amount": "3.00"})
+    assert check_request("POST", "/v1/payment_intents", {"currency": "usd"})  # amount is required
+    assert check_request("POST", "/v1/refunds", {"payment_intent": "pi_1"})  # not an operation we describe
+    intent = {
+        "id": "pi_1",
+        "object": "payment_intent",
+        "amount": 300,
+        "currency": "usd",
+        "status": "succeeded",
+    }
+    assert check_response("POST", "/v1/payment_intents", 200, intent) == []
+    assert check_response("POST", "/v1/payment_intents", 200, {**intent, "idempotency_key": "k"})
+    assert check_response(
+        "POST", "/v1/account_links", 200, {"object": "account_link", "url": "u", "return_url": "r"}
+    )
+    assert check_object("subscription", {"id": "sub_1", "object": "subscription", "current_period_end": 1})
+    assert check_response(
+        "POST", "/v1/customers", 400, {"error": {"type": "invalid_request_error", "code": None}}
+    )
+    assert check_response("POST", "/v1/customers", 400, {"error": {"type": "invalid_request_error"}}) == []
+
+
 def test_the_refresh_script_extracts_our_operations_from_a_published_description() -> None:
     """`--spec` on a miniature of spec3.json: our operations, the components their answers
     reference (to the depth asked), nothing else."""
