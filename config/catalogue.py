@@ -31,3 +31,5 @@ AUTHORING: dict[str, AuthoringModels] = {
     for name, spec in _RAW["authoring"].items()  # type: ignore[attr-defined]
 }
 UPSTREAM: dict[str, str] = dict(_RAW["upstream"])  # type: ignore[arg-type]
+# The platform of an install body that names none (spec: POST /api/installs).
+DEFAULT_PLATFORM = "orchA"

@@ -7,9 +7,9 @@ import pytest
 from plugins.egress import EgressDenied
 from plugins.manager import Plugins
 from plugins.types import DeployedAgent, DeprovisionContext, PlatformError, ProvisionContext
-from tests.conftest import bearer, create_key, signup
 from tests.fakes.orch_a import FakePaperclip
-from tests.templates_helpers import agent, definition, publish_template
+from tests.support.accounts import bearer, create_key, signup
+from tests.support.templates import agent, definition, publish_template
 
 TEAM = {
     "agents": [

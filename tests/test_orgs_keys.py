@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from svc.core import tokens
-from tests.conftest import app_store, bearer, create_key
-from tests.installs_helpers import list_installs, mine, published_team, svc_install
-from tests.orgs_helpers import ok, org_key, send, world
-from tests.templates_helpers import create_template, get_template, patch
+from tests.support.accounts import app_store, bearer, create_key
+from tests.support.installs import list_installs, mine, published_team, svc_install
+from tests.support.orgs import ok, org_key, send, world
+from tests.support.templates import create_template, get_template, patch
 
 
 async def test_org_keys_are_shown_once_and_stored_as_a_hash(make_client):

@@ -9,7 +9,9 @@ from typing import Any
 
 import stripe
 
-from tests.billing_helpers import (
+from tests.fakes.stripe import API_VERSION
+from tests.support.accounts import app_store, signup
+from tests.support.billing import (
     CARD,
     charge_cycle,
     paid_install,
@@ -17,8 +19,6 @@ from tests.billing_helpers import (
     post_event,
     start_fake_stripe,
 )
-from tests.conftest import app_store, signup
-from tests.fakes.stripe import API_VERSION
 
 SEPTEMBER = {"periodStart": "2026-09-01T00:00:00Z", "periodEnd": "2026-10-01T00:00:00Z"}
 
@@ -152,7 +152,7 @@ async def test_a_refused_charge_releases_its_claim_and_leaves_the_period_billabl
 async def test_cancel_after_a_refused_charge_still_bills_that_usage(
     make_client: Any, aiohttp_server: Any
 ) -> None:
-    from tests.billing_helpers import report
+    from tests.support.billing import self_report as report
 
     fake = await start_fake_stripe(aiohttp_server, charge_error="invalid_request")
     client = await make_client(**payment_settings(fake))
@@ -278,7 +278,7 @@ async def deliver(
 
 
 async def open_checkout(client: Any, fake: Any, w: Any) -> dict[str, Any]:
-    from tests.orgs_helpers import ok, send
+    from tests.support.orgs import ok, send
 
     await ok(await send(client, w.owner, "POST", f"{w.base}/billing/checkout"))
     return dict(list(fake.checkout_sessions.values())[-1])
@@ -288,7 +288,7 @@ async def test_checkout_completed_after_an_incomplete_subscription_keeps_the_pai
     make_client: Any, aiohttp_server: Any
 ) -> None:
     from tests.fakes.stripe import start_subscription
-    from tests.orgs_helpers import world
+    from tests.support.orgs import world
 
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
@@ -323,7 +323,7 @@ async def test_an_incomplete_subscription_that_becomes_active_makes_the_org_pro(
     make_client: Any, aiohttp_server: Any
 ) -> None:
     from tests.fakes.stripe import start_subscription
-    from tests.orgs_helpers import world
+    from tests.support.orgs import world
 
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
@@ -341,7 +341,7 @@ async def test_an_incomplete_subscription_that_becomes_active_makes_the_org_pro(
 
 async def test_a_deleted_subscription_returns_the_org_to_free(make_client: Any, aiohttp_server: Any) -> None:
     from tests.fakes.stripe import start_subscription
-    from tests.orgs_helpers import world
+    from tests.support.orgs import world
 
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
@@ -381,7 +381,7 @@ async def test_concurrent_deliveries_of_one_event_apply_it_once(
     import asyncio
 
     from tests.fakes.stripe import start_subscription
-    from tests.orgs_helpers import audit_actions, world
+    from tests.support.orgs import audit_actions, world
 
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
@@ -602,7 +602,7 @@ async def test_an_org_stored_before_the_provider_status_was_kept_is_not_blocked(
     make_client: Any, aiohttp_server: Any
 ) -> None:
     from tests.fakes.stripe import start_subscription
-    from tests.orgs_helpers import world
+    from tests.support.orgs import world
 
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))

@@ -8,8 +8,8 @@ import jsonschema
 import pytest
 
 from api.context import ROUTE_TABLE
-from svc.templates.templates import PricingOut, TemplateList, TemplateOut, VersionList
-from tests.conftest import bearer, create_key, signup
+from svc.templates.resources import PricingOut, TemplateList, TemplateOut, VersionList
+from tests.support.accounts import bearer, create_key, signup
 
 VALID = {
     "version": "v1",

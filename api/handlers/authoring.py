@@ -8,10 +8,8 @@ from typing import Any
 from aiohttp import web
 
 from api.context import services
-from api.errors import error_response
 from api.routing import RouteTable
 from api.sse import relay
-from plugins.types import ProviderError
 from svc.authoring import AssistBody, GenerateBody, TestChatBody
 
 routes = RouteTable()
@@ -20,12 +18,8 @@ routes = RouteTable()
 async def streamed(
     request: web.Request, start: Callable[[], AsyncIterator[dict[str, Any]]]
 ) -> web.StreamResponse:
-    """Validate and start (a 503 before streaming when the provider is not configured), then relay."""
-    try:
-        events = start()
-    except ProviderError as exc:
-        return error_response(503, exc.detail)
-    return await relay(request, events)
+    """Validate and start (an unconfigured provider is a 503 before streaming: api/errors.py), then relay."""
+    return await relay(request, start())
 
 
 @routes.post("/api/templates/generate", auth="K", body=GenerateBody)

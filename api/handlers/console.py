@@ -7,7 +7,8 @@ from pydantic import BaseModel, Field
 
 from api.context import principal, services
 from api.routing import RouteTable
-from svc.core import Conflict, NotFound
+from api.timeline import timeline_response
+from svc.core import Conflict, NotFound, TimelineQuery
 from svc.runtime import (
     MAX_DRAFT_ID,
     BulkBody,
@@ -85,6 +86,22 @@ async def toggle_schedule(request: web.Request, body: ToggleBody) -> web.Respons
     """Switch the schedule on or off."""
     svc = services(request)
     result = await svc.schedules.toggle(principal(request), request.match_info["id"], body.enabled)
+    return web.json_response(result)
+
+
+@routes.get("/api/installs/{id}/audit", auth="K/S", query=TimelineQuery)
+async def install_timeline(request: web.Request, query: TimelineQuery) -> web.Response:
+    """The install's audit timeline (gates, egress verdicts, keys, secrets, schedules, billing)."""
+    events, following = await services(request).installs.timeline(
+        principal(request), request.match_info["id"], query
+    )
+    return timeline_response(request, events, following)
+
+
+@routes.post("/api/installs/{id}/schedule/trigger", auth="K/S")
+async def trigger_schedule(request: web.Request) -> web.Response:
+    """Run the scheduled task now, as a schedule run (the backlog policy applies)."""
+    result = await services(request).schedules.trigger(principal(request), request.match_info["id"])
     return web.json_response(result)
 
 

@@ -6,6 +6,8 @@ from aiohttp import web
 
 from api.context import services, user_id
 from api.routing import RouteTable
+from api.timeline import timeline_response
+from svc.core import TimelineQuery
 from svc.orgs import (
     AnalyticsQuery,
     ApprovalDecisionBody,
@@ -98,21 +100,23 @@ async def transfer_org(request: web.Request, body: TransferBody) -> web.Response
 @routes.post(ORG + "/invitations", auth="S", body=InvitationBody)
 async def invite(request: web.Request, body: InvitationBody) -> web.Response:
     """Invite an email as admin or member; the link is mailed at once (owner, admin)."""
-    invitation = await services(request).orgs.invite(user_id(request), slug(request), body)
+    invitation = await services(request).org_invitations.invite(user_id(request), slug(request), body)
     return web.json_response({"invitation": invitation})
 
 
 @routes.get(ORG + "/invitations", auth="S")
 async def list_invitations(request: web.Request) -> web.Response:
     """Pending invitations that have not expired (owner, admin)."""
-    items = await services(request).orgs.invitations(user_id(request), slug(request))
+    items = await services(request).org_invitations.invitations(user_id(request), slug(request))
     return web.json_response({"invitations": items})
 
 
 @routes.delete(ORG + "/invitations/{id}", auth="S")
 async def cancel_invitation(request: web.Request) -> web.Response:
     """Cancel an invitation (owner, admin)."""
-    await services(request).orgs.cancel_invitation(user_id(request), slug(request), request.match_info["id"])
+    await services(request).org_invitations.cancel_invitation(
+        user_id(request), slug(request), request.match_info["id"]
+    )
     return web.json_response({"ok": True})
 
 
@@ -120,55 +124,55 @@ async def cancel_invitation(request: web.Request) -> web.Response:
 async def accept_invitation(request: web.Request) -> web.Response:
     """Join the org of an invitation sent to the signed-in user's email: {ok, org, role}."""
     return web.json_response(
-        await services(request).orgs.accept(user_id(request), request.match_info["token"])
+        await services(request).org_invitations.accept(user_id(request), request.match_info["token"])
     )
 
 
 @routes.get(ORG + "/keys", auth="S")
 async def list_org_keys(request: web.Request) -> web.Response:
     """The org's keys without values (members)."""
-    return web.json_response({"keys": await services(request).orgs.keys(user_id(request), slug(request))})
+    return web.json_response({"keys": await services(request).org_keys.keys(user_id(request), slug(request))})
 
 
 @routes.post(ORG + "/keys", auth="S", body=OrgKeyBody)
 async def create_org_key(request: web.Request, body: OrgKeyBody) -> web.Response:
     """A new org key, shown once (owner, admin): {id, key, label, createdAt}."""
-    created = await services(request).orgs.create_key(user_id(request), slug(request), body)
+    created = await services(request).org_keys.create_key(user_id(request), slug(request), body)
     return web.json_response(created)
 
 
 @routes.delete(ORG + "/keys/{id}", auth="S", status=204)
 async def revoke_org_key(request: web.Request) -> web.Response:
     """Revoke an org key at once (owner, admin): 204."""
-    await services(request).orgs.revoke_key(user_id(request), slug(request), request.match_info["id"])
+    await services(request).org_keys.revoke_key(user_id(request), slug(request), request.match_info["id"])
     return web.Response(status=204)
 
 
 @routes.patch(ORG + "/settings/governance", auth="S", body=GovernanceBody)
 async def set_governance(request: web.Request, body: GovernanceBody) -> web.Response:
     """Require approval of new deployments, or stop requiring it (owner, admin; Pro): {org}."""
-    org = await services(request).orgs.set_governance(user_id(request), slug(request), body)
+    org = await services(request).org_approvals.set_governance(user_id(request), slug(request), body)
     return web.json_response({"org": org})
 
 
 @routes.get(ORG + "/approvals", auth="S", query=ApprovalsQuery)
 async def list_approvals(request: web.Request, query: ApprovalsQuery) -> web.Response:
     """Approval requests, newest first, optionally of one status (members; Pro)."""
-    items = await services(request).orgs.approvals(user_id(request), slug(request), query.status)
+    items = await services(request).org_approvals.approvals(user_id(request), slug(request), query.status)
     return web.json_response({"approvals": items})
 
 
 @routes.post(ORG + "/approvals", auth="S", body=ApprovalRequestBody)
 async def request_approval(request: web.Request, body: ApprovalRequestBody) -> web.Response:
     """Ask for approval of an org install; owners and admins are emailed (members; Pro)."""
-    approval = await services(request).orgs.create_approval(user_id(request), slug(request), body)
+    approval = await services(request).org_approvals.create_approval(user_id(request), slug(request), body)
     return web.json_response({"approval": approval})
 
 
 @routes.patch(ORG + "/approvals/{id}", auth="S", body=ApprovalDecisionBody)
 async def decide_approval(request: web.Request, body: ApprovalDecisionBody) -> web.Response:
     """Approve or reject a pending request; the requestor is emailed (owner, admin; Pro)."""
-    approval = await services(request).orgs.decide(
+    approval = await services(request).org_approvals.decide(
         user_id(request), slug(request), request.match_info["id"], body
     )
     return web.json_response({"approval": approval})
@@ -178,28 +182,32 @@ async def decide_approval(request: web.Request, body: ApprovalDecisionBody) -> w
 async def list_org_secrets(request: web.Request) -> web.Response:
     """Secret names and dates, never values (members; Pro)."""
     return web.json_response(
-        {"secrets": await services(request).orgs.secrets(user_id(request), slug(request))}
+        {"secrets": await services(request).org_secrets.secrets(user_id(request), slug(request))}
     )
 
 
 @routes.post(ORG + "/secrets", auth="S", body=SecretBody)
 async def set_org_secret(request: web.Request, body: SecretBody) -> web.Response:
     """Create or replace a secret; the key is normalised to UPPER_SNAKE_CASE (owner, admin; Pro)."""
-    key = await services(request).orgs.set_secret(user_id(request), slug(request), body)
+    key = await services(request).org_secrets.set_secret(user_id(request), slug(request), body)
     return web.json_response({"ok": True, "key": key})
 
 
 @routes.delete(ORG + "/secrets/{key}", auth="S", status=204)
 async def delete_org_secret(request: web.Request) -> web.Response:
     """Delete a secret (owner, admin; Pro): 204."""
-    await services(request).orgs.delete_secret(user_id(request), slug(request), request.match_info["key"])
+    await services(request).org_secrets.delete_secret(
+        user_id(request), slug(request), request.match_info["key"]
+    )
     return web.Response(status=204)
 
 
 @routes.get(ORG + "/billing/status", auth="S")
 async def billing_status(request: web.Request) -> web.Response:
     """The plan and subscription state (members)."""
-    return web.json_response(await services(request).orgs.billing_status(user_id(request), slug(request)))
+    return web.json_response(
+        await services(request).org_plans.billing_status(user_id(request), slug(request))
+    )
 
 
 @routes.post(ORG + "/billing/checkout", auth="S")
@@ -224,6 +232,13 @@ async def billing_cancel(request: web.Request) -> web.Response:
 async def audit_log(request: web.Request, query: AuditQuery) -> web.Response:
     """Audit events, newest first, paged (owner, admin; Pro)."""
     return web.json_response(await services(request).orgs.audit_log(user_id(request), slug(request), query))
+
+
+@routes.get(ORG + "/audit/timeline", auth="S", query=TimelineQuery)
+async def org_timeline(request: web.Request, query: TimelineQuery) -> web.Response:
+    """The org's one audit timeline: its events and its installs', newest first, by cursor (Pro)."""
+    events, following = await services(request).orgs.timeline(user_id(request), slug(request), query)
+    return timeline_response(request, events, following)
 
 
 @routes.get(ORG + "/analytics", auth="S", query=AnalyticsQuery)

@@ -7,7 +7,6 @@ from aiohttp import web
 from api.context import principal, services
 from api.errors import error_response
 from api.routing import RouteTable
-from plugins.types import ProviderError
 from svc.runtime import HeartbeatBody, RunBody, RunScope, RuntimeTestBody, TeamRunner, WebhookBody, read_back
 
 routes = RouteTable()
@@ -45,10 +44,7 @@ async def runtime_webhook_test(request: web.Request, body: RuntimeTestBody) -> w
     runner = TeamRunner(svc.llm, svc.security_log)
     scope = RunScope("runtime-test", "runtime-test", {}, False, svc.settings.judge_model)
     agent = {"key": "test", "name": "Test agent", "model": TEST_MODEL, "prompt": body.systemPrompt}
-    try:
-        result = await runner.run_agent(scope, agent, body.task)
-    except ProviderError as exc:
-        return error_response(502, exc.detail)
+    result = await runner.run_agent(scope, agent, body.task)
     if result.status != "completed":
         return error_response(502, result.error or "The run failed")
     return web.json_response({"response": result.response})

@@ -25,6 +25,7 @@ from plugins.types import (
     PlatformCapabilities,
     PlatformError,
     PlatformInfo,
+    PlatformTraits,
     ProvisionContext,
     ProvisionResult,
 )
@@ -56,6 +57,12 @@ INFO = PlatformInfo(
             "cwd",
         }
     ),
+    traits=PlatformTraits(
+        uses_secrets=True,
+        secrets_updatable=True,
+        heartbeats=True,
+        top_level_credentials=frozenset({"orchABaseUrl", "orchAApiKey"}),
+    ),
 )
 
 
@@ -70,8 +77,6 @@ def svc_validate_install(
     platform: str, fields: dict[str, Any], definition: dict[str, Any]
 ) -> list[str] | None:
     """A company (id or name to create), an http(s) base URL, a key; webhook URLs must be http(s)."""
-    if platform != PLATFORM:
-        return None
     problems = []
     credentials = fields.get("credentials") or {}
     base = str(credentials.get("orchABaseUrl", ""))
@@ -194,8 +199,6 @@ class Client:
 @hookimpl
 async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionResult | None:
     """Create the company (if asked), then the agents, managers first; undo all on failure."""
-    if platform != PLATFORM:
-        return None
     client = Client(context.credentials, context.allow_private)
     created: list[str] = []
     created_company: str | None = None
@@ -251,8 +254,6 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
 @hookimpl
 async def svc_deprovision(platform: str, context: DeprovisionContext) -> DeprovisionResult | None:
     """Delete every provisioned agent; failures become warnings, a refused key a 502."""
-    if platform != PLATFORM:
-        return None
     client = Client(context.credentials, context.allow_private)
     deleted, warnings = 0, []
     try:

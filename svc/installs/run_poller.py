@@ -23,12 +23,10 @@ from config.settings import Settings
 from plugins.manager import Plugins
 from plugins.types import DeployedAgent, PlatformError, PollContext, RunReport
 from svc.core import Document, Store, Vault, aware, iso, utcnow
-from svc.runs.runs import Runs
+from svc.runs import Runs
 
 log = logging.getLogger(__name__)
 
-# Platforms without push reporting (spec: orchB runs are counted by polling the conversation list).
-POLLED_PLATFORMS = ("orchB",)
 # Installs polled at the same time: bounds the upstream connections one round opens.
 CONCURRENCY = 8
 
@@ -56,8 +54,11 @@ class RunPoller:
     async def poll_once(self, now: datetime | None = None) -> int:
         """Poll every active install once; the number of new runs recorded."""
         now = now or utcnow()
+        # Platforms without push reporting (their `polled` trait; spec: orchB's runs are counted
+        # by polling its conversation list).
+        polled = [p.id for p in self.plugins.platforms() if p.traits.polled]
         installs = self.store.installs.find(
-            {"platform": {"$in": list(POLLED_PLATFORMS)}, "status": "completed"},
+            {"platform": {"$in": polled}, "status": "completed"},
             {"definition": 0, "secretsEncrypted": 0},
         )
         limit = asyncio.Semaphore(CONCURRENCY)

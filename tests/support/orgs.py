@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.context import SERVICES
-from tests.conftest import Caller, app_store, bearer, signup
+from tests.support.accounts import Caller, app_store, bearer, signup
 
 LINK = re.compile(r"/invitations/([A-Za-z0-9_-]+)")
 
@@ -108,12 +108,12 @@ async def world(client: Any, *, pro: bool = False) -> World:
 
 
 async def make_pro(client: Any, org_id: str, status: str = "active") -> dict[str, Any]:
-    """Make the org Pro the way the payment webhook will: through Orgs.apply_subscription.
+    """Make the org Pro the way the payment webhook will: through Plans.apply_subscription.
 
     The payment-provider calls are another engineer's work; the domain function they call
     is the single place plans change, so tests use it rather than writing `plan` directly.
     """
-    orgs = client.server.app[SERVICES].orgs
+    orgs = client.server.app[SERVICES].org_plans
     return dict(
         await orgs.apply_subscription(
             org_id,
