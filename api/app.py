@@ -65,6 +65,7 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
     app[ROUTE_TABLE] = (*ROUTES, *extra_routes)
     for route in app[ROUTE_TABLE]:
         app.router.add_route(route.method, route.path, guarded(route))
+    app.router.add_routes(openapi.pages)
     app.cleanup_ctx.extend([database, ray_runtime, domain_services])
     return app
 

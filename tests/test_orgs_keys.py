@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from svc.core import tokens
 from tests.support.accounts import app_store, bearer, create_key
-from tests.support.installs import list_installs, mine, published_team, managed_install
+from tests.support.installs import list_installs, managed_install, mine, published_team
 from tests.support.orgs import ok, org_key, send, world
 from tests.support.templates import create_template, get_template, patch
 

@@ -13,7 +13,7 @@ from api.context import SERVICES
 from svc.core.clock import utcnow
 from svc.core.store import Store
 from tests.support.accounts import app_store, bearer, create_key, signup
-from tests.support.installs import list_installs, published_team, managed_install
+from tests.support.installs import list_installs, managed_install, published_team
 from tests.support.orgs import audit_actions, create_org, invite, make_pro, ok, org_key, send, world
 from tests.support.templates import create_template, patch
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from api.bodies import read_json
 from api.context import PRINCIPAL, principal, services
 from api.routing import RouteTable
+from api.schemas import ExportSchemaDocument, TeamSchemaDocument, TemplateExportDocument, VersionDiff
 from svc.identity import Principal
 from svc.templates import (
     LIST_DEFAULT,
@@ -138,13 +139,13 @@ async def set_pricing(request: web.Request, body: PricingBody) -> web.Response:
     return web.json_response(await services(request).templates.set_pricing(principal(request), body))
 
 
-@routes.get("/api/schema/team/v1.json", auth="P")
+@routes.get("/api/schema/team/v1.json", auth="P", response=TeamSchemaDocument)
 async def team_schema(request: web.Request) -> web.Response:
     """JSON Schema (draft-07) of a team definition, generated from the models."""
     return web.Response(body=SCHEMA_BODY, content_type="application/schema+json", headers=SCHEMA_HEADERS)
 
 
-@routes.get("/api/schema/template-export/v1.json", auth="P")
+@routes.get("/api/schema/template-export/v1.json", auth="P", response=ExportSchemaDocument)
 async def export_format_schema(request: web.Request) -> web.Response:
     """JSON Schema (draft-07) of the template export document."""
     return web.Response(
@@ -152,7 +153,13 @@ async def export_format_schema(request: web.Request) -> web.Response:
     )
 
 
-@routes.get("/api/templates/{id}/export", auth="P", optional_key=True, query=ExportQuery)
+@routes.get(
+    "/api/templates/{id}/export",
+    auth="P",
+    optional_key=True,
+    query=ExportQuery,
+    response=TemplateExportDocument,
+)
 async def export_template(request: web.Request, query: ExportQuery) -> web.Response:
     """One self-contained JSON document of the template (with its version history if asked)."""
     document = await services(request).portability.export(
@@ -170,7 +177,7 @@ async def import_template(request: web.Request, query: ImportQuery) -> web.Respo
     return web.json_response(created, status=201)
 
 
-@routes.get("/api/templates/{id}/versions/{a}/diff/{b}", auth="P", optional_key=True)
+@routes.get("/api/templates/{id}/versions/{a}/diff/{b}", auth="P", optional_key=True, response=VersionDiff)
 async def diff_versions(request: web.Request) -> web.Response:
     """A structured diff of two published versions, with the bump class and its reasons."""
     info = request.match_info
