@@ -154,7 +154,7 @@ async def test_charge_cycle_charges_once_with_the_fee_split(make_client: Any, ai
     assert intent["customer"] == deal.customer_id and intent["payment_method"] == CARD
     assert intent["application_fee_amount"] == 100  # 10% of 10.01, rounded
     assert intent["transfer_data"] == {"destination": account_id}
-    assert intent["idempotency_key"]
+    assert fake.intent_keys[intent["id"]]
     again = await charge_cycle(client, installId=deal.install_id, amountCents=1001, **period)
     assert await again.json() == {"status": "already_paid", "invoiceId": body["invoiceId"]}
     assert len(fake.succeeded_charges()) == 1
@@ -571,7 +571,9 @@ async def test_held_builder_shares_are_paid_out_once_onboarding_completes(
     body = await (await charge_cycle(client, installId=deal.install_id, amountCents=1000, **september)).json()
     invoice = await app_store(client)["invoices"].find_one({"_id": body["invoiceId"]})
     assert invoice["payout"] == "held" and fake.transfers == {}
-    account_id = await onboarded(client, fake, deal.builder)  # the status call sees it active
+    account_id = await onboarded(client, fake, deal.builder)  # the status call sees it active...
+    assert fake.transfers == {}  # ...and, a read, moves no money
+    await post_event(client, fake, fake.event("account.updated", fake.accounts[account_id]))
     [transfer] = fake.transfers.values()
     assert (transfer["amount"], transfer["destination"]) == (900, account_id)
     invoice = await app_store(client)["invoices"].find_one({"_id": body["invoiceId"]})
