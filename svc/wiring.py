@@ -113,7 +113,7 @@ def build_services(
         if settings.stripe_api_key
         else None
     )
-    charges = Charges(store, mailer, provider)
+    charges = Charges(store, mailer, provider, installs)
     org_billing = OrgBilling(store, org_access, audit, plans, provider, settings)
     multiplier = settings.rate_limit_multiplier
     return Services(
@@ -150,7 +150,7 @@ def build_services(
         org_secrets=org_secrets,
         usage=UsageReport(store),
         charges=charges,
-        payouts=Payouts(store, charges, provider, org_billing.handle_event),
+        payouts=Payouts(store, accounts, charges, provider, org_billing.handle_event),
         org_billing=org_billing,
     )
 

@@ -55,10 +55,7 @@ async def charge_cycle(request: web.Request, body: ChargeCycleBody) -> web.Respo
 @routes.patch("/api/stripe/installs/{installId}/cancel", auth="S", response=CancelBillingReply)
 async def cancel_install(request: web.Request) -> web.Response:
     """Bill usage since the last paid period, send a receipt, cancel the install."""
-    domain = services(request)
-    result = await domain.charges.cancel_install(
-        user_id(request), request.match_info["installId"], domain.installs.retire
-    )
+    result = await services(request).charges.cancel_install(user_id(request), request.match_info["installId"])
     return web.json_response(result)
 
 

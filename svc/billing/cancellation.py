@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -17,11 +16,13 @@ from svc.core import (
     Document,
     NotFound,
     PaymentRequired,
+    Timeline,
     Unavailable,
+    actor_of,
     iso,
     utcnow,
 )
-from svc.installs import is_visible
+from svc.installs import deployer_reaches
 
 if TYPE_CHECKING:
     from svc.billing.charges import Charges
@@ -34,44 +35,20 @@ class CancelBilling:
         self.charges = charges
         self.store = charges.store
         self.mailer = charges.mailer
+        self.installs = charges.installs
 
-    async def cancel_install(
-        self, user_id: str, install_id: str, retire: Callable[[Document], Awaitable[None]]
-    ) -> Document:
+    async def cancel_install(self, user_id: str, install_id: str) -> Document:
         """Bill completed runs since the last paid period, mail a receipt, cancel the install."""
         self.charges.require_provider()
-        mine = {
-            "_id": install_id,
-            "$or": [{"deployedBy": user_id}, {"owner": {"kind": "user", "id": user_id}}],
-        }
-        install = await self.store.installs.find_one(mine)
-        if install is not None and install["owner"].get("kind") == "org":
-            # An org install: its deployer, while still a member of the org.
-            member = {"orgId": install["owner"]["id"], "userId": user_id}
-            if await self.store.org_members.find_one(member, {"_id": 1}) is None:
-                install = None
-        if install is None or not is_visible(install):
+        install = await self.store.installs.find_one({"_id": install_id})
+        # The install's deployer (for an org's install, while still a member): svc.installs.reach.
+        if install is None or not await deployer_reaches(self.store, user_id, install):
             raise NotFound("Install not found")
         if install["status"] == "cancelled":
             raise Conflict("Install is already cancelled")
         # Claim the cancellation, so a double click (or two tabs) bills and mails once.
         now = utcnow()
-        claimed = await self.store.installs.find_one_and_update(
-            {
-                "$and": [
-                    mine,
-                    {"status": install["status"]},
-                    {
-                        "$or": [
-                            {"cancellingAt": {"$exists": False}},
-                            {"cancellingAt": {"$lt": now - CLAIM_LEASE}},
-                        ]
-                    },
-                ]
-            },
-            {"$set": {"cancellingAt": now}},
-        )
-        if claimed is None:
+        if not await self.installs.claim_cancellation(install, now, CLAIM_LEASE):
             raise Conflict("A cancellation of this install is already in progress")
         template = await self.store["templates"].find_one({"_id": install["templateId"]}) or {}
         since = await self.charges.billed_until(install)
@@ -90,8 +67,13 @@ class CancelBilling:
                     charged, note = True, f"Charged {money(amount)} to the saved payment method."
                 except (PaymentRequired, BadGateway, Conflict, Unavailable) as exc:
                     note = f"{money(amount)} is due; the charge did not go through ({exc.message})."
-        await retire(install)
+        await self.installs.retire(install)
         await self._receipt(install, user_id, since, now, amount if charged else 0, note)
+        meta = {"charged": charged, "amountCents": amount if charged else 0, "dueCents": amount}
+        actor = actor_of(user_id, "session")
+        await Timeline(self.store).record(
+            "billing", "billing.cancelled", install_id=install_id, actor=actor, meta=meta
+        )
         return {"status": "cancelled", "charged": charged, "amountCents": amount if charged else 0}
 
     async def _receipt(

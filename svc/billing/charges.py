@@ -55,6 +55,7 @@ from svc.core import (
     PaymentRequired,
     RequestBody,
     Store,
+    Timeline,
     Timestamp,
     Unavailable,
     aware,
@@ -64,6 +65,7 @@ from svc.core import (
     utcnow,
 )
 from svc.identity import Principal
+from svc.installs import Installs
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +103,13 @@ class ChargeOutcome:
 class Charges:
     """Invoices and the calls that move money."""
 
-    def __init__(self, store: Store, mailer: Mailer, provider: PaymentProvider | None) -> None:
+    def __init__(
+        self, store: Store, mailer: Mailer, provider: PaymentProvider | None, installs: Installs
+    ) -> None:
         self.store = store
         self.mailer = mailer
         self.provider = provider
+        self.installs = installs
         # The rest of the money paths, one module each (the public methods below delegate).
         self.cancellation = CancelBilling(self)
         self.cycle = MonthlyCycle(self)
@@ -124,11 +129,9 @@ class Charges:
 
     # ---- the other money paths (svc/billing/cancellation.py, cycle.py, earnings.py) ------------
 
-    async def cancel_install(
-        self, user_id: str, install_id: str, retire: Callable[[Document], Awaitable[None]]
-    ) -> Document:
+    async def cancel_install(self, user_id: str, install_id: str) -> Document:
         """PATCH /api/stripe/installs/:id/cancel (CancelBilling.cancel_install)."""
-        return await self.cancellation.cancel_install(user_id, install_id, retire)
+        return await self.cancellation.cancel_install(user_id, install_id)
 
     async def run_cycle(
         self, cycle_end: datetime, now: datetime, renew: Callable[[], Awaitable[None]] | None = None
@@ -254,10 +257,16 @@ class Charges:
         )
         assert paid is not None
         log.info("install charged", extra={"installId": install["_id"], "amountCents": paid["amountCents"]})
+        meta = {"invoiceId": paid["_id"], "amountCents": paid["amountCents"], "source": source}
+        await Timeline(self.store).record("billing", "billing.charged", install_id=install["_id"], meta=meta)
         return ChargeOutcome(paid, charged_now=True)
 
     async def _attempt_failed(self, invoice: Document, failure: str, code: str | None) -> None:
         """Record a failed attempt on the invoice (nothing was charged) and end its claim."""
+        meta = {"invoiceId": invoice["_id"], "attempt": invoice["attempt"], "code": code, "error": failure}
+        await Timeline(self.store).record(
+            "billing", "billing.charge_failed", install_id=invoice["installId"], meta=meta
+        )
         await self._invoices.update_one(
             {"_id": invoice["_id"], "claim": invoice["claim"]},
             {

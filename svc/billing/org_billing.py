@@ -170,18 +170,8 @@ class OrgBilling:
             # `incomplete` or `paused` pays for nothing and is replaced. The claim marks the
             # provider status unknown until the subscription is read, so a racing completion
             # cannot take the org meanwhile.
-            claimed = await self.store.orgs.find_one_and_update(
-                {
-                    "_id": org_id,
-                    "$or": [
-                        {"paySubscriptionId": {"$in": [None, obj.get("subscription")]}},
-                        {"subscriptionStatus": "cancelled"},  # the previous one has ended
-                        {"payProviderStatus": {"$in": list(REPLACEABLE)}},
-                        # Written before the provider status was kept: never live, not a claim.
-                        {"subscriptionStatus": None, "payProviderStatus": {"$exists": False}},
-                    ],
-                },
-                {"$set": {**changes, "trialUsed": True, "payProviderStatus": "claimed"}},
+            claimed = await self.plans.claim_subscription(
+                org_id, obj.get("subscription"), changes, REPLACEABLE
             )
             if claimed is None:
                 await self._duplicate({**org, "subscriptionStatus": "active"}, obj.get("subscription"))
@@ -274,10 +264,7 @@ class OrgBilling:
         if isinstance(subscription.get("id"), str):
             # The provider's own status (the org's status maps several to none): whether a new
             # checkout may replace this subscription.
-            await self.store.orgs.update_one(
-                {"_id": org_id, "paySubscriptionId": {"$in": [None, subscription["id"]]}},
-                {"$set": {"payProviderStatus": str(subscription.get("status"))}},
-            )
+            await self.plans.note_provider_status(org_id, subscription["id"], str(subscription.get("status")))
         await self.plans.apply_subscription(
             org_id,
             status=status,

@@ -26,7 +26,7 @@ from svc.billing.payments import (
     unavailable,
 )
 from svc.core import Conflict, Document, NotFound, RequestBody, Store, Unprocessable, utcnow
-from svc.identity import EMAIL_PATTERN
+from svc.identity import EMAIL_PATTERN, Accounts
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +68,13 @@ class Payouts:
     def __init__(
         self,
         store: Store,
+        accounts: Accounts,
         charges: Charges,
         provider: PaymentProvider | None,
         subscription_handler: SubscriptionHandler | None = None,
     ) -> None:
         self.store = store
+        self.accounts = accounts
         self.charges = charges
         self.provider = provider
         # Subscription events go to the org plans (svc.billing.org_billing).
@@ -108,10 +110,7 @@ class Payouts:
                     dashboardUrl=CONNECT_DASHBOARD_URL,
                 ) from None
             # Two racing first calls: the first account written wins; the other is left unused.
-            await self.store.users.update_one(
-                {"_id": user_id, "payout.accountId": {"$exists": False}},
-                {"$set": {"payout": {"accountId": account_id, "status": "pending_onboarding"}}},
-            )
+            await self.accounts.set_payout_account(user_id, account_id)
             user = await self._user(user_id)
             account_id = user["payout"]["accountId"]
         return {"url": await provider_call(provider.onboarding_link(account_id, body.returnUrl))}
@@ -125,9 +124,7 @@ class Payouts:
         account = await provider_call(provider.payout_account(account_id))
         # A read: it stores what it saw, and never moves money (the provider's account event,
         # and the monthly job, pay held shares out).
-        await self.store.users.update_one(
-            {"_id": user_id, "payout.accountId": account_id}, {"$set": {"payout.status": account.status}}
-        )
+        await self.accounts.set_payout_status(account_id, account.status, user_id)
         if account.status != "active":
             return {"status": account.status}
         return {"status": "active", "dashboardUrl": await provider_call(provider.dashboard_link(account_id))}
@@ -184,9 +181,7 @@ class Payouts:
         if event.type in ("payment_intent.succeeded", "payment_intent.payment_failed"):
             await self.charges.payment_settled(obj, event.type == "payment_intent.succeeded")
         elif event.type == "account.updated" and isinstance(obj.get("id"), str):
-            user = await self.store.users.find_one_and_update(
-                {"payout.accountId": obj["id"]}, {"$set": {"payout.status": payout_status(obj)}}
-            )
+            user = await self.accounts.set_payout_status(obj["id"], payout_status(obj))
             if user is not None and payout_status(obj) == "active":
                 await self.charges.builders.requeue_declined(user["_id"])
                 await self.charges.pay_out_held(user["_id"])

@@ -134,9 +134,13 @@ class RunService:
         )
         read = await self.installs.plugins.heartbeat_task(install["platform"], beat)
         context = body.context or {}
-        task = (read.task if read else "") or str(context.get("task") or context.get("prompt") or "") or (
-            f"Heartbeat from the orchestrator (wake reason: {context.get('wakeReason') or 'scheduled'}; "
-            f"task id: {context.get('taskId') or 'none'}). Do your work for this wake-up and report."
+        task = (
+            (read.task if read else "")
+            or str(context.get("task") or context.get("prompt") or "")
+            or (
+                f"Heartbeat from the orchestrator (wake reason: {context.get('wakeReason') or 'scheduled'}; "
+                f"task id: {context.get('taskId') or 'none'}). Do your work for this wake-up and report."
+            )
         )
         payload = {
             "runId": tokens.new_id(),
