@@ -48,7 +48,8 @@ async def test_trigger_runs_the_scheduled_task_now_counted_once_as_a_schedule_ru
     assert await wait_for(done)
     assert await store["pipeline_runs"].count_documents({"installId": install_id, "source": "schedule"}) == 1
     record = await store["runs"].find_one({"installId": install_id, "runId": body["runId"]})
-    assert record is not None and record["source"] == "schedule"
+    # The install's actor was cold: its recovery must not take the handed-over run for an interrupted one.
+    assert record is not None and (record["source"], record["status"]) == ("schedule", "completed")
     event = await store["pipeline_events"].find_one({"installId": install_id, "eventType": "scheduler_run"})
     assert event["meta"]["manual"] is True and event["meta"]["runId"] == body["runId"]
     # The schedule's own next fire is untouched by a manual trigger.
