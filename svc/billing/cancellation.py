@@ -6,8 +6,8 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from svc.billing.charging import ChargeCore
 from svc.billing.leases import CLAIM_LEASE
 from svc.billing.usage import MIN_CHARGE_CENTS, install_amount, money
 from svc.core import (
@@ -24,14 +24,11 @@ from svc.core import (
 )
 from svc.installs import deployer_reaches
 
-if TYPE_CHECKING:
-    from svc.billing.charges import Charges
-
 
 class CancelBilling:
     """The deployer's cancel: one claim, one charge at most, one receipt."""
 
-    def __init__(self, charges: Charges) -> None:
+    def __init__(self, charges: ChargeCore) -> None:
         self.charges = charges
         self.store = charges.store
         self.mailer = charges.mailer

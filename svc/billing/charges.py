@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,6 +31,7 @@ from pymongo import DESCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from svc.billing.cancellation import CancelBilling
+from svc.billing.charging import ChargeOutcome
 from svc.billing.cycle import MonthlyCycle
 from svc.billing.earnings import Earnings
 from svc.billing.leases import CLAIM_LEASE, KEY_LIFETIME
@@ -90,14 +90,6 @@ def previous_month(now: datetime) -> tuple[datetime, datetime]:
     end = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     start = (end - timedelta(days=1)).replace(day=1)
     return start, end
-
-
-@dataclass(frozen=True)
-class ChargeOutcome:
-    """What a charge request came to."""
-
-    invoice: Document
-    charged_now: bool  # False: the period was paid before this call
 
 
 class Charges:

@@ -9,14 +9,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from svc.billing.charging import ChargeCore
 from svc.billing.leases import BATCH, CLAIM_LEASE, KEY_LIFETIME, UNBILLED_CANCEL
 from svc.billing.usage import MIN_CHARGE_CENTS, install_amount
 from svc.core import BadGateway, Conflict, PaymentRequired, Unavailable, aware, iso
-
-if TYPE_CHECKING:
-    from svc.billing.charges import Charges
 
 log = logging.getLogger("svc.billing.charges")
 
@@ -24,7 +22,7 @@ log = logging.getLogger("svc.billing.charges")
 class MonthlyCycle:
     """The billing job's charges, and the resumption of charges a dead process left."""
 
-    def __init__(self, charges: Charges) -> None:
+    def __init__(self, charges: ChargeCore) -> None:
         self.charges = charges
         self.store = charges.store
 

@@ -11,14 +11,12 @@ Reading a payout status never moves money.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from svc.billing.charging import ChargeCore
 from svc.billing.leases import BATCH, CLAIM_LEASE, KEY_LIFETIME
 from svc.billing.payments import PaymentDeclined, ProviderError, ProviderRefused
 from svc.core import Document, iso, utcnow
-
-if TYPE_CHECKING:
-    from svc.billing.charges import Charges
 
 log = logging.getLogger("svc.billing.charges")
 
@@ -26,7 +24,7 @@ log = logging.getLogger("svc.billing.charges")
 class Earnings:
     """Held builder shares, their transfers, and `GET /api/stripe/my-earnings`."""
 
-    def __init__(self, charges: Charges) -> None:
+    def __init__(self, charges: ChargeCore) -> None:
         self.charges = charges
         self.store = charges.store
 
