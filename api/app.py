@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from aiohttp import web
 
 from actors.runtime import RayRuntime
+from api import pages
 from api.auth import authenticate, bearer_token, optional_key
 from api.bodies import parse_body, parse_query
 from api.context import PRINCIPAL, ROUTE_TABLE, SERVICES, SETTINGS
@@ -66,6 +67,7 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
     for route in app[ROUTE_TABLE]:
         app.router.add_route(route.method, route.path, guarded(route))
     app.cleanup_ctx.extend([database, ray_runtime, domain_services])
+    pages.setup(app)  # the operator dashboard, outside /api
     return app
 
 

@@ -16,7 +16,15 @@ from svc.runtime.runs_exec import (
     WebhookBody,
     failed_outcome,
 )
-from svc.runtime.schedules import ScheduleBody, SchedulerCore, Schedules, ToggleBody, next_fire
+from svc.runtime.schedules import (
+    ScheduleBody,
+    SchedulerCore,
+    Schedules,
+    ToggleBody,
+    check_cron,
+    check_timezone,
+    next_fire,
+)
 from svc.runtime.security_log import SecurityLog
 
 __all__ = [
@@ -43,6 +51,8 @@ __all__ = [
     "ToggleBody",
     "WebhookBody",
     "agent_runs",
+    "check_cron",
+    "check_timezone",
     "failed_outcome",
     "next_fire",
     "read_back",

@@ -1,0 +1,215 @@
+"""An install's other tabs: schedule editor, variables and secrets, security log, usage and spend."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from api.context import services
+from api.pages.base import PageTable, Viewer, done, form, parse, render
+from api.pages.charts import bar_chart, rate_chart
+from svc.billing import BillingQuery
+from svc.core import BadRequest, ServiceError, utcnow
+from svc.runtime import Events, ScheduleBody, agent_runs, check_cron, check_timezone, next_fire
+
+routes = PageTable()
+PREVIEW_COUNT = 5
+USAGE_DAYS = 30
+TOKEN_STEPS = 200
+
+
+def fire_times(
+    expression: str, zone: str, count: int = PREVIEW_COUNT, now: datetime | None = None
+) -> list[dict[str, str]]:
+    """The next fire times, computed exactly as the scheduler computes them (DST included),
+    each shown on the zone's wall clock with its UTC offset and in UTC."""
+    expression = check_cron(expression)
+    tz = check_timezone(zone)
+    moments: list[dict[str, str]] = []
+    after = now or utcnow()
+    for _ in range(count):
+        after = next_fire(expression, zone, after)
+        local = after.astimezone(tz)
+        moments.append(
+            {
+                "local": local.strftime("%a %Y-%m-%d %H:%M"),
+                "offset": local.strftime("%z")[:3] + ":" + local.strftime("%z")[3:],
+                "zoneName": local.tzname() or zone,
+                "utc": after.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            }
+        )
+    return moments
+
+
+@routes.get("/installs/{id}/schedule")
+async def schedule_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """The schedule editor with the next five fire times."""
+    svc = services(request)
+    install = await svc.installs.owned(viewer.principal, request.match_info["id"])
+    current = await svc.schedules.get(viewer.principal, install["_id"])
+    schedule = current["schedule"]
+    preview: list[dict[str, str]] = []
+    if schedule is not None:
+        preview = fire_times(schedule["cronExpression"], schedule["timezone"])
+    return render(
+        request,
+        "schedule.html",
+        viewer,
+        install=install,
+        schedule=schedule,
+        timezones=current["timezones"],
+        preview=preview,
+        tab="schedule",
+    )
+
+
+@routes.get("/installs/{id}/schedule/preview")
+async def schedule_preview(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """The next five fire times of a cron expression in a zone (for the editor, as you type)."""
+    await services(request).installs.owned(viewer.principal, request.match_info["id"])
+    try:
+        times = fire_times(request.query.get("cron", ""), request.query.get("timezone", "UTC") or "UTC")
+    except BadRequest as exc:
+        return web.json_response({"error": exc.message}, status=400)
+    return web.json_response({"fireTimes": times})
+
+
+@routes.post("/installs/{id}/schedule")
+async def save_schedule(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Create or change the schedule (or delete it with the delete button)."""
+    data = await form(request)
+    if data.get("delete"):
+        body = parse(ScheduleBody, {"cronExpression": None})
+    else:
+        body = parse(
+            ScheduleBody,
+            {
+                "cronExpression": data.get("cronExpression", ""),
+                "label": data.get("label") or None,
+                "enabled": data.get("enabled") == "on",
+                "onBacklog": data.get("onBacklog") or "skip",
+                "timezone": data.get("timezone") or "UTC",
+                "bypassGates": data.get("bypassGates") == "on",
+            },
+        )
+    await services(request).schedules.update(viewer.principal, request.match_info["id"], body)
+    return done(request, f"/installs/{request.match_info['id']}/schedule")
+
+
+@routes.post("/installs/{id}/schedule/toggle")
+async def toggle_schedule(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Switch the schedule on or off."""
+    data = await form(request)
+    await services(request).schedules.toggle(
+        viewer.principal, request.match_info["id"], data.get("enabled") == "true"
+    )
+    return done(request, f"/installs/{request.match_info['id']}/schedule")
+
+
+@routes.get("/installs/{id}/settings")
+async def settings_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Variables and secrets: names and whether each is set; a secret's value is never shown."""
+    install = await services(request).installs.owned(viewer.principal, request.match_info["id"])
+    definition = install["definition"]
+    variables = install.get("variables") or {}
+    held = set(install.get("secretsEncrypted") or {})
+    return render(
+        request,
+        "install_settings.html",
+        viewer,
+        install=install,
+        tab="settings",
+        variables=[{"name": n, "value": variables.get(n)} for n in definition.get("requiredVariables") or []],
+        secrets=[{"name": n, "set": n in held} for n in definition.get("requiredSecrets") or []],
+        extra_secrets=sorted(held - set(definition.get("requiredSecrets") or [])),
+    )
+
+
+@routes.post("/installs/{id}/variables")
+async def set_variable(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Set one variable (the API merges it into the install's variables)."""
+    data = await form(request)
+    await services(request).installs.set_variables(
+        viewer.principal, request.match_info["id"], {data.get("name", ""): data.get("value", "")}
+    )
+    return done(request, f"/installs/{request.match_info['id']}/settings")
+
+
+@routes.post("/installs/{id}/secrets")
+async def set_secret(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Set or replace one secret; the value is encrypted and never sent back."""
+    data = await form(request)
+    await services(request).installs.set_secrets(
+        viewer.principal, request.match_info["id"], {data.get("name", ""): data.get("value", "")}
+    )
+    return done(request, f"/installs/{request.match_info['id']}/settings")
+
+
+@routes.get("/installs/{id}/security")
+async def security_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """The security log (its last 200 entries) filtered by decision, agent and host."""
+    svc = services(request)
+    install = await svc.installs.owned(viewer.principal, request.match_info["id"])
+    entries = await svc.security_log.latest(install["_id"])
+    filters = {name: request.query.get(name, "") for name in ("decision", "agent", "host")}
+    shown = [
+        e
+        for e in entries
+        if (not filters["decision"] or e.get("decision") == filters["decision"])
+        and (not filters["agent"] or e.get("agentKey") == filters["agent"])
+        and (not filters["host"] or filters["host"].lower() in str(e.get("hostname", "")).lower())
+    ]
+    return render(
+        request,
+        "security.html",
+        viewer,
+        install=install,
+        tab="security",
+        entries=shown,
+        filters=filters,
+        agents=sorted({e.get("agentKey", "") for e in entries}),
+        total=len(entries),
+    )
+
+
+@routes.get("/installs/{id}/usage")
+async def usage_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Usage and spend this period: runs per day, success rate, tokens by agent, the bill so far."""
+    svc = services(request)
+    install = await svc.installs.owned(viewer.principal, request.match_info["id"])
+    days = await Events(svc.store).run_log(install["_id"], USAGE_DAYS)
+    per_day = bar_chart(
+        "Agent steps per day (last 30 days)",
+        [(d["date"][5:], d["ok"] + d["error"]) for d in days],
+        failures=[float(d["error"]) for d in days],
+    )
+    success = rate_chart(
+        "Success rate per day", [(d["date"][5:], d["ok"] + d["error"], d["ok"]) for d in days]
+    )
+    totals: dict[str, int] = defaultdict(int)
+    for step in await agent_runs(svc.store, install["_id"], TOKEN_STEPS):
+        totals[step["agentKey"]] += (step["inputTokens"] or 0) + (step["outputTokens"] or 0)
+    by_agent = bar_chart(
+        f"Tokens by agent (last {TOKEN_STEPS} steps)", sorted(totals.items()), unit=" tokens"
+    )
+    spend: dict[str, Any] | None = None
+    spend_error: str | None = None
+    try:
+        spend = await svc.usage.report(
+            viewer.principal, BillingQuery(templateId=install["templateId"], installId=install["_id"])
+        )
+    except ServiceError as exc:
+        spend_error = exc.message
+    return render(
+        request,
+        "usage.html",
+        viewer,
+        install=install,
+        tab="usage",
+        charts=[per_day, success, by_agent],
+        spend=spend,
+        spend_error=spend_error,
+    )
