@@ -68,12 +68,14 @@ async def schedule_page(request: web.Request, viewer: Viewer) -> web.StreamRespo
 
 @routes.get("/installs/{id}/schedule/preview")
 async def schedule_preview(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """The next five fire times of a cron expression in a zone (for the editor, as you type)."""
+    """The next five fire times of a cron expression in a zone (for the editor, as you type);
+    an invalid expression or zone answers 200 with `error`, as the definition validator does."""
     await services(request).installs.owned(viewer.principal, request.match_info["id"])
     try:
         times = fire_times(request.query.get("cron", ""), request.query.get("timezone", "UTC") or "UTC")
     except BadRequest as exc:
-        return web.json_response({"error": exc.message}, status=400)
+        # A half-typed expression is a normal state of the editor, not a failed request.
+        return web.json_response({"error": exc.message, "fireTimes": []})
     return web.json_response({"fireTimes": times})
 
 

@@ -111,19 +111,14 @@ async def home(request: web.Request, viewer: Viewer) -> web.StreamResponse:
 
 @routes.post("/installs/new")
 async def create_install(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """Install a published template on the managed runtime, with its variables and secrets."""
+    """Install a published template on the managed runtime, with its variables."""
     data = await form(request)
     variables = {k[4:]: v for k, v in data.items() if k.startswith("var.") and v}
-    secrets = {k[7:]: v for k, v in data.items() if k.startswith("secret.") and v}
-    body = parse(
-        CreateInstallBody,
-        {
-            "templateId": data.get("templateId", ""),
-            "platform": "svc",
-            "variables": variables,
-            "secrets": secrets,
-        },
-    )
+    fields: dict[str, Any] = {"templateId": data.get("templateId", ""), "platform": "svc"}
+    if variables:
+        fields["variables"] = variables
+    # Managed installs take their secrets afterwards, on the install's settings tab.
+    body = parse(CreateInstallBody, fields)
     created = await services(request).installs.create(viewer.principal, body)
     install_id = created.get("installId") or created.get("id")
     return done(request, f"/installs/{install_id}", installId=install_id)
