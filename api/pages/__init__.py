@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from pathlib import Path
 
 import aiohttp_jinja2
@@ -90,9 +91,10 @@ async def static_file(request: web.Request) -> web.StreamResponse:
 
 @web.middleware
 async def pages_middleware(request: web.Request, handler: web.Handler) -> web.StreamResponse:
-    """Outside /api: security headers on every answer, and failures as HTML pages."""
+    """Outside /api: security headers and Server-Timing on every answer, failures as HTML pages."""
     if request.path.startswith("/api/") or request.path == "/api":
         return await handler(request)
+    started = time.perf_counter()
     try:
         response = await handler(request)
     except web.HTTPException as exc:
@@ -114,6 +116,8 @@ async def pages_middleware(request: web.Request, handler: web.Handler) -> web.St
     if not response.prepared:
         for name, value in PAGE_HEADERS.items():
             response.headers.setdefault(name, value)
+        # The server's own time (browser dev tools and bench/pages.py read it).
+        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.1f}"
     return response
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -12,13 +12,13 @@ from api.context import services
 from api.pages.base import PageTable, Viewer, done, form, parse, render
 from api.pages.charts import bar_chart, rate_chart
 from svc.billing import BillingQuery
-from svc.core import BadRequest, ServiceError, utcnow
-from svc.runtime import Events, ScheduleBody, agent_runs, check_cron, check_timezone, next_fire
+from svc.core import BadRequest, ServiceError, aware, utcnow
+from svc.runtime import ScheduleBody, check_cron, check_timezone, next_fire
 
 routes = PageTable()
 PREVIEW_COUNT = 5
 USAGE_DAYS = 30
-TOKEN_STEPS = 200
+MAX_AGENT_COUNTERS = 500
 
 
 def fire_times(
@@ -182,21 +182,34 @@ async def usage_page(request: web.Request, viewer: Viewer) -> web.StreamResponse
     """Usage and spend this period: runs per day, success rate, tokens by agent, the bill so far."""
     svc = services(request)
     install = await svc.installs.owned(viewer.principal, request.match_info["id"])
-    days = await Events(svc.store).run_log(install["_id"], USAGE_DAYS)
+    # The run counters (one per install and UTC day, one per agent all time) that analytics and
+    # billing read, so the page costs the same with ten runs or a million.
+    today = utcnow().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    first = today - timedelta(days=USAGE_DAYS - 1)
+    counters = svc.store["run_stats"]
+    by_day = {
+        aware(doc["start"]).date(): doc
+        for doc in await counters.find(
+            {"kind": "day", "installId": install["_id"], "start": {"$gte": first}}
+        ).to_list(USAGE_DAYS + 1)
+    }
+    days = [(first + timedelta(days=n)).date() for n in range(USAGE_DAYS)]
+    totals = [(day, by_day.get(day, {})) for day in days]
     per_day = bar_chart(
-        "Agent steps per day (last 30 days)",
-        [(d["date"][5:], d["ok"] + d["error"]) for d in days],
-        failures=[float(d["error"]) for d in days],
+        f"Runs per day (last {USAGE_DAYS} days)",
+        [(day.isoformat()[5:], doc.get("runs", 0)) for day, doc in totals],
+        failures=[float(doc.get("failed", 0)) for _, doc in totals],
     )
     success = rate_chart(
-        "Success rate per day", [(d["date"][5:], d["ok"] + d["error"], d["ok"]) for d in days]
+        "Success rate per day",
+        [(day.isoformat()[5:], doc.get("runs", 0), doc.get("completed", 0)) for day, doc in totals],
     )
-    totals: dict[str, int] = defaultdict(int)
-    for step in await agent_runs(svc.store, install["_id"], TOKEN_STEPS):
-        totals[step["agentKey"]] += (step["inputTokens"] or 0) + (step["outputTokens"] or 0)
-    by_agent = bar_chart(
-        f"Tokens by agent (last {TOKEN_STEPS} steps)", sorted(totals.items()), unit=" tokens"
-    )
+    tokens: dict[str, int] = defaultdict(int)
+    for doc in await counters.find({"kind": "total", "installId": install["_id"]}).to_list(
+        MAX_AGENT_COUNTERS
+    ):
+        tokens[doc.get("agentKey") or "—"] += int(doc.get("inputTokens", 0)) + int(doc.get("outputTokens", 0))
+    by_agent = bar_chart("Tokens by agent (all time)", sorted(tokens.items()), unit=" tokens")
     spend: dict[str, Any] | None = None
     spend_error: str | None = None
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import aiohttp_jinja2
@@ -17,14 +18,16 @@ from pymongo import DESCENDING
 from api.context import services
 from api.pages.base import PageTable, Viewer, done, form, parse, render
 from api.sse import relay
-from svc.core import BadRequest, Conflict, Document, NotFound, iso
+from svc.core import BadRequest, Conflict, Document, NotFound, aware, iso, utcnow
 from svc.installs import CreateInstallBody
 from svc.runtime import MAX_DRAFT_ID, BulkBody, DraftEdit, RejectBody, RunBody
 
 routes = PageTable()
 RUNS_SHOWN = 50
 LIVE_POLL_S = 1.0
-ACTIVE = ("queued", "starting", "running")
+FIRST_WINDOW = timedelta(hours=1)
+WIDEST_WINDOW = timedelta(days=365)
+STEPS_READ = 1000
 
 
 async def acting(request: web.Request, viewer: Viewer) -> dict[str, str | None]:
@@ -49,14 +52,32 @@ def run_row(doc: Document) -> dict[str, Any]:
 
 
 async def latest_runs(request: web.Request, install_id: str, limit: int = RUNS_SHOWN) -> list[dict[str, Any]]:
-    """The install's newest runs (bounded; served by the installId+createdAt index)."""
-    docs = (
-        await services(request)
-        .store["pipeline_runs"]
-        .find({"installId": install_id}, {"state": 0})
-        .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
-        .to_list(limit)
-    )
+    """The install's newest runs, read through widening time windows.
+
+    On the embedded store a query costs what its filter matches, whatever the limit,
+    so "newest 50 of all runs" would read every run of the install. The first window
+    is an hour; when it holds fewer than `limit` runs, the next one is sized from the
+    rate it saw (with a margin), at least four times wider, and the last has no bound.
+    A busy install is served by its last hour, a quiet one by one wider read.
+    """
+    runs = services(request).store["pipeline_runs"]
+    now = utcnow()
+    window: timedelta | None = FIRST_WINDOW
+    docs: list[Document] = []
+    while True:
+        query: Document = {"installId": install_id}
+        if window is not None:
+            query["createdAt"] = {"$gte": now - window}
+        docs = (
+            await runs.find(query, {"state": 0})
+            .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
+            .limit(limit)
+            .to_list(limit)
+        )
+        if len(docs) >= limit or window is None:
+            break
+        wider = max(window * 4, window * (limit / max(len(docs), 1)) * 1.5)
+        window = wider if wider < WIDEST_WINDOW else None
     return [run_row(doc) for doc in docs]
 
 
@@ -73,10 +94,23 @@ async def gate_state(request: web.Request, viewer: Viewer, install: Document) ->
         .sort([("pausedAt", 1), ("_id", 1)])
         .to_list(20)
     )
+    drafts = await svc.outreach.drafts(viewer.principal, install_id)
+    # The draft resource leaves out its recipient; the queue shows it, so the page does too.
+    recipients = {
+        doc["_id"]: doc.get("recipientEmail")
+        for doc in await svc.store["drafts"]
+        .find(
+            {"_id": {"$in": [d["draft"]["id"] for d in drafts]}, "installId": install_id},
+            {"recipientEmail": 1},
+        )
+        .to_list(None)
+    }
+    for item in drafts:
+        item["recipientEmail"] = recipients.get(item["draft"]["id"])
     return {
         "hasGates": True,
         "paused": [run_row(doc) for doc in paused],
-        "drafts": await svc.outreach.drafts(viewer.principal, install_id),
+        "drafts": drafts,
         "targets": await svc.outreach.queue(viewer.principal, install_id, "target-review"),
     }
 
@@ -179,11 +213,21 @@ async def run_detail(request: web.Request, viewer: Viewer) -> web.StreamResponse
     )
     if run is None:
         raise NotFound("Run not found")
-    steps = (
-        await svc.store["agent_runs"]
-        .find({"installId": install["_id"], "runId": run["_id"]})
-        .sort([("startedAt", 1), ("createdAt", 1)])
-        .to_list(200)
+    # The run's own time span bounds the reads (see latest_runs on what a query costs).
+    span = {"$gte": aware(run["createdAt"]) - timedelta(seconds=1)}
+    if run.get("endedAt") is not None:
+        span["$lte"] = aware(run["endedAt"]) + timedelta(minutes=1)
+    # runId is matched here rather than in the filter: with it the embedded store's planner
+    # leaves the (installId, createdAt) index, and the span holds few other runs' rows.
+    steps = sorted(
+        (
+            doc
+            for doc in await svc.store["agent_runs"]
+            .find({"installId": install["_id"], "createdAt": span})
+            .to_list(STEPS_READ)
+            if doc["runId"] == run["_id"]
+        ),
+        key=lambda doc: (aware(doc.get("startedAt") or doc["createdAt"]), aware(doc["createdAt"])),
     )
     tokens: dict[str, dict[str, int]] = {}
     for step in steps:
@@ -191,12 +235,14 @@ async def run_detail(request: web.Request, viewer: Viewer) -> web.StreamResponse
         agent["input"] += step.get("inputTokens") or 0
         agent["output"] += step.get("outputTokens") or 0
         agent["steps"] += 1
-    requests = (
-        await svc.store["security_requests"]
-        .find({"installId": install["_id"], "runId": run["_id"]})
+    requests = [
+        doc
+        for doc in await svc.store["security_requests"]
+        .find({"installId": install["_id"], "createdAt": span})
         .sort([("createdAt", 1)])
-        .to_list(200)
-    )
+        .to_list(STEPS_READ)
+        if doc["runId"] == run["_id"]
+    ]
     return render(
         request,
         "run.html",
