@@ -167,7 +167,7 @@ async def bench(runs: int, requests: int) -> list[tuple[str, list[float], list[f
                     ("usage and charts", f"/installs/{install_id}/usage"),
                     ("home", "/"),
                     ("keys", "/keys"),
-                    ("sign-in", "/signin"),
+                    ("my templates", "/templates"),
                 ]
                 for label, path in pages:
                     url = service.base + path
