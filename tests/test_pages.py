@@ -103,6 +103,22 @@ async def test_sign_up_sign_in_sign_out(client):
     assert (await page(client, ada, "/")).status == 303  # the session is gone server-side
 
 
+async def test_the_sign_in_page_has_the_api_s_rate_limit(client):
+    await signup(client, email="rl@example.com")  # one /api/auth request counted already
+    statuses = []
+    for _ in range(20):
+        response = await client.post(
+            "/signin", data={"email": "rl@example.com", "password": "wrong password!"}
+        )
+        statuses.append(response.status)
+    assert statuses[:19] == [401] * 19 and statuses[19] == 429
+    assert response.content_type == "text/html" and int(response.headers["Retry-After"]) > 0
+    api = await client.post(
+        "/api/auth/login", json={"email": "rl@example.com", "password": "wrong password!"}
+    )
+    assert api.status == 429  # one budget for the page and the API
+
+
 async def test_csrf_needs_the_origin_and_the_token(client):
     ada = await signup(client)
     no_token = await client.post("/keys", data={"label": "x"}, headers=ada.cookie)
@@ -200,6 +216,23 @@ async def test_every_page_as_stranger_member_and_admin(make_client, aiohttp_serv
         assert SECRET_VALUE not in await response.text(), path
     owner_audit = await (await page(client, w.owner, f"/orgs/{w.slug}/audit")).text()
     assert "member.joined" in owner_audit
+    # An org admin (not the owner) manages the org but reaches no one's personal install.
+    for path in org_pages:
+        response = await page(client, w.admin, path)
+        assert response.status == 200, (path, response.status)
+        assert SECRET_VALUE not in await response.text()
+    assert "member.joined" in await (await page(client, w.admin, f"/orgs/{w.slug}/audit")).text()
+    assert (await page(client, w.admin, install_pages[0])).status == 404
+    # Org keys: an admin creates one (shown once); a member sees the list, not the form.
+    made = await submit(client, w.admin, f"/orgs/{w.slug}/keys", {"label": "ci"})
+    assert made.status == 200 and made.headers["Cache-Control"] == "no-store"
+    raw = re.search(r'<code id="new-org-key">([^<]+)</code>', await made.text())
+    assert raw is not None
+    member_view = await (await page(client, w.member, f"/orgs/{w.slug}")).text()
+    assert ">ci<" in member_view and raw.group(1) not in member_view
+    assert "Create organisation key" not in member_view
+    refused = await submit(client, w.member, f"/orgs/{w.slug}/keys", {"label": "x"})
+    assert refused.status == 403
     settings_html = await (await page(client, w.owner, f"/installs/{install_id}/settings")).text()
     assert "API_TOKEN" in settings_html and ">set<" in settings_html
     secrets_html = await (await page(client, w.member, f"/orgs/{w.slug}/secrets")).text()

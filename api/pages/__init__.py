@@ -103,12 +103,13 @@ async def pages_middleware(request: web.Request, handler: web.Handler) -> web.St
             raise
         response = await error_page(request, exc.status, STATUS_TEXT.get(exc.status, exc.reason))
     except ServiceError as exc:
+        as_json = from_service_error(exc)
         if wants_json(request):
-            response = from_service_error(exc)
+            response = as_json
         else:
-            status = from_service_error(exc).status
-            # A stranger learns nothing from a 403 about a resource they cannot see either.
-            response = await error_page(request, status, exc.message)
+            response = await error_page(request, as_json.status, exc.message)
+            if "Retry-After" in as_json.headers:
+                response.headers["Retry-After"] = as_json.headers["Retry-After"]
     except Exception:
         request_id = request.get(REQUEST_ID, "")
         log.exception("unhandled error on %s %s", request.method, request.path)

@@ -15,6 +15,7 @@ HEIGHT = 180
 PAD_LEFT = 40
 PAD_BOTTOM = 28
 PAD_TOP = 10
+MAX_BAR_WIDTH = 48.0
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def bar_chart(
     plot_w = WIDTH - PAD_LEFT - 10
     plot_h = HEIGHT - PAD_BOTTOM - PAD_TOP
     step = plot_w / max(len(points), 1)
-    width = max(step * 0.7, 2.0)
+    width = min(max(step * 0.7, 2.0), MAX_BAR_WIDTH)
     every = max(1, len(points) // 8)  # at most ~8 axis labels, so they never overlap
     bars: list[Bar] = []
     for index, (label, value) in enumerate(points):
@@ -90,4 +91,12 @@ def rate_chart(title: str, points: list[tuple[str, int, int]]) -> Chart:
     """Success rate per label from (label, total, succeeded), as bars from 0 to 100 %."""
     rates = [(label, round(100 * ok / total, 1) if total else 0.0) for label, total, ok in points]
     chart = bar_chart(title, rates, unit="%", tone="ok", ceiling=100.0)
-    return Chart(chart.title, chart.description, chart.bars, 100.0, empty=not any(t for _, t, _ in points))
+    total = sum(t for _, t, _ in points)
+    succeeded = sum(ok for _, _, ok in points)
+    description = (
+        f"{100 * succeeded / total:.1f}% of {total:g} succeeded overall; "
+        f"{sum(1 for _, t, _ in points if t)} of {len(points)} bars have runs"
+        if total
+        else "No runs yet"
+    )
+    return Chart(chart.title, description, chart.bars, 100.0, empty=not total)

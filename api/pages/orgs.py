@@ -22,6 +22,7 @@ from svc.orgs import (
     AuditQuery,
     CreateOrgBody,
     InvitationBody,
+    OrgKeyBody,
     RoleBody,
     SecretBody,
 )
@@ -71,16 +72,49 @@ async def create_org(request: web.Request, viewer: Viewer) -> web.StreamResponse
 
 @routes.get("/orgs/{slug}")
 async def org_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """Members and roles, pending invitations, the invite form."""
+    """Members and roles, pending invitations, the invite form, org keys."""
+    return await render_org_page(request, viewer, created_key=None)
+
+
+async def render_org_page(
+    request: web.Request, viewer: Viewer, created_key: dict[str, Any] | None
+) -> web.Response:
+    """The members page, with a just-created org key shown once when there is one."""
     svc = services(request)
     context = await org_context(request, viewer, "members")
     members = await svc.orgs.members(viewer.user_id, slug_of(request))
-    invitations, _ = (
-        await attempt(svc.orgs.invitations(viewer.user_id, slug_of(request)))
-        if context["is_admin"]
-        else ([], None)
+    invitations: list[dict[str, Any]] = []
+    if context["is_admin"]:
+        invitations = await svc.orgs.invitations(viewer.user_id, slug_of(request))
+    keys = await svc.orgs.keys(viewer.user_id, slug_of(request))
+    response = render(
+        request,
+        "org.html",
+        viewer,
+        members=members,
+        invitations=invitations,
+        keys=keys,
+        created_key=created_key,
+        **context,
     )
-    return render(request, "org.html", viewer, members=members, invitations=invitations or [], **context)
+    if created_key is not None:
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@routes.post("/orgs/{slug}/keys")
+async def create_org_key(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Create an org key and show its value this once."""
+    body = parse(OrgKeyBody, {"label": (await form(request)).get("label") or None})
+    created = await services(request).orgs.create_key(viewer.user_id, slug_of(request), body)
+    return await render_org_page(request, viewer, created_key=created)
+
+
+@routes.post("/orgs/{slug}/keys/{id}/revoke")
+async def revoke_org_key(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Revoke an org key at once."""
+    await services(request).orgs.revoke_key(viewer.user_id, slug_of(request), request.match_info["id"])
+    return done(request, f"/orgs/{slug_of(request)}#keys")
 
 
 @routes.post("/orgs/{slug}/invitations")
