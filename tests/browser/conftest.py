@@ -136,8 +136,9 @@ class Api:
     ) -> Any:
         """One request with a session or a key; the JSON answer (asserting success)."""
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        cookies = {"svc_session": session} if session else None
-        response = self.http.request(method, path, headers=headers, cookies=cookies, **kw)
+        if session:
+            headers["Cookie"] = f"svc_session={session}"
+        response = self.http.request(method, path, headers=headers, **kw)
         assert response.status_code < 300, (path, response.status_code, response.text)
         self.http.cookies.clear()
         return response.json() if response.content else None
