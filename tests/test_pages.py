@@ -209,6 +209,8 @@ async def test_every_page_as_stranger_member_and_admin(make_client, aiohttp_serv
     assert "member.joined" not in audit_html  # members do not read the audit log (as in the API)
     for path in install_pages:
         assert (await page(client, w.member, path)).status == 404, path
+    for caller in (w.member, w.outsider):
+        assert (await page(client, caller, f"/installs/{install_id}/live")).status == 404
     # The owner (an admin of the org) sees everything, and no secret value anywhere.
     for path in [*install_pages, *template_pages, *org_pages, *own_pages]:
         response = await page(client, w.owner, path)

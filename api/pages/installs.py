@@ -180,7 +180,8 @@ async def live(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     async def changes() -> AsyncIterator[dict[str, Any]]:
         seen_runs: object = None
         seen_gates: object = None
-        while True:
+        # Stop as soon as the browser has gone (the keep-alive write would notice only later).
+        while request.transport is not None and not request.transport.is_closing():
             runs = await latest_runs(request, install["_id"])
             gates = await gate_state(request, viewer, install)
             marks = [(r["id"], r["status"]) for r in runs]
