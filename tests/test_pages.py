@@ -225,6 +225,12 @@ async def test_every_page_as_stranger_member_and_admin(make_client, aiohttp_serv
         assert SECRET_VALUE not in await response.text()
     assert "member.joined" in await (await page(client, w.admin, f"/orgs/{w.slug}/audit")).text()
     assert (await page(client, w.admin, install_pages[0])).status == 404
+    # Governance (Pro): an admin makes new deployments need approval.
+    governed = await submit(client, w.admin, f"/orgs/{w.slug}/governance", {"enabled": "true"})
+    assert governed.status == 303
+    org_now = await (await client.get(f"/api/orgs/{w.slug}", headers=w.member.cookie)).json()
+    assert org_now["org"]["governanceEnabled"] is True
+    assert (await submit(client, w.member, f"/orgs/{w.slug}/governance", {"enabled": "false"})).status == 403
     # Org keys: an admin creates one (shown once); a member sees the list, not the form.
     made = await submit(client, w.admin, f"/orgs/{w.slug}/keys", {"label": "ci"})
     assert made.status == 200 and made.headers["Cache-Control"] == "no-store"
@@ -441,4 +447,30 @@ async def test_invitation_link_and_template_lifecycle(client):
     assert "MINOR" in diff and "1 agent(s) added" in diff and 'class="add"' in diff
     stranger = await signup(client)
     assert (await submit(client, stranger, f"{template_path}/archive", {})).status == 403
+    forked = await submit(client, stranger, f"{template_path}/fork", {})
+    assert forked.status == 303 and forked.headers["Location"] != template_path
+    assert (
+        "forkedFromId"
+        in await (
+            await client.get(
+                f"/api/templates/{forked.headers['Location'][11:]}",
+                headers=bearer(await create_key(client, stranger)),
+            )
+        ).text()
+    )
+    priced = await submit(
+        client, owner, f"{template_path}/pricing", {"pricingModel": "per_run", "priceUsdCents": "50"}
+    )
+    assert priced.status == 303
+    public = await (await client.get(f"/api/templates/{template_path[11:]}")).json()
+    assert (public["pricingModel"], public["priceUsdCents"]) == ("per_run", 50)
+    bad_price = await submit(
+        client, owner, f"{template_path}/pricing", {"pricingModel": "per_run", "priceUsdCents": ""}
+    )
+    assert bad_price.status == 400
+    rolled = await submit(client, owner, f"{template_path}/rollback", {"version": "1"})
+    assert rolled.status == 303
+    rollback_draft = await (await page(client, owner, rolled.headers["Location"])).text()
+    assert "Version draft of" in rollback_draft and '"key": "b"' not in rollback_draft
+    await submit(client, owner, f"{rolled.headers['Location']}/publish", {"changeLog": "back to one agent"})
     assert (await submit(client, owner, f"{template_path}/archive", {})).status == 303

@@ -23,6 +23,7 @@ from svc.core import BadRequest, NotFound, ServiceError
 from svc.runs import RunsQuery
 from svc.templates import (
     CreateTemplateBody,
+    PricingBody,
     PublishBody,
     RollbackBody,
     TeamDefinition,
@@ -198,7 +199,8 @@ async def new_version(request: web.Request, viewer: Viewer) -> web.StreamRespons
 @routes.post("/templates/{id}/rollback")
 async def rollback(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Open a version draft holding an earlier version's definition."""
-    body = parse(RollbackBody, await form(request))
+    version = (await form(request)).get("version", "")
+    body = parse(RollbackBody, {"version": int(version) if version.isdigit() else version})
     draft = await services(request).templates.rollback(viewer.principal, request.match_info["id"], body)
     return done(request, f"/templates/{draft['id']}", id=draft["id"])
 
@@ -214,6 +216,28 @@ async def fork(request: web.Request, viewer: Viewer) -> web.StreamResponse:
 async def archive(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Archive a published template (installs keep running)."""
     await services(request).templates.archive(viewer.principal, request.match_info["id"])
+    return done(request, f"/templates/{request.match_info['id']}")
+
+
+@routes.post("/templates/{id}/pricing")
+async def set_pricing(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Set the pricing model and price (free, per run, per 1K tokens), as PATCH /api/billing/pricing."""
+    data = await form(request)
+    model = data.get("pricingModel", "free")
+    price = data.get("priceUsdCents", "").strip()
+    body = parse(
+        PricingBody,
+        {
+            "templateId": request.match_info["id"],
+            "pricingModel": model,
+            "priceUsdCents": None
+            if model == "free" or not price
+            else int(price)
+            if price.isdigit()
+            else price,
+        },
+    )
+    await services(request).templates.set_pricing(viewer.principal, body)
     return done(request, f"/templates/{request.match_info['id']}")
 
 

@@ -21,6 +21,7 @@ from svc.orgs import (
     ApprovalDecisionBody,
     AuditQuery,
     CreateOrgBody,
+    GovernanceBody,
     InvitationBody,
     OrgKeyBody,
     RoleBody,
@@ -286,6 +287,15 @@ async def billing_page(request: web.Request, viewer: Viewer) -> web.StreamRespon
     status = await services(request).orgs.billing_status(viewer.user_id, slug_of(request))
     returned = "session_id" in request.query or request.query.get("return") is not None
     return render(request, "billing.html", viewer, billing=status, returned=returned, **context)
+
+
+@routes.post("/orgs/{slug}/governance")
+async def set_governance(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Turn approval of new deployments on or off (Pro; owners and admins)."""
+    data = await form(request)
+    body = parse(GovernanceBody, {"enabled": data.get("enabled") == "true"})
+    await services(request).orgs.set_governance(viewer.user_id, slug_of(request), body)
+    return done(request, f"/orgs/{slug_of(request)}/approvals")
 
 
 @routes.post("/orgs/{slug}/billing/portal")
