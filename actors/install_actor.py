@@ -17,9 +17,9 @@ from typing import Any
 import ray
 
 from config.settings import Settings
-from plugins.manager import PROVIDER_BUILTINS, Plugins
-from svc.core import Mailer, Store, Vault
-from svc.runtime import CANCELLED, LLM, InstallRunner, failed_outcome
+from svc.core import Store, Vault
+from svc.runtime import CANCELLED, InstallRunner, failed_outcome
+from svc.wiring import build_install_runner
 
 log = logging.getLogger(__name__)
 
@@ -44,15 +44,7 @@ class InstallActor:
         async with self._ready:
             if self.runner is None:
                 store = Store.connect(self.mongodb_uri)
-                plugins = Plugins(disabled=self.settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
-                self.runner = InstallRunner(
-                    store,
-                    Vault(self.vault_keys),
-                    LLM(plugins, self.settings),
-                    self.settings.judge_model,
-                    self.settings.egress_allow_private,
-                    Mailer(store, self.settings.smtp_url),
-                )
+                self.runner = build_install_runner(self.settings, store, Vault(self.vault_keys))
                 recovered = await self.runner.recover(self.install_id)
                 if recovered:
                     log.warning("marked %s interrupted run(s) failed", recovered)

@@ -16,7 +16,6 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
 from actors.install_actor import InstallActor
-from actors.scheduler import SchedulerActor
 from config.settings import Settings
 from svc.core import RuntimeFailure
 
@@ -147,39 +146,6 @@ class RayRuntime:
             return await actor.cancel.remote(run_id)
         except (RayActorError, ActorDiedError, ActorUnavailableError):
             return None
-
-    def _scheduler_name(self) -> str:
-        database = self.mongodb_uri.split("?", 1)[0].rsplit("/", 1)[-1] or "svc"
-        return f"scheduler:{database}"
-
-    async def ensure_scheduler(self) -> None:
-        """Start the scheduler actor of this database unless one runs already."""
-        assert self.settings is not None, "the runtime needs settings to start the scheduler"
-
-        def get_or_create() -> Any:
-            try:
-                return ray.get_actor(self._scheduler_name(), namespace=NAMESPACE)
-            except ValueError:
-                self._started_scheduler = True
-                return SchedulerActor.options(  # type: ignore[attr-defined]
-                    name=self._scheduler_name(),
-                    namespace=NAMESPACE,
-                    get_if_exists=True,
-                    lifetime="detached",
-                ).remote(self.settings, self.mongodb_uri, self.vault_keys)
-
-        actor = await asyncio.to_thread(get_or_create)
-        await actor.start.remote()
-
-    def stop_scheduler(self) -> None:
-        """Stop the scheduler actor if this process started it (another process restarts it)."""
-        if not getattr(self, "_started_scheduler", False) or not ray.is_initialized():
-            return
-        try:
-            ray.kill(ray.get_actor(self._scheduler_name(), namespace=NAMESPACE), no_restart=True)
-        except ValueError:
-            pass
-        self._started_scheduler = False
 
     def actor_handle(self, install_id: str) -> Any:
         """The install's actor if it exists (tests and operators), else None."""

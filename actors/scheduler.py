@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import ray
 
+from actors.runtime import NAMESPACE, RayRuntime
 from config.settings import Settings
-from plugins.manager import Plugins
 from svc.core import Store, Vault
 from svc.jobs import Jobs
 from svc.runtime import SchedulerCore
-from svc.services import Services
+from svc.wiring import build_services
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +49,10 @@ class SchedulerActor:
         return {"ticks": self.ticks}
 
     async def _run(self) -> None:
-        from actors.runtime import RayRuntime  # the runtime module imports this one
-
         store = Store.connect(self.mongodb_uri)
         runtime = RayRuntime(self.settings.ray_address, self.mongodb_uri, self.settings, self.vault_keys)
         core = SchedulerCore(store, runtime)
-        services = Services.build(
-            self.settings, store, Vault(self.vault_keys), runtime, Plugins(self.settings.disabled_plugins)
-        )
+        services = build_services(self.settings, store, Vault(self.vault_keys), runtime)
         jobs = Jobs.for_services(services)
         jobs_task: asyncio.Task[None] | None = None
         while True:
@@ -67,3 +64,45 @@ class SchedulerActor:
                 jobs_task = asyncio.create_task(jobs.tick())
             self.ticks += 1
             await asyncio.sleep(TICK_S)
+
+
+class SchedulerKeeper:
+    """Starts this database's scheduler actor from an API process, and stops it only if this
+    process started it (another process restarts it)."""
+
+    def __init__(self, runtime: RayRuntime) -> None:
+        self.runtime = runtime
+        self._started_scheduler = False
+
+    def _scheduler_name(self) -> str:
+        database = self.runtime.mongodb_uri.split("?", 1)[0].rsplit("/", 1)[-1] or "svc"
+        return f"scheduler:{database}"
+
+    async def ensure_scheduler(self) -> None:
+        """Start the scheduler actor of this database unless one runs already."""
+        assert self.runtime.settings is not None, "the runtime needs settings to start the scheduler"
+
+        def get_or_create() -> Any:
+            try:
+                return ray.get_actor(self._scheduler_name(), namespace=NAMESPACE)
+            except ValueError:
+                self._started_scheduler = True
+                return SchedulerActor.options(  # type: ignore[attr-defined]
+                    name=self._scheduler_name(),
+                    namespace=NAMESPACE,
+                    get_if_exists=True,
+                    lifetime="detached",
+                ).remote(self.runtime.settings, self.runtime.mongodb_uri, self.runtime.vault_keys)
+
+        actor = await asyncio.to_thread(get_or_create)
+        await actor.start.remote()
+
+    def stop_scheduler(self) -> None:
+        """Stop the scheduler actor if this process started it (another process restarts it)."""
+        if not getattr(self, "_started_scheduler", False) or not ray.is_initialized():
+            return
+        try:
+            ray.kill(ray.get_actor(self._scheduler_name(), namespace=NAMESPACE), no_restart=True)
+        except ValueError:
+            pass
+        self._started_scheduler = False

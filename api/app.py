@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from aiohttp import web
 
 from actors.runtime import RayRuntime
+from actors.scheduler import SchedulerKeeper
 from api import pages
 from api.auth import authenticate, bearer_token, optional_key
 from api.bodies import parse_body, parse_query
@@ -34,9 +35,8 @@ from api.handlers import (
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config.settings import Settings
-from plugins.manager import Plugins
 from svc.core import EmbeddedMongo, Store, Vault, is_api_key
-from svc.services import Services
+from svc.wiring import build_services
 
 log = logging.getLogger(__name__)
 SCHEDULER_CHECK_S = 30.0
@@ -66,6 +66,7 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
     app[ROUTE_TABLE] = (*ROUTES, *extra_routes)
     for route in app[ROUTE_TABLE]:
         app.router.add_route(route.method, route.path, guarded(route))
+    app.router.add_routes(openapi.pages)
     app.cleanup_ctx.extend([database, ray_runtime, domain_services])
     pages.setup(app)  # the operator dashboard, outside /api
     return app
@@ -128,23 +129,23 @@ async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
 async def domain_services(app: web.Application) -> AsyncIterator[None]:
     """Wire the domain services on top of the store and the runtime; keep the scheduler alive."""
     settings = app[SETTINGS]
-    plugins = Plugins(disabled=settings.disabled_plugins)
-    services = app[SERVICES] = Services.build(settings, app[STORE], app[VAULT], app[RUNTIME], plugins)
-    keeper = asyncio.create_task(keep_scheduler(app[RUNTIME])) if settings.scheduler_enabled else None
+    services = app[SERVICES] = build_services(settings, app[STORE], app[VAULT], app[RUNTIME])
+    scheduler = SchedulerKeeper(app[RUNTIME])
+    keeper = asyncio.create_task(keep_scheduler(scheduler)) if settings.scheduler_enabled else None
     try:
         yield
     finally:
         if keeper is not None:
             keeper.cancel()
-            app[RUNTIME].stop_scheduler()
+            scheduler.stop_scheduler()
         await services.close()
 
 
-async def keep_scheduler(runtime: RayRuntime) -> None:
+async def keep_scheduler(scheduler: SchedulerKeeper) -> None:
     """Start the scheduler actor, and start it again if it has gone (every 30 s)."""
     while True:
         try:
-            await runtime.ensure_scheduler()
+            await scheduler.ensure_scheduler()
         except Exception as exc:  # retried on the next round
             log.warning("could not start the scheduler: %s", type(exc).__name__)
         await asyncio.sleep(SCHEDULER_CHECK_S)

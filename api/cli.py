@@ -17,10 +17,10 @@ from aiohttp import web
 from api.app import create_app
 from api.logs import configure_logging
 from config.settings import Settings
-from svc.core import EmbeddedMongo, Mailer, ServiceError, Store, TTLCache, Vault
+from svc.core import EmbeddedMongo, ServiceError, Store, Vault
 from svc.identity import Accounts, public_user
-from svc.orgs import Orgs
 from svc.runs import run_stats
+from svc.wiring import build_services
 
 log = logging.getLogger("svc")
 T = TypeVar("T")
@@ -77,8 +77,8 @@ async def command(args: argparse.Namespace, settings: Settings, store: Store) ->
     """One operator command against the store."""
     if args.command == "orgs":
         vault = Vault.from_settings(settings.secret_keys, settings.data_dir)
-        orgs = Orgs(store, Accounts(store), Mailer(store, settings.smtp_url), vault, TTLCache(), settings)
-        return await orgs.set_plan(args.slug, args.plan)
+        services = build_services(settings, store, vault, runtime=None)
+        return await services.org_plans.set_plan(args.slug, args.plan)
     if args.command == "runs":
         match = {"templateId": args.template} if args.template else {}
         return {"buckets": await run_stats.rebuild(store, match)}

@@ -6,7 +6,7 @@ from aiohttp import web
 
 from config.settings import Settings
 from svc.identity import Principal
-from svc.services import Services
+from svc.wiring import Services
 
 SETTINGS = web.AppKey("settings", Settings)
 SERVICES = web.AppKey("services", Services)

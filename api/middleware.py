@@ -8,13 +8,11 @@ import time
 import uuid
 
 from aiohttp import web
-from pymongo.errors import ConnectionFailure
 
 from api.clientip import client_ip
 from api.context import REQUEST_ID, services
-from api.errors import error_response, from_http_exception, from_service_error
+from api.errors import error_response, from_http_exception, known_error
 from api.logs import request_id_var
-from svc.core import ServiceError
 
 log = logging.getLogger("svc.access")
 error_log = logging.getLogger("svc.errors")
@@ -33,18 +31,18 @@ async def request_context(request: web.Request, handler: web.Handler) -> web.Str
     try:
         try:
             response = await handler(request)
-        except ServiceError as exc:
-            response = from_service_error(exc)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
             response = from_http_exception(exc)
-        except ConnectionFailure:
-            error_log.warning("database unreachable on %s %s", request.method, request.path)
-            response = error_response(503, "Database unavailable", requestId=request_id)
-        except Exception:
-            error_log.exception("unhandled error on %s %s", request.method, request.path)
-            response = error_response(500, "Internal server error", requestId=request_id)
+        except Exception as exc:
+            known = known_error(exc)
+            if known is None:
+                error_log.exception("unhandled error on %s %s", request.method, request.path)
+                known = error_response(500, "Internal server error", requestId=request_id)
+            elif known.status >= 500:
+                error_log.warning("%s on %s %s", type(exc).__name__, request.method, request.path)
+            response = known
         if not response.prepared:
             response.headers["X-Request-Id"] = request_id
         elapsed_ms = round((time.perf_counter() - started) * 1000, 2)

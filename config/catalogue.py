@@ -31,3 +31,8 @@ AUTHORING: dict[str, AuthoringModels] = {
     for name, spec in _RAW["authoring"].items()  # type: ignore[attr-defined]
 }
 UPSTREAM: dict[str, str] = dict(_RAW["upstream"])  # type: ignore[arg-type]
+# The platform of an install body that names none (spec: POST /api/installs).
+DEFAULT_PLATFORM = "orchA"
+# Paperclip's model id for each of our ids on its local adapters (orchA). Empty by default: an
+# agent without an entry runs on its adapter's default model (docs/platforms/orchA.md).
+ORCH_A_MODELS: dict[str, str] = dict(_RAW.get("orchAModels") or {})  # type: ignore[call-overload]

@@ -3,9 +3,11 @@
 A plugin is a module (or object) with functions marked `@hookimpl` whose names
 and parameters match the specs below; it may implement any subset. Third-party
 plugins ship a package with an entry point in group `svc.plugins`. A hook may be
-a plain function or a coroutine function; the host awaits coroutines. Every
-platform hook receives the platform id first: answer None when it is not yours,
-so the next plugin is asked (`firstresult`). See docs/plugins.md for the guide.
+a plain function or a coroutine function; the host awaits coroutines. A platform
+hook is called only on the plugin whose `svc_platforms` declared that platform,
+with the platform id first (useful to a plugin that declares several). How the
+core treats a platform's installs is said by `PlatformInfo.traits`, not by its id.
+See docs/plugins.md for the guide.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from plugins.types import (
     CompletionResponse,
     DeprovisionContext,
     DeprovisionResult,
+    HeartbeatContext,
+    HeartbeatTask,
     InvokeContext,
     InvokeResult,
     PlatformInfo,
@@ -52,7 +56,7 @@ def svc_validate_install(
     """Called before provisioning: problems with the install for your platform (empty list: none).
 
     `fields` holds the install body's platform fields (credentials, model, companyId, ...);
-    `definition` is the team definition. Return None when `platform` is not yours.
+    `definition` is the team definition.
     """
 
 
@@ -61,7 +65,7 @@ def svc_provision(platform: str, context: ProvisionContext) -> ProvisionResult |
     """Called on POST /api/installs: create the team upstream; return what was created.
 
     Raise `PlatformError` on an upstream failure, after deleting whatever this call
-    created (nothing is stored for a failed install). Return None when not yours.
+    created (nothing is stored for a failed install).
     """
 
 
@@ -70,7 +74,7 @@ def svc_deprovision(platform: str, context: DeprovisionContext) -> DeprovisionRe
     """Called on DELETE /api/installs/:id: remove what provisioning created.
 
     Report agents that could not be deleted in `warnings`; raise `PlatformError` with
-    `denied=True` when the stored credentials may not delete. Return None when not yours.
+    `denied=True` when the stored credentials may not delete.
     """
 
 
@@ -82,6 +86,17 @@ def svc_invoke(platform: str, context: InvokeContext) -> InvokeResult | None:
 @hookspec(firstresult=True)
 def svc_poll_runs(platform: str, context: PollContext) -> list[RunReport] | None:
     """Called by the run poller for platforms without push reporting: runs since `context.since`."""
+
+
+@hookspec(firstresult=True)
+def svc_heartbeat_task(platform: str, context: HeartbeatContext) -> HeartbeatTask | None:
+    """Called on POST /api/runtime/webhook before the run: the task the heartbeat carries."""
+
+
+@hookspec(firstresult=True)
+def svc_heartbeat_finished(platform: str, context: HeartbeatContext) -> list[str] | None:
+    """Called after a heartbeat's run, before answering the platform: write the outcome back
+    upstream (a comment, a status). Returns problems worth logging (empty when all went well)."""
 
 
 # ---------------------------------------------------------------------------------------

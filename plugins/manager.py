@@ -4,8 +4,10 @@ Built-in plugins are registered by module name, third-party ones are loaded from
 the `svc.plugins` entry-point group, and any of them can be switched off by name
 (SVC_DISABLED_PLUGINS). `check_pending()` refuses to start with a hook
 implementation that matches no spec (a typo would otherwise be ignored). Callers
-use the methods of `Plugins`, never `pm.hook`; coroutine results are awaited,
-and for `firstresult` hooks the first non-None *awaited* answer wins.
+use the methods of `Plugins`, never `pm.hook`; coroutine results are awaited.
+A platform hook is called on the plugin that declared the platform only (so
+drivers need not check the platform id); provider hooks go newest first and the
+first non-None *awaited* answer wins.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from plugins.types import (
     CompletionResponse,
     DeprovisionContext,
     DeprovisionResult,
+    HeartbeatContext,
+    HeartbeatTask,
     InvokeContext,
     InvokeResult,
     PlatformInfo,
@@ -69,11 +73,14 @@ class Plugins:
         loaded = self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
         self.pm.check_pending()
         self._platforms: dict[str, PlatformInfo] = {}
-        # pluggy calls the newest registration first; list platforms in registration order.
-        for info in (p for result in reversed(self.pm.hook.svc_platforms()) for p in result):
-            if info.id in self._platforms:
-                raise PluginError(f"platform {info.id!r} is provided by two plugins")
-            self._platforms[info.id] = info
+        self._drivers: dict[str, object] = {}  # platform id -> the plugin that declared it
+        # pluggy lists the oldest registration first; platforms are listed in registration order.
+        for impl in self.pm.hook.svc_platforms.get_hookimpls():
+            for info in impl.function():
+                if info.id in self._platforms:
+                    raise PluginError(f"platform {info.id!r} is provided by two plugins")
+                self._platforms[info.id] = info
+                self._drivers[info.id] = impl.plugin
         log.info(
             "plugins loaded",
             extra={"plugins": sorted(n for n, _ in self.pm.list_name_plugin()), "entryPoints": loaded,
@@ -94,8 +101,8 @@ class Plugins:
         self, platform: str, fields: dict[str, Any], definition: dict[str, Any]
     ) -> list[str]:
         """The driver's objections to an install (empty when it has none)."""
-        problems = await self._first("svc_validate_install", platform=platform, fields=fields,
-                                     definition=definition)
+        problems = await self._driver("svc_validate_install", platform=platform, fields=fields,
+                                      definition=definition)
         return list(problems or [])
 
     async def provision(self, platform: str, context: ProvisionContext) -> ProvisionResult:
@@ -112,7 +119,15 @@ class Plugins:
 
     async def poll_runs(self, platform: str, context: PollContext) -> list[RunReport]:
         """Runs found upstream since a time (empty when the platform pushes its runs)."""
-        return list(await self._first("svc_poll_runs", platform=platform, context=context) or [])
+        return list(await self._driver("svc_poll_runs", platform=platform, context=context) or [])
+
+    async def heartbeat_task(self, platform: str, context: HeartbeatContext) -> HeartbeatTask | None:
+        """The task a heartbeat carries, as the platform's driver reads it (None: no reader)."""
+        return await self._driver("svc_heartbeat_task", platform=platform, context=context)
+
+    async def heartbeat_finished(self, platform: str, context: HeartbeatContext) -> list[str]:
+        """Write a heartbeat's outcome back upstream; the problems met (empty when none)."""
+        return list(await self._driver("svc_heartbeat_finished", platform=platform, context=context) or [])
 
     # ---- LLM providers ---------------------------------------------------------------
 
@@ -148,8 +163,18 @@ class Plugins:
                 return result
         return None
 
+    async def _driver(self, name: str, platform: str, **kwargs: Any) -> Any:
+        """Call the hook on the plugin that declared `platform` (None if it does not implement it)."""
+        driver = self._drivers.get(platform)
+        for impl in getattr(self.pm.hook, name).get_hookimpls():
+            if impl.plugin is driver:
+                kwargs["platform"] = platform
+                result = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+                return await result if inspect.isawaitable(result) else result
+        return None
+
     async def _required(self, name: str, **kwargs: Any) -> Any:
-        result = await self._first(name, **kwargs)
+        result = await self._driver(name, **kwargs)
         if result is None:
             raise PluginError(f"no plugin answered {name} for platform {kwargs.get('platform')!r}")
         return result

@@ -18,11 +18,14 @@ __all__ = [
     "DeployedAgent",
     "DeprovisionContext",
     "DeprovisionResult",
+    "HeartbeatContext",
+    "HeartbeatTask",
     "InvokeContext",
     "InvokeResult",
     "PlatformCapabilities",
     "PlatformError",
     "PlatformInfo",
+    "PlatformTraits",
     "PollContext",
     "ProviderError",
     "ProviderInfo",
@@ -62,8 +65,42 @@ class PlatformCapabilities:
 
 
 @dataclass(frozen=True)
+class PlatformTraits:
+    """How the core treats a platform's installs. The core reads these flags, never a platform id,
+    so a third-party platform gets any of these behaviours without a core change.
+
+    The defaults describe an external orchestrator that pushes its runs with token counts,
+    keeps its agents when an install is cancelled, and takes no secrets.
+    """
+
+    managed: bool = False
+    """Runs execute on the service's own runtime (run, webhook trigger, schedules, console)."""
+    uses_secrets: bool = False
+    """Install secrets reach the team: pre-filled from and remembered in the owner's vault."""
+    secrets_updatable: bool = False
+    """Secrets are read when a run starts, so PATCH /api/installs/:id/secrets takes effect."""
+    heartbeats: bool = False
+    """Its agents call POST /api/runtime/webhook, which runs them on the managed runtime."""
+    polled: bool = False
+    """Runs are fetched by the run poller (`svc_poll_runs`) instead of being pushed."""
+    reports_tokens: bool = True
+    """Run reports carry token counts (required for `per_k_tokens` templates when true)."""
+    invokable: bool = False
+    """POST /api/installs/:id/invoke sends input to the team (`svc_invoke`)."""
+    deprovision_on_delete: bool = False
+    """DELETE always removes the agents upstream, and the install's credentials are then dropped."""
+    top_level_credentials: frozenset[str] = frozenset()
+    """Credential keys the install body may also carry at its top level, with `companyName`."""
+    flattens_hierarchy: bool = False
+    """A team deeper than `capabilities.maxHierarchyDepth` is flattened by the driver (with a
+    warning) instead of being refused at install time."""
+
+
+@dataclass(frozen=True)
 class PlatformInfo:
-    """A platform a plugin provides. `accepts` names the optional install fields it takes."""
+    """A platform a plugin provides. `accepts` names the optional install fields it takes;
+    `capabilities` is what GET /api/platforms shows (its `maxHierarchyDepth` is enforced at
+    install time); `traits` is how the core treats the platform's installs."""
 
     id: str
     label: str
@@ -71,6 +108,7 @@ class PlatformInfo:
     capabilities: PlatformCapabilities = field(default_factory=PlatformCapabilities)
     accepts: frozenset[str] = frozenset({"credentials", "variables"})
     listed: bool = True
+    traits: PlatformTraits = field(default_factory=PlatformTraits)
 
 
 @dataclass(frozen=True)
@@ -172,6 +210,35 @@ class PollContext:
     deployed_agents: tuple[DeployedAgent, ...]
     since: str | None
     allow_private: bool = False
+
+
+@dataclass(frozen=True)
+class HeartbeatContext:
+    """One heartbeat of a platform's `http` agent, after the managed runtime ran it.
+
+    `payload` is the heartbeat body exactly as the platform sent it; `state` and
+    `credentials` are the install's (decrypted); `outcome` is the run's result
+    (`status`, `response`, `errorMessage`, token counts) and is None before the run.
+    """
+
+    install_id: str
+    platform: str
+    agent_key: str
+    platform_agent_id: str
+    credentials: dict[str, str]
+    state: dict[str, Any]
+    payload: dict[str, Any]
+    outcome: dict[str, Any] | None = None
+    allow_private: bool = False
+
+
+@dataclass(frozen=True)
+class HeartbeatTask:
+    """What a heartbeat asks the agent to do, and the upstream ids the run record keeps."""
+
+    task: str
+    platform_run_id: str | None = None
+    platform_task_id: str | None = None
 
 
 @dataclass(frozen=True)

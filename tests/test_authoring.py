@@ -6,8 +6,8 @@ import asyncio
 import json
 import time
 
-from tests.conftest import bearer, create_key, signup
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
+from tests.support.accounts import bearer, create_key, signup
 
 VALID = {
     "version": "v1",

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from plugins.builtin import orch_b
 from plugins.egress import EgressDenied
 from plugins.manager import Plugins
 from plugins.types import (
@@ -117,11 +116,13 @@ def test_platform_info():
     assert info.listed
 
 
-async def test_hooks_answer_none_for_other_platforms():
-    assert orch_b.svc_validate_install("orchA", {}, DEFINITION) is None
-    assert await orch_b.svc_provision("orchA", provision_context(FakeOrchB())) is None
-    assert await orch_b.svc_poll_runs("svc", PollContext("i", "svc", {}, (), None)) is None
-    assert await orch_b.svc_deprovision("orchC", DeprovisionContext("i", "orchC", {}, (), {}, {})) is None
+async def test_no_hook_of_this_driver_is_asked_about_another_platform():
+    """orchB, registered last, is asked first by pluggy; the manager still sends orchA's and the
+    poller's questions only to the plugin that declared the platform."""
+    plugins = Plugins(builtins=("plugins.builtin.orch_a", "plugins.builtin.orch_b"))
+    problems = await plugins.validate_install("orchA", {}, DEFINITION)
+    assert problems and not any("orchB" in p for p in problems)
+    assert await plugins.poll_runs("orchA", PollContext("i", "orchA", {}, (), None)) == []
 
 
 async def test_valid_install_has_no_problems():

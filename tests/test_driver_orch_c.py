@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from plugins.builtin import orch_c
+from plugins.builtin import orch_c, orch_c_bedrock
 from plugins.manager import Plugins
 from plugins.types import (
     DeprovisionContext,
@@ -57,7 +57,7 @@ async def endpoint(aiohttp_server: Any, fake: FakeBedrockAgents, monkeypatch: py
     """The fake served on 127.0.0.1 and named in SVC_ORCHC_ENDPOINT_URL."""
     server = await aiohttp_server(create_app(fake))
     url = f"http://127.0.0.1:{server.port}"
-    monkeypatch.setenv(orch_c.ENDPOINT_ENV, url)
+    monkeypatch.setenv(orch_c_bedrock.ENDPOINT_ENV, url)
     return url
 
 
@@ -133,11 +133,15 @@ def test_platform_info(plugins: Plugins) -> None:
     assert info.listed
 
 
-async def test_other_platforms_are_not_answered(fake: FakeBedrockAgents) -> None:
-    assert orch_c.svc_validate_install("orchB", valid_fields(fake), {"agents": team()}) is None
-    assert await orch_c.svc_provision("orchB", provision_context(fake, team())) is None
-    assert await orch_c.svc_deprovision("orchB", DeprovisionContext("i", "orchB", {}, (), {}, {})) is None
-    assert await orch_c.svc_invoke("orchB", InvokeContext("i", "orchB", {}, {}, "hi", None)) is None
+async def test_other_platforms_never_reach_this_driver(fake: FakeBedrockAgents) -> None:
+    """The manager calls a platform hook on the plugin that declared the platform only: orchC,
+    registered last (so asked first by pluggy), is not asked about orchB, and the driver needs
+    no guard of its own."""
+    plugins = Plugins(builtins=("plugins.builtin.orch_b", "plugins.builtin.orch_c"))
+    problems = await plugins.validate_install("orchB", {}, {"agents": team()})
+    assert problems and all("orchB" in p for p in problems)
+    assert not any("orchC" in p for p in problems)
+    assert fake.requests == []
 
 
 async def test_a_valid_install_has_no_problems(plugins: Plugins, fake: FakeBedrockAgents) -> None:
@@ -281,7 +285,7 @@ async def test_failure_rolls_back_everything(
     assert caught.value.upstream_status == 500
     assert not caught.value.denied
     assert fake.agents == {} and fake.alias_count() == 0
-    attempts = orch_c.MAX_ATTEMPTS
+    attempts = orch_c_bedrock.MAX_ATTEMPTS
     assert len([r for r in fake.requests if r.operation == "CreateAgent"]) == failing - 1 + attempts
     deleted_aliases = [r for r in fake.requests if r.operation == "DeleteAgentAlias"]
     deleted_agents = [r for r in fake.requests if r.operation == "DeleteAgent"]

@@ -6,7 +6,7 @@ import pytest
 
 from svc.core.embedded import free_port
 from svc.core.mailer import Mailer
-from tests.smtp_sink import SmtpSink
+from tests.fakes.smtp import SmtpSink
 
 
 @pytest.fixture

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.billing_helpers import payment_settings, post_event, start_fake_stripe
-from tests.conftest import app_store
 from tests.fakes.stripe import start_subscription
-from tests.orgs_helpers import audit_actions, ok, send, world
+from tests.support.accounts import app_store
+from tests.support.billing import payment_settings, post_event, start_fake_stripe
+from tests.support.orgs import audit_actions, ok, send, world
 
 
 async def event(client: Any, fake: Any, kind: str, obj: dict[str, Any]) -> None:

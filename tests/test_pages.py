@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from api.pages.install_settings import fire_times
-from tests.conftest import Caller, app_store, bearer, create_key, signup
-from tests.orgs_helpers import invitation_token, invite, world
-from tests.runtime_helpers import member, provider_settings, start_llm, svc_install
-from tests.templates_helpers import publish_template
+from tests.support.accounts import Caller, app_store, bearer, create_key, signup
+from tests.support.orgs import invitation_token, invite, world
+from tests.support.runtime import member, provider_settings, start_llm, svc_install
+from tests.support.templates import publish_template
 
 CSRF = re.compile(r'<meta name="csrf-token" content="([0-9a-f]+)">')
 SECRET_VALUE = "sk-very-secret-value-123"
@@ -359,11 +359,20 @@ async def test_schedule_editor_saves_and_previews(make_client, aiohttp_server):
         client,
         caller,
         base,
-        {"cronExpression": "0 9 * * 1-5", "timezone": "Europe/Paris", "onBacklog": "queue", "enabled": "on"},
+        {
+            "cronExpression": "0 9 * * 1-5",
+            "timezone": "Europe/Paris",
+            "onBacklog": "queue",
+            "enabled": "on",
+            "jitterSeconds": "30",
+            "pauseOnFailure": "3",
+            "catchupWindowSeconds": "",
+        },
     )
     assert saved.status == 303
     api = await (await client.get(f"/api/installs/{install_id}/schedule", headers=caller.cookie)).json()
     assert api["schedule"]["timezone"] == "Europe/Paris" and api["schedule"]["onBacklog"] == "queue"
+    assert (api["schedule"]["jitterSeconds"], api["schedule"]["pauseOnFailure"]) == (30, 3)
     toggled = await submit(client, caller, f"{base}/toggle", {"enabled": "false"})
     assert toggled.status == 303
     html = await (await page(client, caller, base)).text()

@@ -7,18 +7,18 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.billing_helpers import (
+from tests.support.accounts import app_store, bearer, create_key, signup
+from tests.support.billing import (
     APP_KEY,
     CARD,
     charge_cycle,
     paid_install,
     payment_settings,
     post_event,
-    report,
+    self_report,
     setup_intent,
     start_fake_stripe,
 )
-from tests.conftest import app_store, bearer, create_key, signup
 
 # ---- not configured ----------------------------------------------------------------------------
 
@@ -297,8 +297,8 @@ async def test_cancel_bills_usage_since_the_last_paid_period(make_client: Any, a
     client = await make_client(**payment_settings(fake))
     deal = await paid_install(client, fake, model="per_run", price=30)
     for _ in range(2):
-        await report(client, deal)
-    await report(client, deal, status="failed")
+        await self_report(client, deal)
+    await self_report(client, deal, status="failed")
     response = await client.patch(
         f"/api/stripe/installs/{deal.install_id}/cancel", headers=deal.deployer.cookie
     )
@@ -325,8 +325,8 @@ async def test_cancel_under_fifty_cents_is_free_but_sends_a_receipt(
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
     deal = await paid_install(client, fake, model="per_run", price=20)
-    await report(client, deal)
-    await report(client, deal)
+    await self_report(client, deal)
+    await self_report(client, deal)
     response = await client.patch(
         f"/api/stripe/installs/{deal.install_id}/cancel", headers=deal.deployer.cookie
     )
@@ -345,13 +345,13 @@ async def test_cancel_counts_only_runs_after_the_last_paid_invoice(
     client = await make_client(**payment_settings(fake))
     deal = await paid_install(client, fake, model="per_run", price=40)
     for _ in range(3):
-        await report(client, deal)
+        await self_report(client, deal)
     now = datetime.now(UTC)
     period = {"periodStart": "2026-01-01T00:00:00Z", "periodEnd": now.isoformat()}
     paid = await charge_cycle(client, installId=deal.install_id, amountCents=120, **period)
     assert (await paid.json())["status"] == "succeeded"
-    await report(client, deal)
-    await report(client, deal)
+    await self_report(client, deal)
+    await self_report(client, deal)
     response = await client.patch(
         f"/api/stripe/installs/{deal.install_id}/cancel", headers=deal.deployer.cookie
     )
@@ -496,7 +496,7 @@ async def test_a_double_cancel_bills_and_mails_once(make_client: Any, aiohttp_se
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
     deal = await paid_install(client, fake, model="per_run", price=100)
-    await report(client, deal)
+    await self_report(client, deal)
     path = f"/api/stripe/installs/{deal.install_id}/cancel"
     first, second = await asyncio.gather(
         client.patch(path, headers=deal.deployer.cookie), client.patch(path, headers=deal.deployer.cookie)

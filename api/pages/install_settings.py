@@ -17,6 +17,17 @@ from svc.runtime import ScheduleBody, check_cron, check_timezone, next_fire
 
 routes = PageTable()
 PREVIEW_COUNT = 5
+CONTROLS = ("catchupWindowSeconds", "jitterSeconds", "pauseOnFailure")
+
+
+def number(value: str) -> int | str | None:
+    """A form's whole number for the API's strict models (blank: unset; other text: refused there)."""
+    value = value.strip()
+    if not value:
+        return None
+    return int(value) if value.isdigit() else value
+
+
 USAGE_DAYS = 30
 MAX_AGENT_COUNTERS = 500
 
@@ -95,10 +106,18 @@ async def save_schedule(request: web.Request, viewer: Viewer) -> web.StreamRespo
                 "onBacklog": data.get("onBacklog") or "skip",
                 "timezone": data.get("timezone") or "UTC",
                 "bypassGates": data.get("bypassGates") == "on",
+                **{name: number(data.get(name, "")) for name in CONTROLS},
             },
         )
     await services(request).schedules.update(viewer.principal, request.match_info["id"], body)
     return done(request, f"/installs/{request.match_info['id']}/schedule")
+
+
+@routes.post("/installs/{id}/schedule/trigger")
+async def trigger_schedule(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Fire the schedule now, as its next fire would (POST /api/installs/:id/schedule/trigger)."""
+    await services(request).schedules.trigger(viewer.principal, request.match_info["id"])
+    return done(request, f"/installs/{request.match_info['id']}")
 
 
 @routes.post("/installs/{id}/schedule/toggle")

@@ -86,8 +86,8 @@ async def render_org_page(
     members = await svc.orgs.members(viewer.user_id, slug_of(request))
     invitations: list[dict[str, Any]] = []
     if context["is_admin"]:
-        invitations = await svc.orgs.invitations(viewer.user_id, slug_of(request))
-    keys = await svc.orgs.keys(viewer.user_id, slug_of(request))
+        invitations = await svc.org_invitations.invitations(viewer.user_id, slug_of(request))
+    keys = await svc.org_keys.keys(viewer.user_id, slug_of(request))
     response = render(
         request,
         "org.html",
@@ -107,14 +107,14 @@ async def render_org_page(
 async def create_org_key(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Create an org key and show its value this once."""
     body = parse(OrgKeyBody, {"label": (await form(request)).get("label") or None})
-    created = await services(request).orgs.create_key(viewer.user_id, slug_of(request), body)
+    created = await services(request).org_keys.create_key(viewer.user_id, slug_of(request), body)
     return await render_org_page(request, viewer, created_key=created)
 
 
 @routes.post("/orgs/{slug}/keys/{id}/revoke")
 async def revoke_org_key(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Revoke an org key at once."""
-    await services(request).orgs.revoke_key(viewer.user_id, slug_of(request), request.match_info["id"])
+    await services(request).org_keys.revoke_key(viewer.user_id, slug_of(request), request.match_info["id"])
     return done(request, f"/orgs/{slug_of(request)}#keys")
 
 
@@ -122,14 +122,16 @@ async def revoke_org_key(request: web.Request, viewer: Viewer) -> web.StreamResp
 async def invite(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Invite someone by email (the mail carries the accept link)."""
     body = parse(InvitationBody, await form(request))
-    await services(request).orgs.invite(viewer.user_id, slug_of(request), body)
+    await services(request).org_invitations.invite(viewer.user_id, slug_of(request), body)
     return done(request, f"/orgs/{slug_of(request)}")
 
 
 @routes.post("/orgs/{slug}/invitations/{id}/cancel")
 async def cancel_invitation(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Cancel a pending invitation."""
-    await services(request).orgs.cancel_invitation(viewer.user_id, slug_of(request), request.match_info["id"])
+    await services(request).org_invitations.cancel_invitation(
+        viewer.user_id, slug_of(request), request.match_info["id"]
+    )
     return done(request, f"/orgs/{slug_of(request)}")
 
 
@@ -161,7 +163,7 @@ async def invitation_page(request: web.Request, viewer: Viewer) -> web.StreamRes
 async def accept_invitation(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Join the org with the invited role (404 unknown, 410 expired, 403 another address)."""
     try:
-        joined = await services(request).orgs.accept(viewer.user_id, request.match_info["token"])
+        joined = await services(request).org_invitations.accept(viewer.user_id, request.match_info["token"])
     except ServiceError as exc:
         status = {"Invitation not found": 404}.get(
             exc.message, 403 if "another email" in exc.message else 400
@@ -185,7 +187,7 @@ async def approvals_page(request: web.Request, viewer: Viewer) -> web.StreamResp
     context = await org_context(request, viewer, "approvals")
     status = request.query.get("status", "pending")
     items, refused = await attempt(
-        services(request).orgs.approvals(viewer.user_id, slug_of(request), status or None)
+        services(request).org_approvals.approvals(viewer.user_id, slug_of(request), status or None)
     )
     return render(
         request, "approvals.html", viewer, approvals=items or [], refused=refused, state=status, **context
@@ -197,7 +199,9 @@ async def decide(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Approve or reject a deployment request, with an optional note."""
     data = await form(request)
     body = parse(ApprovalDecisionBody, {"status": data.get("status"), "note": data.get("note") or None})
-    await services(request).orgs.decide(viewer.user_id, slug_of(request), request.match_info["id"], body)
+    await services(request).org_approvals.decide(
+        viewer.user_id, slug_of(request), request.match_info["id"], body
+    )
     return done(request, f"/orgs/{slug_of(request)}/approvals")
 
 
@@ -205,7 +209,7 @@ async def decide(request: web.Request, viewer: Viewer) -> web.StreamResponse:
 async def secrets_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Org secrets by name, with when each was set; values are never shown."""
     context = await org_context(request, viewer, "secrets")
-    items, refused = await attempt(services(request).orgs.secrets(viewer.user_id, slug_of(request)))
+    items, refused = await attempt(services(request).org_secrets.secrets(viewer.user_id, slug_of(request)))
     return render(request, "org_secrets.html", viewer, secrets=items or [], refused=refused, **context)
 
 
@@ -213,14 +217,16 @@ async def secrets_page(request: web.Request, viewer: Viewer) -> web.StreamRespon
 async def set_secret(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Set or replace an org secret."""
     body = parse(SecretBody, await form(request))
-    await services(request).orgs.set_secret(viewer.user_id, slug_of(request), body)
+    await services(request).org_secrets.set_secret(viewer.user_id, slug_of(request), body)
     return done(request, f"/orgs/{slug_of(request)}/secrets")
 
 
 @routes.post("/orgs/{slug}/secrets/{key}/delete")
 async def delete_secret(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Delete an org secret."""
-    await services(request).orgs.delete_secret(viewer.user_id, slug_of(request), request.match_info["key"])
+    await services(request).org_secrets.delete_secret(
+        viewer.user_id, slug_of(request), request.match_info["key"]
+    )
     return done(request, f"/orgs/{slug_of(request)}/secrets")
 
 
@@ -284,7 +290,7 @@ async def analytics_page(request: web.Request, viewer: Viewer) -> web.StreamResp
 async def billing_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Plan and billing; also where the payment provider sends people back to."""
     context = await org_context(request, viewer, "billing")
-    status = await services(request).orgs.billing_status(viewer.user_id, slug_of(request))
+    status = await services(request).org_plans.billing_status(viewer.user_id, slug_of(request))
     returned = "session_id" in request.query or request.query.get("return") is not None
     return render(request, "billing.html", viewer, billing=status, returned=returned, **context)
 
@@ -294,7 +300,7 @@ async def set_governance(request: web.Request, viewer: Viewer) -> web.StreamResp
     """Turn approval of new deployments on or off (Pro; owners and admins)."""
     data = await form(request)
     body = parse(GovernanceBody, {"enabled": data.get("enabled") == "true"})
-    await services(request).orgs.set_governance(viewer.user_id, slug_of(request), body)
+    await services(request).org_approvals.set_governance(viewer.user_id, slug_of(request), body)
     return done(request, f"/orgs/{slug_of(request)}/approvals")
 
 

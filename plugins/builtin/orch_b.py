@@ -28,12 +28,12 @@ from plugins.types import (
     PlatformCapabilities,
     PlatformError,
     PlatformInfo,
+    PlatformTraits,
     PollContext,
     ProvisionContext,
     ProvisionResult,
     RunReport,
 )
-from svc.core import iso
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ INFO = PlatformInfo(
         maxHierarchyDepth=None, supportedModels=None, billingCompleteness="none", provisioningModel="rest"
     ),
     accepts=frozenset({"credentials", "variables", "model"}),
+    traits=PlatformTraits(polled=True, reports_tokens=False),
 )
 
 
@@ -174,8 +175,6 @@ def svc_validate_install(
     platform: str, fields: dict[str, Any], definition: dict[str, Any]
 ) -> list[str] | None:
     """Credentials present and well-formed (region is used in a hostname), models known."""
-    if platform != PLATFORM:
-        return None
     problems: list[str] = []
     credentials = fields.get("credentials")
     if not isinstance(credentials, dict):
@@ -201,8 +200,6 @@ def svc_validate_install(
 @hookimpl
 async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionResult | None:
     """One upstream agent per team agent; on any failure delete what this call made, then raise."""
-    if platform != PLATFORM:
-        return None
     credentials = context.credentials
     agents = list(context.definition.get("agents") or [])
     models = [_model_for(agent, context.options) for agent in agents]
@@ -284,8 +281,6 @@ async def _rollback(
 @hookimpl
 async def svc_deprovision(platform: str, context: DeprovisionContext) -> DeprovisionResult | None:
     """Delete every deployed agent; failures become warnings, all-denied raises `denied=True`."""
-    if platform != PLATFORM:
-        return None
     credentials = context.credentials
     agent_ids = [a.externalId for a in context.deployed_agents] or list(context.state.get("agentIds") or [])
     if not agent_ids:
@@ -318,8 +313,6 @@ async def svc_deprovision(platform: str, context: DeprovisionContext) -> Deprovi
 @hookimpl
 async def svc_poll_runs(platform: str, context: PollContext) -> list[RunReport] | None:
     """Finished conversations of the deployed agents updated after `since`, newest first."""
-    if platform != PLATFORM:
-        return None
     agent_ids = [a.externalId for a in context.deployed_agents]
     if not agent_ids:
         return []
@@ -390,7 +383,7 @@ def _report(item: Any, known: set[str], agent_ids: list[str]) -> tuple[RunReport
     if not isinstance(run_id, str) or agent_id not in known:
         return None, updated
     state = conversation.get("state")
-    stamp = iso(updated)
+    stamp = updated.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z" if updated else None
     if state in COMPLETED_STATES:
         return RunReport(platformAgentId=agent_id, runId=run_id, status="completed", updatedAt=stamp), updated
     if state in FAILED_STATES:

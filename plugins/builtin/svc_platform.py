@@ -11,6 +11,7 @@ from plugins.types import (
     DeprovisionResult,
     PlatformCapabilities,
     PlatformInfo,
+    PlatformTraits,
     ProvisionContext,
     ProvisionResult,
 )
@@ -22,6 +23,7 @@ INFO = PlatformInfo(
     capabilities=PlatformCapabilities(billingCompleteness="full"),
     accepts=frozenset({"variables"}),
     listed=False,
+    traits=PlatformTraits(managed=True, uses_secrets=True, secrets_updatable=True),
 )
 
 
@@ -36,14 +38,12 @@ def svc_validate_install(
     platform: str, fields: dict[str, Any], definition: dict[str, Any]
 ) -> list[str] | None:
     """Nothing to check: secrets come after install, the runtime reads the definition."""
-    return [] if platform == PLATFORM else None
+    return []
 
 
 @hookimpl
 def svc_provision(platform: str, context: ProvisionContext) -> ProvisionResult | None:
     """Every agent runs in our runtime; its external id is `<install>:<agent key>`."""
-    if platform != PLATFORM:
-        return None
     agents = tuple(
         DeployedAgent(key=a["key"], externalId=f"{context.install_id}:{a['key']}", name=a["name"])
         for a in context.definition["agents"]
@@ -54,4 +54,4 @@ def svc_provision(platform: str, context: ProvisionContext) -> ProvisionResult |
 @hookimpl
 def svc_deprovision(platform: str, context: DeprovisionContext) -> DeprovisionResult | None:
     """Nothing upstream to delete."""
-    return DeprovisionResult(deleted_agents=0) if platform == PLATFORM else None
+    return DeprovisionResult(deleted_agents=0)

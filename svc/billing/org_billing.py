@@ -1,7 +1,7 @@
 """Org plans through the payment provider: checkout, portal, cancel, and subscription events.
 
 The provider owns the subscription; the org document mirrors it. Every change of plan
-goes through `Orgs.apply_subscription` (one place derives the plan from the status),
+goes through `Plans.apply_subscription` (one place derives the plan from the status),
 fed by the provider's webhook events. Checkout starts a Pro subscription with a
 14-day trial and a card required; cancel only schedules the end of the period.
 """
@@ -15,7 +15,7 @@ from typing import Any
 from config.settings import Settings
 from svc.billing.payments import PaymentProvider, ProviderError, WebhookEvent, provider_call, unavailable
 from svc.core import Conflict, Document, Store
-from svc.orgs import SYSTEM, Orgs
+from svc.orgs import SYSTEM, AuditLog, OrgAccess, Plans
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,18 @@ class OrgBilling:
     """Checkout, portal and cancel for org plans, and the provider's subscription events."""
 
     def __init__(
-        self, store: Store, orgs: Orgs, provider: PaymentProvider | None, settings: Settings
+        self,
+        store: Store,
+        org_access: OrgAccess,
+        audit: AuditLog,
+        plans: Plans,
+        provider: PaymentProvider | None,
+        settings: Settings,
     ) -> None:
         self.store = store
-        self.orgs = orgs
+        self.org_access = org_access
+        self.audit = audit
+        self.plans = plans
         self.provider = provider
         self.settings = settings
 
@@ -79,7 +87,7 @@ class OrgBilling:
 
     async def checkout(self, user_id: str, slug: str) -> Document:
         """The provider's checkout URL for a Pro subscription with a trial."""
-        access = await self.orgs.access(user_id, slug, "billing.checkout")
+        access = await self.org_access.check(user_id, slug, "billing.checkout")
         provider = self._require_provider()  # after the role check: 503 only for those allowed
         org = access.org
         if org.get("subscriptionStatus") in ("active", "trialing", "past_due") and org.get(
@@ -97,12 +105,12 @@ class OrgBilling:
                 cancel_url=f"{self._billing_page(slug)}?checkout=cancelled",
             )
         )
-        await self.orgs.audit.record(org["_id"], "billing.checkout_started", access.actor, {})
+        await self.audit.record(org["_id"], "billing.checkout_started", access.actor, {})
         return {"url": url}
 
     async def portal(self, user_id: str, slug: str) -> Document:
         """The provider's billing-portal URL for the org's customer."""
-        access = await self.orgs.access(user_id, slug, "billing.portal")
+        access = await self.org_access.check(user_id, slug, "billing.portal")
         provider = self._require_provider()  # after the role check: 503 only for those allowed
         customer_id = access.org.get("payCustomerId")
         if not customer_id:
@@ -111,7 +119,7 @@ class OrgBilling:
 
     async def cancel(self, user_id: str, slug: str) -> Document:
         """Schedule the subscription's end at the current period's end (no immediate effect)."""
-        access = await self.orgs.access(user_id, slug, "billing.cancel")
+        access = await self.org_access.check(user_id, slug, "billing.cancel")
         provider = self._require_provider()  # after the role check: 503 only for those allowed
         org = access.org
         subscription_id = org.get("paySubscriptionId")
@@ -120,7 +128,7 @@ class OrgBilling:
         subscription = await provider_call(provider.cancel_at_period_end(subscription_id))
         await self._apply(org["_id"], subscription)
         end = period_end(subscription) or _time(subscription.get("trial_end"))
-        await self.orgs.audit.record(
+        await self.audit.record(
             org["_id"],
             "billing.cancel_requested",
             access.actor,
@@ -209,7 +217,7 @@ class OrgBilling:
                 await self.provider.cancel_now(subscription_id)
             except ProviderError:
                 log.error("could not cancel a duplicate subscription", extra={"orgId": org["_id"]})
-        await self.orgs.audit.record(
+        await self.audit.record(
             org["_id"], "billing.duplicate_cancelled", SYSTEM, {"subscriptionId": subscription_id}
         )
         return True
@@ -230,7 +238,7 @@ class OrgBilling:
 
     async def _apply(self, org_id: str, subscription: Document) -> None:
         status = STATUS_MAP.get(str(subscription.get("status")))
-        await self.orgs.apply_subscription(
+        await self.plans.apply_subscription(
             org_id,
             status=status,
             trial_end=_time(subscription.get("trial_end")),

@@ -62,11 +62,18 @@ class OnboardBody(RequestBody):
 class Payouts:
     """Setup intents for deployers, Connect onboarding for builders, provider events."""
 
-    def __init__(self, store: Store, charges: Charges, provider: PaymentProvider | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        charges: Charges,
+        provider: PaymentProvider | None,
+        subscription_handler: SubscriptionHandler | None = None,
+    ) -> None:
         self.store = store
         self.charges = charges
         self.provider = provider
-        self.subscription_handler: SubscriptionHandler | None = None
+        # Subscription events go to the org plans (svc.billing.org_billing).
+        self.subscription_handler = subscription_handler
 
     def _require_provider(self) -> PaymentProvider:
         if self.provider is None:

@@ -22,10 +22,12 @@ from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import Governance, Runtime, RuntimeFailure
 from svc.core.store import Document, Store
+from svc.core.timeline import KINDS, Kind, Timeline, TimelineQuery, actor_of
 from svc.core.tokens import is_api_key
 from svc.core.vault import Vault
 
 __all__ = [
+    "KINDS",
     "BadGateway",
     "BadRequest",
     "Conflict",
@@ -34,6 +36,7 @@ __all__ = [
     "Forbidden",
     "Gone",
     "Governance",
+    "Kind",
     "Mailer",
     "NotFound",
     "PaymentRequired",
@@ -44,11 +47,14 @@ __all__ = [
     "ServiceError",
     "Store",
     "TTLCache",
+    "Timeline",
+    "TimelineQuery",
     "Timestamp",
     "Unauthorized",
     "Unavailable",
     "Unprocessable",
     "Vault",
+    "actor_of",
     "aware",
     "describe",
     "errors",

@@ -121,6 +121,21 @@ class Credentials:
         )
         return raw
 
+    async def revoke_install_tokens(self, install_id: str) -> None:
+        """Every install token of the install stops working at once."""
+        await self.store.install_tokens.delete_many({"installId": install_id})
+
+    async def link_key(self, principal: Principal, install_id: str) -> None:
+        """Link the creating personal key to a new managed install (spec: so whoami resolves); it
+        then reaches only it. Org keys are shared by the org and stay unscoped (docs/orgs.md)."""
+        if principal.via != "key" or principal.key_id is None or principal.org_id is not None:
+            return
+        doc = await self.store.api_keys.find_one_and_update(
+            {"_id": principal.key_id}, {"$set": {"installId": install_id}}
+        )
+        if doc is not None:
+            self.key_cache.discard(doc["keyHash"])
+
     async def key_identity(self, principal: Principal) -> dict[str, Any]:
         """{userName, orgName, orgSlug} for GET /api/auth/key-identity."""
         user_name: str | None = None

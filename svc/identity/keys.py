@@ -1,4 +1,4 @@
-"""Personal API keys.
+"""Personal and org API keys (the org package decides who may manage org keys).
 
 The spec shows a user's full key values in the key list, so personal keys are
 stored encrypted (Fernet) for display, beside a SHA-256 hash that is the unique
@@ -19,8 +19,10 @@ from svc.core import (
     NotFound,
     RequestBody,
     Store,
+    Timeline,
     TTLCache,
     Vault,
+    actor_of,
     iso,
     tokens,
     utcnow,
@@ -38,7 +40,7 @@ class CreateKeyBody(RequestBody):
 
 
 class ApiKeys:
-    """List, create and revoke a user's personal keys."""
+    """List, create and revoke keys: a user's personal keys, and the storage of org keys."""
 
     def __init__(self, store: Store, vault: Vault, key_cache: TTLCache[str, Any]) -> None:
         self.store = store
@@ -77,6 +79,14 @@ class ApiKeys:
         except BaseException:
             await self.store.users.update_one({"_id": user_id}, {"$inc": {"keyCount": -1}})
             raise
+        if body.installId is not None:
+            await Timeline(self.store).record(
+                "key",
+                "key.created",
+                install_id=body.installId,
+                actor=actor_of(user_id, "session"),
+                meta={"keyId": doc["_id"], "label": body.label},
+            )
         view = self._view(doc, raw)
         view["installId"] = body.installId
         view["note"] = CREATION_NOTE
@@ -84,7 +94,7 @@ class ApiKeys:
 
     async def delete_for_user(self, user_id: str, key_id: str) -> None:
         """Revoke at once; 404 `Key not found`, 403 `Forbidden` for someone else's key."""
-        doc = await self.store.api_keys.find_one({"_id": key_id}, {"userId": 1, "keyHash": 1})
+        doc = await self.store.api_keys.find_one({"_id": key_id}, {"userId": 1, "keyHash": 1, "installId": 1})
         if doc is None:
             raise NotFound("Key not found")
         if doc.get("userId") != user_id:
@@ -93,6 +103,48 @@ class ApiKeys:
         deleted = await self.store.api_keys.delete_one({"_id": key_id, "userId": user_id})
         if deleted.deleted_count:
             await self.store.users.update_one({"_id": user_id}, {"$inc": {"keyCount": -1}})
+            if doc.get("installId"):
+                await Timeline(self.store).record(
+                    "key",
+                    "key.revoked",
+                    install_id=doc["installId"],
+                    actor=actor_of(user_id, "session"),
+                    meta={"keyId": key_id},
+                )
+
+    async def list_for_org(self, org_id: str, limit: int) -> list[dict[str, Any]]:
+        """An org's keys, newest first, without their values."""
+        docs = await self.store.api_keys.find({"orgId": org_id}).sort("createdAt", DESCENDING).to_list(limit)
+        return [{"id": d["_id"], "label": d.get("label"), "createdAt": iso(d["createdAt"])} for d in docs]
+
+    async def create_for_org(
+        self, org_id: str, label: str | None, created_by: str, cap: int
+    ) -> dict[str, Any]:
+        """A new org key (stored by hash only; the raw value is in this answer only)."""
+        if await self.store.api_keys.count_documents({"orgId": org_id}) >= cap:
+            raise Conflict(f"Key limit reached ({cap} keys); revoke one first")
+        raw = tokens.new_api_key()
+        doc = {
+            "_id": tokens.new_id(),
+            "keyHash": tokens.digest(raw),
+            "userId": None,
+            "orgId": org_id,
+            "label": label,
+            "installId": None,
+            "createdBy": created_by,
+            "createdAt": utcnow(),
+        }
+        await self.store.api_keys.insert_one(doc)
+        return {"id": doc["_id"], "key": raw, "label": label, "createdAt": iso(doc["createdAt"])}
+
+    async def revoke_org_keys(self, org_id: str, key_id: str | None = None) -> int:
+        """Revoke an org's keys (one, or all) at once: database, then the key cache; how many."""
+        query: Document = {"orgId": org_id, **({"_id": key_id} if key_id is not None else {})}
+        docs = await self.store.api_keys.find(query, {"keyHash": 1}).to_list(None)
+        for doc in docs:
+            self.key_cache.revoke(doc["keyHash"])
+        await self.store.api_keys.delete_many({"_id": {"$in": [d["_id"] for d in docs]}})
+        return len(docs)
 
     async def _check_install_owner(self, user_id: str, install_id: str) -> None:
         install = await self.store.installs.find_one({"_id": install_id}, {"deployedBy": 1})

@@ -11,22 +11,20 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import secrets as random
 from typing import Any
 
-from pydantic import Field
 from pymongo import DESCENDING
 
 from config.settings import Settings
 from plugins.manager import Plugins
 from plugins.types import (
-    OPTIONAL_FIELDS,
     DeployedAgent,
     DeprovisionContext,
     InvokeContext,
     PlatformError,
     PlatformInfo,
+    PlatformTraits,
     ProvisionContext,
 )
 from svc.core import (
@@ -35,82 +33,43 @@ from svc.core import (
     Conflict,
     Document,
     Governance,
+    Kind,
     NotFound,
-    RequestBody,
     Store,
-    TTLCache,
+    Timeline,
+    TimelineQuery,
     Vault,
+    actor_of,
     iso,
     tokens,
     utcnow,
 )
 from svc.identity import Credentials, Principal, require_unscoped
+from svc.installs import reach
+from svc.installs.fields import (
+    BILLING_FIELDS,
+    CreateInstallBody,
+    check_depth,
+    check_payment_fields,
+    check_secret_names,
+    check_variables,
+    interpolate,
+    platform_fields,
+    unwrap,
+)
+from svc.installs.remembered import RememberedSecrets
+from svc.installs.summaries import managed_summaries
 from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
-from svc.templates import VARIABLE_REFERENCE, is_owner, owner_of
+from svc.templates import is_owner, owner_of
 
 log = logging.getLogger(__name__)
 
-SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 MAX_LISTED = 500
-BILLING_FIELDS = ("deployerEmail", "payCustomerId", "payPaymentMethodId")
-# Status `pending` means provisioning, except on an install waiting for governance approval
-# (`approval: "pending"`, provisioned and listed, but not ready for runs until approved).
-VISIBLE: Document = {"$or": [{"status": {"$ne": "pending"}}, {"approval": "pending"}]}
 
 
-def is_visible(doc: Document) -> bool:
-    """False while provisioning (a governance-pending install is visible)."""
-    return doc.get("status") != "pending" or doc.get("approval") == "pending"
-
-
-class CreateInstallBody(RequestBody):
-    """POST /api/installs."""
-
-    templateId: str = Field(min_length=1, max_length=64)
-    platform: str = Field(default="orchA", max_length=64)
-    credentials: dict[str, str] | None = None
-    variables: dict[str, str] | None = None
-    secrets: dict[str, str] | None = None
-    model: str | None = Field(default=None, max_length=100)
-    companyId: str | None = Field(default=None, max_length=200)
-    companyName: str | None = Field(default=None, max_length=200)
-    adapterType: str | None = Field(default=None, max_length=50)
-    webhookUrl: str | None = Field(default=None, max_length=2048)
-    cwd: str | None = Field(default=None, max_length=1024)
-    orchABaseUrl: str | None = Field(default=None, max_length=2048)
-    orchAApiKey: str | None = Field(default=None, max_length=1024)
-    deployerEmail: str | None = Field(default=None, max_length=254)
-    payCustomerId: str | None = Field(default=None, max_length=200)
-    payPaymentMethodId: str | None = Field(default=None, max_length=200)
-
-
-def interpolate(definition: dict[str, Any], variables: dict[str, str]) -> dict[str, Any]:
-    """The definition with `{{name}}` replaced in every prompt where a value is known."""
-
-    def fill(match: re.Match[str]) -> str:
-        return variables.get(match.group(1), match.group(0))
-
-    agents = [
-        {**agent, "prompt": VARIABLE_REFERENCE.sub(fill, agent.get("prompt", ""))}
-        for agent in definition["agents"]
-    ]
-    return {**definition, "agents": agents}
-
-
-def unwrap(body: Any, wrapper: str) -> dict[str, str]:
-    """A flat object or `{wrapper: {...}}`, checked to be names mapped to strings."""
-    if not isinstance(body, dict):
-        raise BadRequest("Request body must be a JSON object")
-    if set(body) == {wrapper} and isinstance(body[wrapper], dict):
-        body = body[wrapper]
-    if not body:
-        raise BadRequest(f"No {wrapper} given")
-    for name, value in body.items():
-        if not isinstance(value, str):
-            raise BadRequest(f"{wrapper}.{name}: must be a string")
-        if len(value) > 65_536:
-            raise BadRequest(f"{wrapper}.{name}: longer than 65536 characters")
-    return dict(body)
+async def touch_last_run(store: Store, install_id: str) -> None:
+    """Note that the install just ran (shown in the deployer's home list)."""
+    await store.installs.update_one({"_id": install_id}, {"$set": {"lastRunAt": utcnow()}})
 
 
 class Installs:
@@ -122,37 +81,46 @@ class Installs:
         vault: Vault,
         plugins: Plugins,
         credentials: Credentials,
-        key_cache: TTLCache[str, Principal],
         settings: Settings,
         runs: Runs,
+        governance: Governance | None = None,
     ) -> None:
         self.store = store
         self.vault = vault
         self.plugins = plugins
         self.credentials = credentials
-        self.key_cache = key_cache
         self.settings = settings
         self.runs = runs
-        # Set once the org service exists (svc.services); None means no governance gating.
-        self.governance: Governance | None = None
+        self.remembered = RememberedSecrets(store, vault)
+        # Org governance (None: nothing waits for approval). It reads org records only, so the
+        # orgs package builds it without needing this service.
+        self.governance = governance
 
-    # ---- creating --------------------------------------------------------------------
+    def traits(self, platform_id: str) -> PlatformTraits:
+        """How the core treats the platform's installs (defaults for a platform no longer loaded)."""
+        platform = self.plugins.platform(platform_id)
+        return platform.traits if platform is not None else PlatformTraits()
+
+    def platform_ids(self, trait: str) -> list[str]:
+        """The platforms with a trait set, for store queries."""
+        return [p.id for p in self.plugins.platforms() if getattr(p.traits, trait)]
 
     async def create(self, principal: Principal, body: CreateInstallBody) -> dict[str, Any]:
         """Validate, provision through the platform's driver, store; the spec's response."""
         require_unscoped(principal)
         platform = self._platform(body.platform)
-        fields = self._platform_fields(platform, body)
+        fields = platform_fields(platform, self.plugins.platforms(), body)
         template = await self._installable_template(principal, body.templateId)
         definition = template["definition"]
-        variables = self._check_variables(definition, body.variables or {})
-        install_secrets = self._check_secret_names(body.secrets or {})
-        await self._check_payment_fields(body)
+        check_depth(platform, definition)
+        variables = check_variables(definition, body.variables or {})
+        install_secrets = check_secret_names(body.secrets or {})
+        await check_payment_fields(self.store, body)
         company_id = body.companyId
         # A re-install into the same company (or, without companies, by the same owner) is pre-filled;
         # a company created by this install starts empty.
         if "companyName" not in fields:
-            prefilled = await self._vault_prefill(principal, company_id, definition)
+            prefilled = await self.remembered.prefill(owner_of(principal), company_id, definition)
             install_secrets = {**prefilled, **install_secrets}
         problems = await self.plugins.validate_install(platform.id, fields, definition)
         if problems:
@@ -221,8 +189,10 @@ class Installs:
             if isinstance(exc, PlatformError):
                 raise BadGateway(exc.detail, upstreamStatus=exc.upstream_status) from None
             raise
-        if platform.id in ("svc", "orchA", "orchC") and install_secrets:
-            await self._remember_secrets(principal, company_id or result.company_id, install_secrets)
+        if platform.traits.uses_secrets and install_secrets:
+            await self.remembered.remember(
+                owner_of(principal), company_id or result.company_id, install_secrets
+            )
         gated = self.governance is not None and await self.governance.requires_approval(doc["owner"])
         update: Document = {
             "status": "pending" if gated else "completed",
@@ -232,11 +202,11 @@ class Installs:
             "platformStateEncrypted": self._encrypt_json(result.state),
             "updatedAt": utcnow(),
         }
-        if platform.id == "svc":
+        if platform.traits.managed:
             webhook_token = tokens.new_webhook_token()
             update["webhookTokenHash"] = tokens.digest(webhook_token)
             update["webhookTokenEncrypted"] = self.vault.encrypt(webhook_token)
-            await self._link_key(principal, install_id)
+            await self.credentials.link_key(principal, install_id)
         if gated:
             update["approval"] = "pending"
         await self.store.installs.update_one({"_id": install_id}, {"$set": update})
@@ -276,7 +246,7 @@ class Installs:
             return
         # A rejected deployment leaves nothing behind: its agents upstream are removed (best
         # effort: a platform that refuses is logged, the install is cancelled regardless).
-        if rejected["platform"] != "svc":
+        if not self.traits(rejected["platform"]).managed:
             try:
                 await self._remove_upstream(rejected, remove_upstream=True)
             except BadGateway as exc:
@@ -286,61 +256,12 @@ class Installs:
                 )
         await self.retire(rejected)
 
-    async def _check_payment_fields(self, body: CreateInstallBody) -> None:
-        """A customer must be one our setup-intent created, for the deployer's email: nobody
-        bills their usage to a customer id they happened to learn."""
-        if body.payPaymentMethodId is not None and body.payCustomerId is None:
-            raise BadRequest("payPaymentMethodId needs payCustomerId")
-        if body.payCustomerId is None:
-            return
-        customer = await self.store["pay_customers"].find_one({"_id": body.payCustomerId})
-        if customer is None:
-            raise BadRequest("payCustomerId: unknown customer; create one with POST /api/stripe/setup-intent")
-        if (body.deployerEmail or "").strip().lower() != customer["email"]:
-            raise BadRequest("deployerEmail must be the email the payment customer was created for")
-
     def _platform(self, platform_id: str) -> PlatformInfo:
         platform = self.plugins.platform(platform_id)
         if platform is None:
             known = ", ".join(p.id for p in self.plugins.platforms())
             raise BadRequest(f"Unknown platform {platform_id!r}; known platforms: {known}")
         return platform
-
-    def _platform_fields(self, platform: PlatformInfo, body: CreateInstallBody) -> dict[str, Any]:
-        """The optional fields sent, each checked against what the platform accepts."""
-        sent = {name for name in body.model_fields_set if getattr(body, name) is not None}
-        credentials = dict(body.credentials or {})
-        for top_level in ("orchABaseUrl", "orchAApiKey"):
-            if top_level in sent:
-                if platform.id != "orchA" or "companyName" not in sent:
-                    raise BadRequest(
-                        f"{top_level} is only valid at the top level for platform orchA with companyName"
-                    )
-                credentials.setdefault(top_level, getattr(body, top_level))
-                sent.add("credentials")
-        fields: dict[str, Any] = {}
-        for name in OPTIONAL_FIELDS:
-            if name not in sent:
-                continue
-            if name not in platform.accepts:
-                takers = [p.id for p in self.plugins.platforms() if name in p.accepts]
-                where = f"platform {' or '.join(takers)}" if takers else "no platform"
-                raise BadRequest(f"{name} is only valid for {where} (not {platform.id})")
-            fields[name] = credentials if name == "credentials" else getattr(body, name)
-        if platform.credential_fields or "credentials" in fields:
-            self._check_credentials(platform, credentials)
-            fields["credentials"] = credentials
-        return fields
-
-    @staticmethod
-    def _check_credentials(platform: PlatformInfo, credentials: dict[str, str]) -> None:
-        known = {field.key for field in platform.credential_fields}
-        for name in credentials:
-            if name not in known:
-                raise BadRequest(f"credentials.{name} is not a credential of platform {platform.id}")
-        for field in platform.credential_fields:
-            if field.required and not credentials.get(field.key, "").strip():
-                raise BadRequest(f"credentials.{field.key} is required for platform {platform.id}")
 
     async def _installable_template(self, principal: Principal, template_id: str) -> Document:
         template = await self.store["templates"].find_one({"_id": template_id, "kind": "template"})
@@ -353,109 +274,29 @@ class Installs:
             raise Conflict("Template is archived; new installs are blocked")
         return template
 
-    @staticmethod
-    def _check_variables(definition: dict[str, Any], variables: dict[str, str]) -> dict[str, str]:
-        declared = set(definition.get("requiredVariables") or [])
-        for name in variables:
-            if name not in declared:
-                raise BadRequest(f"variables.{name} is not a required variable of this template")
-        return variables
-
-    @staticmethod
-    def _check_secret_names(values: dict[str, str]) -> dict[str, str]:
-        for name in values:
-            if not SECRET_NAME.fullmatch(name):
-                raise BadRequest(f"secrets.{name}: not a valid secret name (letters, digits, _)")
-        return values
-
     async def _forget(self, install_id: str) -> None:
         await self.store.installs.delete_one({"_id": install_id})
-        await self.store.install_tokens.delete_many({"installId": install_id})
-
-    async def _link_key(self, principal: Principal, install_id: str) -> None:
-        """Link the creating personal key to the new install (spec: so whoami resolves); it then
-        reaches only it. Org keys are shared by the org and stay unscoped (docs/orgs.md)."""
-        if principal.via != "key" or principal.key_id is None or principal.org_id is not None:
-            return
-        doc = await self.store.api_keys.find_one_and_update(
-            {"_id": principal.key_id}, {"$set": {"installId": install_id}}
-        )
-        if doc is not None:
-            self.key_cache.discard(doc["keyHash"])
-
-    # ---- the vault -------------------------------------------------------------------
-
-    @staticmethod
-    def _scope(principal: Principal, company_id: str | None) -> dict[str, Any]:
-        return {"owner": owner_of(principal), "companyId": company_id or None}
-
-    async def _remember_secrets(
-        self, principal: Principal, company_id: str | None, values: dict[str, str]
-    ) -> None:
-        """Keep an encrypted copy keyed by owner, company and name, for pre-filling re-installs."""
-        scope = self._scope(principal, company_id)
-        now = utcnow()
-        for name, value in values.items():
-            await self.store["vault_secrets"].update_one(
-                {**scope, "key": name},
-                {
-                    "$set": {"valueEncrypted": self.vault.encrypt(value), "updatedAt": now},
-                    "$setOnInsert": {"_id": tokens.new_id(), "createdAt": now},
-                },
-                upsert=True,
-            )
-
-    async def _vault_prefill(
-        self, principal: Principal, company_id: str | None, definition: dict[str, Any]
-    ) -> dict[str, str]:
-        required = list(definition.get("requiredSecrets") or [])
-        if not required:
-            return {}
-        cursor = self.store["vault_secrets"].find(
-            {**self._scope(principal, company_id), "key": {"$in": required}}
-        )
-        return {doc["key"]: self.vault.decrypt(doc["valueEncrypted"]) for doc in await cursor.to_list(None)}
+        await self.credentials.revoke_install_tokens(install_id)
 
     async def known_secrets(self, principal: Principal, company_id: str, keys: list[str]) -> list[str]:
         """The subset of `keys` the vault holds for this company (and this owner)."""
         require_unscoped(principal)
-        cursor = self.store["vault_secrets"].find(
-            {**self._scope(principal, company_id), "key": {"$in": keys}}, {"key": 1}
-        )
-        held = {doc["key"] for doc in await cursor.to_list(None)}
-        return [key for key in keys if key in held]
-
-    # ---- reading ---------------------------------------------------------------------
+        return await self.remembered.known(owner_of(principal), company_id, keys)
 
     async def owned(self, principal: Principal, install_id: str) -> Document:
-        """The install, if the caller owns it and its key may reach it; else 404."""
+        """The install, if the principal reaches it (svc.installs.reach); else 404."""
         doc = await self.store.installs.find_one({"_id": install_id})
-        if (
-            doc is None
-            or not is_visible(doc)
-            or (principal.install_id is not None and principal.install_id != install_id)
-            or not (doc.get("owner") == owner_of(principal) or await self._reached_by_session(principal, doc))
-        ):
+        if doc is None or not await reach.reaches(self.store, principal, doc):
             raise NotFound("Install not found")
         return doc
 
-    async def _reached_by_session(self, principal: Principal, doc: Document) -> bool:
-        """A signed-in user also reaches the installs of orgs they belong to now (a member who
-        left reaches nothing). Keys do not: a member's personal key stays personal."""
-        if principal.via != "session" or principal.user_id is None:
-            return False
-        owner = doc.get("owner") or {}
-        if owner.get("kind") != "org":
-            return False  # a user's install: only its owner (checked before) reaches it
-        member = {"orgId": owner["id"], "userId": principal.user_id}
-        return await self.store.org_members.find_one(member, {"_id": 1}) is not None
-
     async def list(self, principal: Principal) -> list[dict[str, Any]]:
         """The caller's installs, newest first (an install-scoped key sees its install only)."""
-        query: Document = {"owner": owner_of(principal), **VISIBLE}
-        if principal.install_id is not None:
-            query["_id"] = principal.install_id
-        docs = await self.store.installs.find(query).sort("createdAt", DESCENDING).to_list(MAX_LISTED)
+        docs = (
+            await self.store.installs.find(reach.owned_query(principal))
+            .sort("createdAt", DESCENDING)
+            .to_list(MAX_LISTED)
+        )
         return [
             {
                 "id": d["_id"],
@@ -473,96 +314,68 @@ class Installs:
         ]
 
     async def mine(self, user_id: str) -> list[dict[str, Any]]:
-        """Managed (`svc`) installs the user deployed or reaches through an org, with what is missing."""
-        memberships = await self.store.org_members.find({"userId": user_id}).to_list(None)
-        org_ids = [m["orgId"] for m in memberships]
-        orgs = {o["_id"]: o for o in await self.store.orgs.find({"_id": {"$in": org_ids}}).to_list(None)}
-        reach: list[Document] = [{"owner.kind": "user", "owner.id": user_id}]
-        if org_ids:
-            reach.append({"owner.kind": "org", "owner.id": {"$in": org_ids}})
-        docs = (
-            await self.store.installs.find({"platform": "svc", "$and": [VISIBLE, {"$or": reach}]})
-            .sort("createdAt", DESCENDING)
-            .to_list(MAX_LISTED)
-        )
-        org_secrets = await self._org_secret_names(org_ids)
-        schedules = {
-            doc["_id"]: doc.get("nextRunAt")
-            for doc in await self.store["schedules"]
-            .find({"_id": {"$in": [d["_id"] for d in docs]}, "enabled": True}, {"nextRunAt": 1})
-            .to_list(None)
-        }
-        summaries = []
-        for doc in docs:
-            org = orgs.get(doc["owner"]["id"]) if doc["owner"]["kind"] == "org" else None
-            definition = doc["definition"]
-            required_vars = list(definition.get("requiredVariables") or [])
-            have_secrets = set(doc.get("secretsEncrypted") or {}) | (
-                org_secrets.get(org["_id"], set()) if org else set()
-            )
-            token = doc.get("webhookTokenEncrypted")
-            summaries.append(
-                {
-                    "id": doc["_id"],
-                    "name": org["name"] if org else doc["templateName"],
-                    "pipelineName": doc["templateName"],
-                    "orgSlug": org["slug"] if org else None,
-                    "status": doc["status"],
-                    "platform": doc["platform"],
-                    "lastRunAt": iso(doc.get("lastRunAt")),
-                    "nextRunAt": iso(schedules.get(doc["_id"])),
-                    "webhookToken": self.vault.decrypt(token) if token else None,
-                    "requiredVariables": required_vars,
-                    "currentVariables": doc.get("variables") or {},
-                    "missingSecrets": [
-                        s for s in definition.get("requiredSecrets") or [] if s not in have_secrets
-                    ],
-                    "missingVariables": [v for v in required_vars if v not in (doc.get("variables") or {})],
-                }
-            )
-        return summaries
-
-    async def _org_secret_names(self, org_ids: list[str]) -> dict[str, set[str]]:
-        if not org_ids:
-            return {}
-        names: dict[str, set[str]] = {}
-        async for doc in self.store["org_secrets"].find({"orgId": {"$in": org_ids}}, {"orgId": 1, "key": 1}):
-            names.setdefault(doc["orgId"], set()).add(doc["key"])
-        return names
-
-    # ---- configuring -----------------------------------------------------------------
+        """Managed installs the user deployed or reaches through an org, with what is missing."""
+        return await managed_summaries(self.store, self.vault, self.platform_ids("managed"), user_id)
 
     async def set_variables(self, principal: Principal, install_id: str, body: Any) -> list[str]:
         """Merge variables (only the template's required ones); the keys updated."""
         doc = await self.owned(principal, install_id)
-        values = self._check_variables(doc["definition"], unwrap(body, "variables"))
+        values = check_variables(doc["definition"], unwrap(body, "variables"))
         await self.store.installs.update_one(
             {"_id": install_id},
             {"$set": {**{f"variables.{k}": v for k, v in values.items()}, "updatedAt": utcnow()}},
         )
+        await self._audit(principal, install_id, "variable", "variables.set", {"keys": sorted(values)})
         return sorted(values)
 
     async def set_secrets(self, principal: Principal, install_id: str, body: Any) -> list[str]:
         """Merge secrets, encrypted; the keys updated (values are never logged or returned)."""
         doc = await self.owned(principal, install_id)
-        if doc["platform"] not in ("svc", "orchA"):
+        if not self.traits(doc["platform"]).secrets_updatable:
             raise BadRequest(f"secrets are not accepted for platform {doc['platform']}")
-        values = self._check_secret_names(unwrap(body, "secrets"))
+        values = check_secret_names(unwrap(body, "secrets"))
         encrypted = {f"secretsEncrypted.{k}": self.vault.encrypt(v) for k, v in values.items()}
         await self.store.installs.update_one(
             {"_id": install_id}, {"$set": {**encrypted, "updatedAt": utcnow()}}
         )
-        await self._remember_secrets(principal, doc.get("companyId"), values)
+        await self.remembered.remember(owner_of(principal), doc.get("companyId"), values)
+        await self._audit(principal, install_id, "secret", "secrets.set", {"keys": sorted(values)})
         return sorted(values)
 
-    # ---- running on the platform -----------------------------------------------------
+    async def set_credentials(self, principal: Principal, install_id: str, body: Any) -> list[str]:
+        """Replace some of the install's platform credentials (a board key before it expires, a
+        moved base URL); checked by the driver like at install time, stored encrypted, never
+        returned. The keys updated."""
+        doc = await self.owned(principal, install_id)
+        platform = self.plugins.platform(doc["platform"])
+        fields = {f.key for f in platform.credential_fields} if platform else set()
+        if not fields:
+            raise BadRequest(f"platform {doc['platform']} takes no credentials")
+        if doc["status"] == "cancelled" and not self._upstream_left(doc):
+            raise Conflict("Install is already cancelled")
+        values = unwrap(body, "credentials")
+        unknown = sorted(set(values) - fields)
+        if unknown:
+            raise BadRequest(f"credentials.{unknown[0]}: not a credential of platform {doc['platform']}")
+        merged = {**self._decrypt_json(doc.get("credentialsEncrypted")), **values}
+        checked = {"credentials": merged, "companyId": doc.get("companyId") or "-"}
+        problems = await self.plugins.validate_install(doc["platform"], checked, doc["definition"])
+        if problems:
+            raise BadRequest("; ".join(problems))
+        await self.store.installs.update_one(
+            {"_id": install_id},
+            {"$set": {"credentialsEncrypted": self._encrypt_json(merged), "updatedAt": utcnow()}},
+        )
+        await self._audit(principal, install_id, "secret", "credentials.set", {"keys": sorted(values)})
+        return sorted(values)
 
     async def invoke(self, principal: Principal, install_id: str, body: InvokeBody) -> dict[str, Any]:
         """Proxy one input to an orchC team; record the run's count, tokens and outcome."""
         doc = await self.owned(principal, install_id)
-        if doc["platform"] != "orchC":
+        if not self.traits(doc["platform"]).invokable:
+            takers = " or ".join(self.platform_ids("invokable")) or "none"
             raise BadRequest(
-                f"invoke is only available for platform orchC (this install is {doc['platform']})"
+                f"invoke is only available for platform {takers} (this install is {doc['platform']})"
             )
         require_ready(doc)
         context = InvokeContext(
@@ -619,15 +432,52 @@ class Installs:
             run_id=body.runId,
         )
 
-    # ---- removing --------------------------------------------------------------------
-
     async def delete(self, principal: Principal, install_id: str, remove_upstream: bool) -> dict[str, Any]:
-        """Cancel the install; for orchC (or when asked) remove the agents upstream first."""
+        """Cancel the install; remove the agents upstream first when the platform always does
+        (`deprovision_on_delete`) or when asked."""
         doc = await self.owned(principal, install_id)
         if doc["status"] == "cancelled":
-            raise Conflict("Install is already cancelled")
+            # A plain DELETE leaves the agents upstream (spec); asking to remove them afterwards
+            # is honoured once, so a cancelled install never strands agents that keep waking.
+            if not (remove_upstream and self._upstream_left(doc)):
+                raise Conflict("Install is already cancelled")
+            claimed = await self.store.installs.find_one_and_update(
+                {"_id": install_id, "status": "cancelled", "upstreamRemovedAt": {"$exists": False}},
+                {"$set": {"upstreamRemovedAt": utcnow()}},
+            )
+            if claimed is None:
+                raise Conflict("Install is already cancelled")
+            try:
+                deleted, warnings = await self._remove_upstream(doc, remove_upstream)
+            except BaseException:
+                undo = {"$unset": {"upstreamRemovedAt": ""}}
+                await self.store.installs.update_one({"_id": install_id}, undo)
+                raise
+            meta = {"removeUpstream": True, "deletedAgents": deleted}
+            await self._audit(principal, install_id, "install", "install.upstream_removed", meta)
+            return self._deleted(doc, deleted, warnings)
         deleted, warnings = await self._remove_upstream(doc, remove_upstream)
+        if remove_upstream and self._upstream_left(doc):
+            done = {"$set": {"upstreamRemovedAt": utcnow()}}
+            await self.store.installs.update_one({"_id": install_id}, done)
         await self.retire(doc)
+        meta = {"removeUpstream": remove_upstream, "deletedAgents": deleted}
+        await self._audit(principal, install_id, "install", "install.cancelled", meta)
+        return self._deleted(doc, deleted, warnings)
+
+    def _upstream_left(self, doc: Document) -> bool:
+        """Whether the install's agents may still exist upstream and can be removed by us."""
+        traits = self.traits(doc["platform"])
+        return (
+            not traits.managed
+            and not traits.deprovision_on_delete
+            and "upstreamRemovedAt" not in doc
+            and bool(doc.get("credentialsEncrypted"))
+        )
+
+    def _deleted(self, doc: Document, deleted: int, warnings: tuple[str, ...]) -> dict[str, Any]:
+        """The answer of DELETE /api/installs/:id."""
+        install_id = doc["_id"]
         response: dict[str, Any] = {
             "ok": True,
             "installId": install_id,
@@ -639,10 +489,11 @@ class Installs:
         return response
 
     async def _remove_upstream(self, doc: Document, remove_upstream: bool) -> tuple[int, tuple[str, ...]]:
-        """orchC (or any platform when asked): delete the agents upstream; (deleted, warnings)."""
+        """Delete the agents upstream when the platform always does or when asked; (deleted, warnings)."""
         install_id = doc["_id"]
         deleted, warnings = 0, ()
-        if doc["platform"] == "orchC" or (remove_upstream and doc["platform"] != "svc"):
+        traits = self.traits(doc["platform"])
+        if traits.deprovision_on_delete or (remove_upstream and not traits.managed):
             context = DeprovisionContext(
                 install_id=install_id,
                 platform=doc["platform"],
@@ -659,12 +510,40 @@ class Installs:
             deleted, warnings = result.deleted_agents, tuple(result.warnings)
         return deleted, warnings
 
+    async def timeline(
+        self, principal: Principal, install_id: str, query: TimelineQuery
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the install's audit timeline, newest first, and the next cursor."""
+        await self.owned(principal, install_id)
+        return await Timeline(self.store).page({"installId": install_id}, query)
+
+    async def _audit(
+        self, principal: Principal, install_id: str, kind: Kind, action: str, meta: dict[str, Any]
+    ) -> None:
+        """A change to the install, on its audit timeline (names only, never a secret value)."""
+        actor = actor_of(principal.user_id, principal.via)
+        await Timeline(self.store).record(kind, action, install_id=install_id, actor=actor, meta=meta)
+
+    async def hand_back(self, org_id: str, members: set[str], owner: Document) -> None:
+        """An org being deleted gives its installs back: to the member who deployed each one (their
+        card may pay for it) while still a member, else to `owner`."""
+        as_org = {"owner.kind": "org", "owner.id": org_id}
+        deployers = await self.store.installs.distinct(
+            "deployedBy", {**as_org, "deployedBy": {"$type": "string"}}
+        )
+        for deployer in [d for d in deployers if d in members]:  # former members get nothing
+            await self.store.installs.update_many(
+                {**as_org, "deployedBy": deployer},
+                {"$set": {"owner": {"kind": "user", "id": deployer}, "updatedAt": utcnow()}},
+            )
+        await self.store.installs.update_many(as_org, {"$set": {"owner": owner, "updatedAt": utcnow()}})
+
     async def retire(self, doc: Document) -> None:
         """Mark the install cancelled: its webhook and install tokens stop working at once."""
         install_id = doc["_id"]
         unset = {"webhookTokenHash": "", "webhookTokenEncrypted": ""}
-        if doc["platform"] == "orchC":
-            unset["credentialsEncrypted"] = ""
+        if self.traits(doc["platform"]).deprovision_on_delete:
+            unset["credentialsEncrypted"] = ""  # its agents are gone upstream: nothing left to call
         await self.store.installs.update_one(
             {"_id": install_id},
             {
@@ -672,7 +551,7 @@ class Installs:
                 "$unset": unset,
             },
         )
-        await self.store.install_tokens.delete_many({"installId": install_id})
+        await self.credentials.revoke_install_tokens(install_id)
 
     # ---- helpers ---------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
-"""Organisations: members and roles, invitations, org keys, plans, governance, secrets, audit, analytics."""
+"""Organisations: access rules, members, invitations, org keys, plans, governance, secrets, audit,
+analytics. Each concern is a service of its own; `OrgAccess` is the one permission check."""
 
-from svc.orgs.audit import SYSTEM, AuditQuery
-from svc.orgs.org_analytics import AnalyticsQuery
-from svc.orgs.orgs import (
+from svc.orgs.access import Access, OrgAccess
+from svc.orgs.audit import SYSTEM, AuditLog, AuditQuery
+from svc.orgs.bodies import (
     ApprovalDecisionBody,
     ApprovalRequestBody,
     ApprovalsQuery,
@@ -10,25 +11,41 @@ from svc.orgs.orgs import (
     GovernanceBody,
     InvitationBody,
     OrgKeyBody,
-    Orgs,
     RoleBody,
     SecretBody,
     TransferBody,
     UpdateOrgBody,
 )
+from svc.orgs.governance import Approvals, Governance
+from svc.orgs.invitations import Invitations
+from svc.orgs.org_analytics import AnalyticsQuery
+from svc.orgs.org_keys import OrgKeys
+from svc.orgs.org_secrets import OrgSecrets
+from svc.orgs.orgs import Orgs
+from svc.orgs.plans import Plan, Plans
 
 __all__ = [
     "SYSTEM",
+    "Access",
     "AnalyticsQuery",
     "ApprovalDecisionBody",
     "ApprovalRequestBody",
+    "Approvals",
     "ApprovalsQuery",
+    "AuditLog",
     "AuditQuery",
     "CreateOrgBody",
+    "Governance",
     "GovernanceBody",
     "InvitationBody",
+    "Invitations",
+    "OrgAccess",
     "OrgKeyBody",
+    "OrgKeys",
+    "OrgSecrets",
     "Orgs",
+    "Plan",
+    "Plans",
     "RoleBody",
     "SecretBody",
     "TransferBody",

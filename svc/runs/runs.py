@@ -22,8 +22,6 @@ from svc.core import BadRequest, Conflict, Document, NotFound, RequestBody, Stor
 from svc.runs import run_stats
 
 RunStatus = Literal["completed", "failed"]
-# Platforms whose upstream reports no token counts: per_k_tokens billing does not apply there (spec).
-TOKENLESS_PLATFORMS = frozenset({"orchB"})
 
 
 def require_ready(install: Document) -> None:
@@ -77,16 +75,16 @@ class InvokeBody(RequestBody):
     sessionId: str | None = Field(default=None, min_length=1, max_length=200)
 
 
-def tokens_required(platform: str, pricing_model: str | None) -> bool:
-    """Whether a run report must carry token counts: per-1K-token pricing, on a platform that has them."""
-    return pricing_model == "per_k_tokens" and platform not in TOKENLESS_PLATFORMS
-
-
 class Runs:
-    """Records runs and checks incoming run reports."""
+    """Records runs and checks incoming run reports.
 
-    def __init__(self, store: Store) -> None:
+    `tokenless` names the platforms whose upstream reports no token counts (their
+    `reports_tokens` trait is off): per_k_tokens billing does not apply there (spec).
+    """
+
+    def __init__(self, store: Store, tokenless: frozenset[str] = frozenset()) -> None:
         self.store = store
+        self.tokenless = tokenless
 
     async def record(self, install: Document, **fields: Any) -> str:
         """Store one run (the keywords of `add`); a repeated runId is a no-op. Returns the run id."""
@@ -106,6 +104,7 @@ class Runs:
         run_id: str | None = None,
         platform_agent_id: str | None = None,
         created_at: datetime | None = None,
+        platform_run_id: str | None = None,
     ) -> tuple[str, bool]:
         """Store one run: the run id, and whether it is new (False for a repeated runId)."""
         run_id = run_id or tokens.new_id()
@@ -119,6 +118,7 @@ class Runs:
             "owner": install["owner"],
             "agentKey": agent_key,
             "platformAgentId": platform_agent_id,
+            **({"platformRunId": platform_run_id} if platform_run_id else {}),
             "status": status,
             "inputTokens": input_tokens,
             "outputTokens": output_tokens,
@@ -139,14 +139,12 @@ class Runs:
         """400 when the install's template is priced per 1K tokens and a count is missing.
 
         The template's current pricing decides (pricing can change after install, and
-        billing reads the current model); orchB reports no tokens, so it is exempt.
+        billing reads the current model); a platform that reports no tokens is exempt.
         """
-        if install["platform"] in TOKENLESS_PLATFORMS or (
-            input_tokens is not None and output_tokens is not None
-        ):
+        if install["platform"] in self.tokenless or (input_tokens is not None and output_tokens is not None):
             return
         template = await self.store["templates"].find_one({"_id": install["templateId"]}, {"pricingModel": 1})
-        if template is None or not tokens_required(install["platform"], template.get("pricingModel")):
+        if template is None or template.get("pricingModel") != "per_k_tokens":
             return
         missing = [
             name

@@ -23,6 +23,10 @@ DEFAULT_BASE_URLS = {
 }
 
 
+class ProviderNotConfigured(ProviderError):
+    """The model's provider has no key: the service is unavailable for it, not the upstream at fault."""
+
+
 class LLM:
     """Calls models through the provider plugins with the keys and endpoints from settings."""
 
@@ -43,9 +47,7 @@ class LLM:
         provider, _, _ = model.partition(":")
         config = self.settings.providers.get(provider)
         if config is None or not config.api_key:
-            raise ProviderError(
-                f"{provider} is not configured (set SVC_{provider.upper()}_API_KEY)", status=None
-            )
+            raise ProviderNotConfigured(f"{provider} is not configured (set SVC_{provider.upper()}_API_KEY)")
         upstream = UPSTREAM.get(model)
         if upstream is None:
             raise ProviderError(f"unknown model {model!r}")

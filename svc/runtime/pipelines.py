@@ -20,7 +20,20 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 from pymongo import DESCENDING, ReturnDocument
 
-from svc.core import BadRequest, Conflict, Document, Mailer, NotFound, RequestBody, Store, iso, tokens, utcnow
+from svc.core import (
+    BadRequest,
+    Conflict,
+    Document,
+    Mailer,
+    NotFound,
+    RequestBody,
+    Store,
+    Timeline,
+    actor_of,
+    iso,
+    tokens,
+    utcnow,
+)
 from svc.identity import Principal
 from svc.installs import Installs
 from svc.runtime.agent_loop import AgentStep, RunScope, TeamResult, TeamRunner
@@ -30,7 +43,6 @@ log = logging.getLogger(__name__)
 
 SENDER_ROLE = "sender"
 DraftStatus = Literal["pending_approval", "approved", "rejected", "sent", "archived"]
-BUILT_IN_GATES = ("target-review", "draft-approval")
 
 
 def structured(output: str | None) -> dict[str, Any]:
@@ -312,6 +324,7 @@ class Outreach:
         self.store = store
         self.installs = installs
         self.events = Events(store)
+        self.timeline = Timeline(store)
 
     async def queue(self, principal: Principal, install_id: str, gate: str) -> dict[str, Any]:
         """The records waiting at a built-in gate ({records, total}); an unknown gate is empty."""
@@ -430,6 +443,7 @@ class Outreach:
         await self.events.emit(
             install_id, "gate_approved", gate_name="draft-approval", meta={"draftId": draft_id}, **actor
         )
+        await self._decided(principal, install_id, "gate.approve", {"draftId": draft_id})
         return doc
 
     async def reject(
@@ -447,11 +461,13 @@ class Outreach:
         await self.events.emit(
             install_id, "gate_rejected", gate_name="draft-approval", meta={"draftId": draft_id}, **actor
         )
+        await self._decided(principal, install_id, "gate.reject", {"draftId": draft_id, "note": note})
 
     async def recall(self, principal: Principal, install_id: str, draft_id: int) -> None:
         """approved (not yet sent) -> pending_approval; 409 once sent."""
         await self._draft(principal, install_id, draft_id)
         await self._move(install_id, draft_id, "approved", {"status": "pending_approval"}, "recall")
+        await self._decided(principal, install_id, "gate.recall", {"draftId": draft_id})
 
     async def bulk(self, principal: Principal, install_id: str, body: BulkBody) -> int:
         """Apply an action to the drafts chosen by ids or by a status filter; how many changed."""
@@ -466,7 +482,18 @@ class Outreach:
             query["status"] = body.filter.status
             query["$and"] = [{"status": allowed}]
         result = await self.store["drafts"].update_many(query, {"$set": changes})
+        meta = {"bulkAction": body.action, "count": result.modified_count, "ids": body.ids}
+        if body.filter is not None:
+            meta["filter"] = body.filter.model_dump()
+        await self._decided(principal, install_id, "gate.bulk", meta)
         return int(result.modified_count)
+
+    async def _decided(
+        self, principal: Principal, install_id: str, action: str, meta: dict[str, Any]
+    ) -> None:
+        """A gate decision, on the install's audit timeline."""
+        actor = actor_of(principal.user_id, principal.via)
+        await self.timeline.record("gate", action, install_id=install_id, actor=actor, meta=meta)
 
     async def pending_drafts(self, install_id: str) -> int:
         """Drafts still waiting for a decision."""

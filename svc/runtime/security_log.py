@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pymongo import DESCENDING
 
-from svc.core import Store, iso, tokens, utcnow
+from svc.core import Store, Timeline, iso, tokens, utcnow
 from svc.runs import run_stats
 
 LOG_LIMIT = 200
@@ -37,6 +37,8 @@ class RequestRecord:
     judgeConfidence: float | None
     statusCode: int | None
     latencyMs: int
+    # The decision was only reported (the agent's policy is in report mode): nothing was blocked.
+    reportOnly: bool = False
 
 
 class SecurityLog:
@@ -51,6 +53,20 @@ class SecurityLog:
             {"_id": tokens.new_id(), **asdict(entry), "createdAt": utcnow()}
         )
         await run_stats.count_tool_call(self.store, entry.installId, entry.statusCode)
+        if entry.decision in ("BLOCK", "JUDGE"):
+            # A verdict that blocked (or would have, in report mode) or went to the judge.
+            action = "egress.judged" if entry.decision == "JUDGE" else "egress.blocked"
+            meta = {
+                "runId": entry.runId,
+                "agentKey": entry.agentKey,
+                "method": entry.method,
+                "hostname": entry.hostname,
+                "path": entry.path,
+                "decisionSource": entry.decisionSource,
+                "reason": entry.reason,
+                "reportOnly": entry.reportOnly,
+            }
+            await Timeline(self.store).record("egress", action, install_id=entry.installId, meta=meta)
 
     async def latest(self, install_id: str) -> list[dict[str, Any]]:
         """The last 200 entries of an install, newest first."""

@@ -5,9 +5,11 @@ from svc.templates.definitions import (
     AccessPolicy,
     TeamDefinition,
     check_definition,
+    hierarchy_depth,
     json_schema,
 )
-from svc.templates.templates import (
+from svc.templates.portability import ImportQuery, Portability, export_schema
+from svc.templates.resources import (
     LIST_DEFAULT,
     LIST_MAX,
     PLATFORM_FEE_PERCENT,
@@ -18,13 +20,13 @@ from svc.templates.templates import (
     RollbackBody,
     TemplateList,
     TemplateOut,
-    Templates,
     UpdateTemplateBody,
     VersionList,
     is_owner,
     owner_of,
     view,
 )
+from svc.templates.templates import Templates
 from svc.templates.versioning import diff_summary
 
 __all__ = [
@@ -34,6 +36,8 @@ __all__ = [
     "VARIABLE_REFERENCE",
     "AccessPolicy",
     "CreateTemplateBody",
+    "ImportQuery",
+    "Portability",
     "PricingBody",
     "PricingOut",
     "PublishBody",
@@ -46,6 +50,8 @@ __all__ = [
     "VersionList",
     "check_definition",
     "diff_summary",
+    "export_schema",
+    "hierarchy_depth",
     "is_owner",
     "json_schema",
     "owner_of",

@@ -69,6 +69,11 @@ class AccessPolicy(Strict):
     accessPolicyVersion: Literal["1"]
     defaultAction: Literal["allow", "deny"] = "allow"
     rules: list[Rule] = Field(default_factory=list, max_length=MAX_RULES)
+    mode: Literal["enforce", "report"] = Field(
+        default="enforce",
+        description="report: every decision is computed and logged (reportOnly) but nothing is blocked; "
+        "the egress guard is never in report mode",
+    )
 
 
 class Agent(Strict):
@@ -158,9 +163,9 @@ def _check_reporting_lines(definition: TeamDefinition, keys: dict[str, int], pat
             current = manager[current]
 
 
-def hierarchy_depth(definition: TeamDefinition) -> int:
-    """Levels below the root (0 for a flat team)."""
-    manager = {agent.key: agent.reportsTo for agent in definition.agents}
+def hierarchy_depth(definition: dict[str, Any]) -> int:
+    """Levels below the root (0 for a flat team) of a checked definition."""
+    manager = {agent["key"]: agent.get("reportsTo") for agent in definition["agents"]}
     depth = 0
     for key in manager:
         level, current = 0, manager[key]
@@ -168,13 +173,6 @@ def hierarchy_depth(definition: TeamDefinition) -> int:
             level, current = level + 1, manager[current]
         depth = max(depth, level)
     return depth
-
-
-def parse_definition(data: Any, path: str = "definition") -> TeamDefinition:
-    """Validate a raw definition (used outside request bodies, e.g. generated ones)."""
-    definition = TeamDefinition.model_validate(data)
-    check_definition(definition, path)
-    return definition
 
 
 def json_schema() -> dict[str, Any]:

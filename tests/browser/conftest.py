@@ -28,7 +28,7 @@ from api.app import STORE, create_app
 from config.settings import Settings
 from svc.core.store import Store
 from tests.fakes.llm import FakeLLM
-from tests.runtime_helpers import provider_settings
+from tests.support.runtime import provider_settings
 
 T = TypeVar("T")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"

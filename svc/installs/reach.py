@@ -1,0 +1,66 @@
+"""Who may reach an install: the one rule every route and job asks.
+
+- A credential bound to one install (a scoped key, an install token, a webhook token,
+  an app key) reaches that install and no other.
+- Otherwise the install's owner reaches it: the user, or the org for an org key.
+- A signed-in member of the owning org reaches the org's installs while still a member;
+  a member's personal key stays personal (docs/orgs.md).
+- Nobody reaches an install while it is being provisioned (a governance-pending one is
+  provisioned, so it is visible).
+"""
+
+from __future__ import annotations
+
+from svc.core import Document, Store
+from svc.identity import Principal
+from svc.templates import owner_of
+
+# Status `pending` means provisioning, except on an install waiting for governance approval
+# (`approval: "pending"`, provisioned and listed, but not ready for runs until approved).
+VISIBLE: Document = {"$or": [{"status": {"$ne": "pending"}}, {"approval": "pending"}]}
+BOUND_TO_INSTALL = ("install_token", "webhook_token", "app_key")
+
+
+def is_visible(doc: Document) -> bool:
+    """False while provisioning (a governance-pending install is visible)."""
+    return doc.get("status") != "pending" or doc.get("approval") == "pending"
+
+
+async def is_member(store: Store, org_id: str, user_id: str) -> bool:
+    """Whether the user belongs to the org now."""
+    return await store.org_members.find_one({"orgId": org_id, "userId": user_id}, {"_id": 1}) is not None
+
+
+async def reaches(store: Store, principal: Principal, doc: Document | None) -> bool:
+    """May this principal see and change this install?"""
+    if doc is None or not is_visible(doc):
+        return False
+    if principal.install_id is not None and principal.install_id != doc["_id"]:
+        return False
+    if principal.via in BOUND_TO_INSTALL:
+        return principal.install_id == doc["_id"]
+    if doc.get("owner") == owner_of(principal):
+        return True
+    owner = doc.get("owner") or {}
+    if principal.via != "session" or principal.user_id is None or owner.get("kind") != "org":
+        return False
+    return await is_member(store, owner["id"], principal.user_id)
+
+
+def owned_query(principal: Principal) -> Document:
+    """The filter of the installs the principal owns (its own install only, for a scoped key)."""
+    query: Document = {"owner": owner_of(principal), **VISIBLE}
+    if principal.install_id is not None:
+        query["_id"] = principal.install_id
+    return query
+
+
+async def deployer_reaches(store: Store, user_id: str, doc: Document | None) -> bool:
+    """May this user act as the install's deployer (cancel billing)? The user who deployed it or
+    owns it; for an org's install, only while still a member of the org."""
+    if doc is None or not is_visible(doc):
+        return False
+    owner = doc.get("owner") or {}
+    if doc.get("deployedBy") != user_id and owner != {"kind": "user", "id": user_id}:
+        return False
+    return owner.get("kind") != "org" or await is_member(store, owner["id"], user_id)

@@ -1,0 +1,54 @@
+"""Remembered secrets: an encrypted copy of install secrets per owner, company and name, so a
+re-install into the same company (or, without companies, by the same owner) is pre-filled."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from svc.core import Document, Store, Vault, tokens, utcnow
+
+
+class RememberedSecrets:
+    """The `vault_secrets` collection."""
+
+    def __init__(self, store: Store, vault: Vault) -> None:
+        self.store = store
+        self.vault = vault
+
+    @staticmethod
+    def _scope(owner: Document, company_id: str | None) -> dict[str, Any]:
+        return {"owner": owner, "companyId": company_id or None}
+
+    async def remember(self, owner: Document, company_id: str | None, values: dict[str, str]) -> None:
+        """Keep an encrypted copy of each value."""
+        scope = self._scope(owner, company_id)
+        now = utcnow()
+        for name, value in values.items():
+            await self.store["vault_secrets"].update_one(
+                {**scope, "key": name},
+                {
+                    "$set": {"valueEncrypted": self.vault.encrypt(value), "updatedAt": now},
+                    "$setOnInsert": {"_id": tokens.new_id(), "createdAt": now},
+                },
+                upsert=True,
+            )
+
+    async def prefill(
+        self, owner: Document, company_id: str | None, definition: dict[str, Any]
+    ) -> dict[str, str]:
+        """The remembered values of the definition's required secrets."""
+        required = list(definition.get("requiredSecrets") or [])
+        if not required:
+            return {}
+        cursor = self.store["vault_secrets"].find(
+            {**self._scope(owner, company_id), "key": {"$in": required}}
+        )
+        return {doc["key"]: self.vault.decrypt(doc["valueEncrypted"]) for doc in await cursor.to_list(None)}
+
+    async def known(self, owner: Document, company_id: str, keys: list[str]) -> list[str]:
+        """The subset of `keys` remembered for this company (and this owner)."""
+        cursor = self.store["vault_secrets"].find(
+            {**self._scope(owner, company_id), "key": {"$in": keys}}, {"key": 1}
+        )
+        held = {doc["key"] for doc in await cursor.to_list(None)}
+        return [key for key in keys if key in held]

@@ -1,0 +1,75 @@
+"""The deployer's home list: managed installs a user deployed or reaches through an org, with
+their schedule and what is still missing (variables, secrets)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pymongo import DESCENDING
+
+from svc.core import Document, Store, Vault, iso
+from svc.installs.reach import VISIBLE
+
+MAX_LISTED = 500
+
+
+async def managed_summaries(
+    store: Store, vault: Vault, managed: list[str], user_id: str
+) -> list[dict[str, Any]]:
+    """Managed (`svc`) installs the user deployed or reaches through an org, with what is missing."""
+    memberships = await store.org_members.find({"userId": user_id}).to_list(None)
+    org_ids = [m["orgId"] for m in memberships]
+    orgs = {o["_id"]: o for o in await store.orgs.find({"_id": {"$in": org_ids}}).to_list(None)}
+    owners: list[Document] = [{"owner.kind": "user", "owner.id": user_id}]
+    if org_ids:
+        owners.append({"owner.kind": "org", "owner.id": {"$in": org_ids}})
+    docs = (
+        await store.installs.find({"platform": {"$in": managed}, "$and": [VISIBLE, {"$or": owners}]})
+        .sort("createdAt", DESCENDING)
+        .to_list(MAX_LISTED)
+    )
+    org_secrets = await _org_secret_names(store, org_ids)
+    schedules = {
+        doc["_id"]: doc.get("nextRunAt")
+        for doc in await store["schedules"]
+        .find({"_id": {"$in": [d["_id"] for d in docs]}, "enabled": True}, {"nextRunAt": 1})
+        .to_list(None)
+    }
+    summaries = []
+    for doc in docs:
+        org = orgs.get(doc["owner"]["id"]) if doc["owner"]["kind"] == "org" else None
+        definition = doc["definition"]
+        required_vars = list(definition.get("requiredVariables") or [])
+        have_secrets = set(doc.get("secretsEncrypted") or {}) | (
+            org_secrets.get(org["_id"], set()) if org else set()
+        )
+        token = doc.get("webhookTokenEncrypted")
+        summaries.append(
+            {
+                "id": doc["_id"],
+                "name": org["name"] if org else doc["templateName"],
+                "pipelineName": doc["templateName"],
+                "orgSlug": org["slug"] if org else None,
+                "status": doc["status"],
+                "platform": doc["platform"],
+                "lastRunAt": iso(doc.get("lastRunAt")),
+                "nextRunAt": iso(schedules.get(doc["_id"])),
+                "webhookToken": vault.decrypt(token) if token else None,
+                "requiredVariables": required_vars,
+                "currentVariables": doc.get("variables") or {},
+                "missingSecrets": [
+                    s for s in definition.get("requiredSecrets") or [] if s not in have_secrets
+                ],
+                "missingVariables": [v for v in required_vars if v not in (doc.get("variables") or {})],
+            }
+        )
+    return summaries
+
+
+async def _org_secret_names(store: Store, org_ids: list[str]) -> dict[str, set[str]]:
+    if not org_ids:
+        return {}
+    names: dict[str, set[str]] = {}
+    async for doc in store["org_secrets"].find({"orgId": {"$in": org_ids}}, {"orgId": 1, "key": 1}):
+        names.setdefault(doc["orgId"], set()).add(doc["key"])
+    return names

@@ -1,0 +1,169 @@
+"""The composition root: the one place that builds the object graph from settings.
+
+The API process (`api.app`), the actors (`actors/`), the CLI (`api.cli`) and the tests all
+build their services here, so every process wires the same graph and nothing is patched
+after construction. Order follows the packages' layers: core, identity, templates, runs,
+installs (with the org governance gate), runtime, orgs, billing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from config.settings import Settings
+from plugins.manager import PROVIDER_BUILTINS, Plugins
+from svc.authoring import Authoring
+from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, UsageReport
+from svc.core import Mailer, Runtime, Store, TTLCache, Vault
+from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter
+from svc.installs import Installs, RunPoller
+from svc.orgs import (
+    Approvals,
+    AuditLog,
+    Governance,
+    Invitations,
+    OrgAccess,
+    OrgKeys,
+    Orgs,
+    OrgSecrets,
+    Plans,
+)
+from svc.runs import RunAnalytics, Runs
+from svc.runtime import LLM, InstallRunner, Outreach, RunService, Schedules, SecurityLog
+from svc.templates import Portability, Templates
+
+
+@dataclass(frozen=True)
+class Services:
+    """Every domain service of one process, wired together."""
+
+    settings: Settings
+    store: Store
+    vault: Vault
+    runtime: Runtime | None
+    plugins: Plugins
+    mailer: Mailer
+    accounts: Accounts
+    keys: ApiKeys
+    credentials: Credentials
+    rate_limiter: RateLimiter | None
+    templates: Templates
+    portability: Portability
+    runs: Runs
+    run_analytics: RunAnalytics
+    run_poller: RunPoller
+    installs: Installs
+    llm: LLM
+    run_service: RunService
+    security_log: SecurityLog
+    schedules: Schedules
+    outreach: Outreach
+    authoring: Authoring
+    org_access: OrgAccess
+    orgs: Orgs
+    org_invitations: Invitations
+    org_keys: OrgKeys
+    org_approvals: Approvals
+    org_plans: Plans
+    org_secrets: OrgSecrets
+    usage: UsageReport
+    charges: Charges
+    payouts: Payouts
+    org_billing: OrgBilling
+
+    async def close(self) -> None:
+        """Write out what is held in memory (rate-limit counts) before shut-down."""
+        if self.rate_limiter is not None:
+            await self.rate_limiter.close()
+
+    async def health(self) -> dict[str, bool]:
+        """Whether the database and the actor runtime answer."""
+        runtime_ok = await self.runtime.ping() if self.runtime is not None else False
+        return {"database": await self.store.ping(), "ray": runtime_ok}
+
+
+def build_services(
+    settings: Settings,
+    store: Store,
+    vault: Vault,
+    runtime: Runtime | None,
+    plugins: Plugins | None = None,
+) -> Services:
+    """Wire every service for one process (the API, the scheduler actor, the CLI, tests)."""
+    plugins = plugins if plugins is not None else Plugins(settings.disabled_plugins)
+    mailer = Mailer(store, settings.smtp_url)
+    accounts = Accounts(store)
+    key_cache: TTLCache[str, Principal] = TTLCache()
+    credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
+    api_keys = ApiKeys(store, vault, key_cache)
+    templates = Templates(store, mailer)
+    tokenless = frozenset(p.id for p in plugins.platforms() if not p.traits.reports_tokens)
+    runs = Runs(store, tokenless)
+    audit = AuditLog(store)
+    org_access = OrgAccess(store, accounts)
+    governance = Governance(store, org_access, audit, mailer, settings.public_url)
+    installs = Installs(store, vault, plugins, credentials, settings, runs, governance)
+    llm = LLM(plugins, settings)
+    invitations = Invitations(store, org_access, audit, mailer, settings.public_url)
+    approvals = Approvals(store, org_access, audit, mailer, governance, installs)
+    org_secrets = OrgSecrets(store, org_access, audit, vault)
+    plans = Plans(store, org_access, audit, approvals)
+    provider = (
+        PaymentProvider(settings.stripe_api_key, settings.stripe_api_base, settings.stripe_webhook_secret)
+        if settings.stripe_api_key
+        else None
+    )
+    charges = Charges(store, mailer, provider)
+    org_billing = OrgBilling(store, org_access, audit, plans, provider, settings)
+    multiplier = settings.rate_limit_multiplier
+    return Services(
+        settings=settings,
+        store=store,
+        vault=vault,
+        runtime=runtime,
+        plugins=plugins,
+        mailer=mailer,
+        accounts=accounts,
+        keys=api_keys,
+        credentials=credentials,
+        rate_limiter=RateLimiter(store, multiplier) if multiplier is not None else None,
+        templates=templates,
+        portability=Portability(store, templates),
+        runs=runs,
+        run_analytics=RunAnalytics(store),
+        run_poller=RunPoller(store, vault, plugins, runs, settings),
+        installs=installs,
+        llm=llm,
+        run_service=RunService(store, installs, runtime),
+        security_log=SecurityLog(store),
+        schedules=Schedules(store, installs, runtime),
+        outreach=Outreach(store, installs),
+        authoring=Authoring(llm),
+        org_access=org_access,
+        orgs=Orgs(
+            store, org_access, audit, api_keys, invitations, approvals, org_secrets, templates, installs
+        ),
+        org_invitations=invitations,
+        org_keys=OrgKeys(org_access, audit, api_keys),
+        org_approvals=approvals,
+        org_plans=plans,
+        org_secrets=org_secrets,
+        usage=UsageReport(store),
+        charges=charges,
+        payouts=Payouts(store, charges, provider, org_billing.handle_event),
+        org_billing=org_billing,
+    )
+
+
+def build_install_runner(settings: Settings, store: Store, vault: Vault) -> InstallRunner:
+    """What an install's actor needs to run its install: models (no platform drivers, whose
+    imports an actor need not pay for), the store, the vault and mail."""
+    plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
+    return InstallRunner(
+        store,
+        vault,
+        LLM(plugins, settings),
+        settings.judge_model,
+        settings.egress_allow_private,
+        Mailer(store, settings.smtp_url),
+    )
