@@ -29,6 +29,8 @@ log = logging.getLogger("svc.errors")
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "templates"
 STATIC = ROOT / "static"
+# The JSON API, and the API reference (its own headers and JSON errors for its assets).
+NOT_PAGES = ("/api/", "/docs/")
 MODULES = (auth, installs, install_settings, builder, orgs, keys)
 
 CSP = (
@@ -92,7 +94,7 @@ async def static_file(request: web.Request) -> web.StreamResponse:
 @web.middleware
 async def pages_middleware(request: web.Request, handler: web.Handler) -> web.StreamResponse:
     """Outside /api: security headers and Server-Timing on every answer, failures as HTML pages."""
-    if request.path.startswith("/api/") or request.path == "/api":
+    if request.path.startswith(NOT_PAGES) or request.path in ("/api", "/docs"):
         return await handler(request)
     started = time.perf_counter()
     try:

@@ -179,6 +179,7 @@ def test_schedule_editor_shows_fire_times_across_daylight_saving(
     assert all("09:00" in item for item in items)
     assert any("UTC+01:00" in item and "08:00 UTC" in item for item in items)
     assert any("UTC+02:00" in item and "07:00 UTC" in item for item in items)
+    tab.shot("schedule-editor")  # the preview across CET and CEST
     page.fill("#cron", "61 * * * *")
     page.wait_for_selector("#preview-error:not([hidden])")
     page.fill("#cron", "30 2 * * *")
@@ -188,7 +189,6 @@ def test_schedule_editor_shows_fire_times_across_daylight_saving(
     page.click("button:has-text('Save schedule')")
     page.wait_for_selector("button:has-text('Disable')")
     assert page.input_value("#timezone") == "America/New_York"
-    tab.shot("schedule-editor")
     page.click("button:has-text('Disable')")
     page.wait_for_selector("button:has-text('Enable')")
     assert tab.errors == []
