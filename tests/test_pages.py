@@ -49,6 +49,7 @@ async def test_headers_html_404_and_the_api_unchanged(client):
     csp = signin.headers["Content-Security-Policy"]
     assert "script-src 'self'" in csp and "'unsafe-inline'" not in csp and "frame-ancestors 'none'" in csp
     assert signin.headers["X-Frame-Options"] == "DENY"
+    assert signin.headers["Cache-Control"] == "no-store"
     assert "<script>" not in await signin.text()  # no inline script anywhere
     missing = await page(client, None, "/no/such/page")
     assert missing.status == 404 and missing.content_type == "text/html"

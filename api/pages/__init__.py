@@ -119,6 +119,9 @@ async def pages_middleware(request: web.Request, handler: web.Handler) -> web.St
     if not response.prepared:
         for name, value in PAGE_HEADERS.items():
             response.headers.setdefault(name, value)
+        # Pages carry one person's data: no shared cache keeps them, and the back button after
+        # signing out does not show them again (the static files set their own, long, policy).
+        response.headers.setdefault("Cache-Control", "no-store")
         # The server's own time (browser dev tools and bench/pages.py read it).
         response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.1f}"
     return response
