@@ -30,6 +30,7 @@ lint: install
 bench: install
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/templates.py
+	$(BIN)/python bench/pages.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from actors.runtime import RayRuntime
 from actors.scheduler import SchedulerKeeper
-from api import metrics
+from api import metrics, pages
 from api.auth import authenticate, bearer_token, optional_key
 from api.bodies import parse_body, parse_query
 from api.context import PRINCIPAL, ROUTE_TABLE, SERVICES, SETTINGS
@@ -74,6 +74,7 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
     app.router.add_routes(openapi.pages)
     metrics.setup(app)
     app.cleanup_ctx.extend([database, ray_runtime, domain_services])
+    pages.setup(app)  # the operator dashboard, outside /api
     return app
 
 

@@ -101,9 +101,7 @@ async def main(args: argparse.Namespace) -> None:
 def print_table(results: list[Result], args: argparse.Namespace) -> None:
     bare = results[0]
     print(f"\n{args.clients} clients x {args.requests} requests each, keep-alive, same machine\n")
-    header = (
-        f"{'target':<30} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'x bare (p50)':>13}"
-    )
+    header = f"{'target':<30} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'x bare (p50)':>13}"
     print(header)
     print("-" * len(header))
     for result in results:

@@ -62,8 +62,15 @@ def policy(rules: list[dict[str, Any]]) -> dict[str, Any]:
 def same_host_rules(count: int) -> list[dict[str, Any]]:
     """`count` rules on api.example.com, each with methods and its own path prefix."""
     return [
-        {"match": {"host": "api.example.com", "methods": ["GET", "POST"], "pathPrefix": f"/v1/resource{i}/"},
-         "action": "allow" if i % 3 else "require_approval", "reason": f"rule {i}"}
+        {
+            "match": {
+                "host": "api.example.com",
+                "methods": ["GET", "POST"],
+                "pathPrefix": f"/v1/resource{i}/",
+            },
+            "action": "allow" if i % 3 else "require_approval",
+            "reason": f"rule {i}",
+        }
         for i in range(count)
     ]
 
@@ -88,19 +95,45 @@ def mixed_rules(count: int) -> list[dict[str, Any]]:
 def scenarios(count: int) -> list[Scenario]:
     """The benchmarked requests; the matching rule sits in the middle of the policy."""
     middle = count // 2
-    other_hosts = [{"match": {"host": f"h{i}.example.org", "methods": ["GET"]}, "action": "allow"}
-                   for i in range(count)]
+    other_hosts = [
+        {"match": {"host": f"h{i}.example.org", "methods": ["GET"]}, "action": "allow"} for i in range(count)
+    ]
     return [
-        Scenario("no match, all rules on the host", policy(same_host_rules(count)), "GET",
-                 "https://api.example.com/v2/other/thing?page=2", None),
-        Scenario("no match, rules on other hosts", policy(other_hosts), "GET",
-                 "https://api.example.com/v1/items?page=2", None),
-        Scenario("no match, mixed rules", policy(mixed_rules(count)), "GET",
-                 "https://api.example.com/v1/items?page=2", None),
-        Scenario(f"match at rule {middle}, same host", policy(same_host_rules(count)), "POST",
-                 f"https://api.example.com/v1/resource{middle}/42?x=1", middle),
-        Scenario(f"match at rule {middle}, other hosts", policy(other_hosts), "GET",
-                 f"https://h{middle}.example.org/", middle),
+        Scenario(
+            "no match, all rules on the host",
+            policy(same_host_rules(count)),
+            "GET",
+            "https://api.example.com/v2/other/thing?page=2",
+            None,
+        ),
+        Scenario(
+            "no match, rules on other hosts",
+            policy(other_hosts),
+            "GET",
+            "https://api.example.com/v1/items?page=2",
+            None,
+        ),
+        Scenario(
+            "no match, mixed rules",
+            policy(mixed_rules(count)),
+            "GET",
+            "https://api.example.com/v1/items?page=2",
+            None,
+        ),
+        Scenario(
+            f"match at rule {middle}, same host",
+            policy(same_host_rules(count)),
+            "POST",
+            f"https://api.example.com/v1/resource{middle}/42?x=1",
+            middle,
+        ),
+        Scenario(
+            f"match at rule {middle}, other hosts",
+            policy(other_hosts),
+            "GET",
+            f"https://h{middle}.example.org/",
+            middle,
+        ),
     ]
 
 

@@ -82,8 +82,14 @@ async def create_owner(session: aiohttp.ClientSession, base: str) -> Seeded:
             for agent in AGENTS
         ],
     }
-    body = {"slug": f"bench-{uuid.uuid4().hex[:8]}", "name": "Bench team", "visibility": "public",
-            "definition": team, "pricingModel": "per_run", "priceUsdCents": 5}
+    body = {
+        "slug": f"bench-{uuid.uuid4().hex[:8]}",
+        "name": "Bench team",
+        "visibility": "public",
+        "definition": team,
+        "pricingModel": "per_run",
+        "priceUsdCents": 5,
+    }
     async with session.post(f"{base}/api/templates", json=body, headers=headers) as response:
         assert response.status == 201, await response.text()
         template = await response.json()
@@ -97,8 +103,14 @@ async def seed(store: Store, seeded: Seeded, runs: int) -> None:
     rng = random.Random(7)
     now = datetime.now(UTC)
     installs = [
-        {"_id": f"bench-install-{i}", "templateId": seeded.template_id, "templateVersion": 1,
-         "platform": PLATFORMS[i % len(PLATFORMS)], "status": "completed", "createdAt": now}
+        {
+            "_id": f"bench-install-{i}",
+            "templateId": seeded.template_id,
+            "templateVersion": 1,
+            "platform": PLATFORMS[i % len(PLATFORMS)],
+            "status": "completed",
+            "createdAt": now,
+        }
         for i in range(INSTALLS)
     ]
     await store.installs.insert_many(installs)
@@ -108,23 +120,39 @@ async def seed(store: Store, seeded: Seeded, runs: int) -> None:
             install = installs[i % INSTALLS]
             failed = rng.random() < 0.1
             tokens = install["platform"] != "orchB"
-            docs.append({
-                "_id": uuid.uuid4().hex[:24], "runId": f"run-{i}", "installId": install["_id"],
-                "templateId": seeded.template_id, "templateVersion": 1, "platform": install["platform"],
-                "owner": {"kind": "user", "id": "bench"}, "agentKey": rng.choice(AGENTS),
-                "platformAgentId": None, "status": "failed" if failed else "completed",
-                "inputTokens": rng.randint(100, 5_000) if tokens else None,
-                "outputTokens": rng.randint(10, 1_000) if tokens else None,
-                "errorMessage": "tool crashed" if failed else None, "source": "ingest",
-                "createdAt": now - timedelta(seconds=i * 25),
-            })
+            docs.append(
+                {
+                    "_id": uuid.uuid4().hex[:24],
+                    "runId": f"run-{i}",
+                    "installId": install["_id"],
+                    "templateId": seeded.template_id,
+                    "templateVersion": 1,
+                    "platform": install["platform"],
+                    "owner": {"kind": "user", "id": "bench"},
+                    "agentKey": rng.choice(AGENTS),
+                    "platformAgentId": None,
+                    "status": "failed" if failed else "completed",
+                    "inputTokens": rng.randint(100, 5_000) if tokens else None,
+                    "outputTokens": rng.randint(10, 1_000) if tokens else None,
+                    "errorMessage": "tool crashed" if failed else None,
+                    "source": "ingest",
+                    "createdAt": now - timedelta(seconds=i * 25),
+                }
+            )
         await store["runs"].insert_many(docs, ordered=False)
     for start in range(0, TOOL_CALLS, BATCH):
-        await store["security_requests"].insert_many([
-            {"_id": uuid.uuid4().hex[:24], "installId": installs[i % INSTALLS]["_id"], "decision": "ALLOW",
-             "statusCode": None if i % 9 == 0 else 200, "createdAt": now}
-            for i in range(start, min(start + BATCH, TOOL_CALLS))
-        ])
+        await store["security_requests"].insert_many(
+            [
+                {
+                    "_id": uuid.uuid4().hex[:24],
+                    "installId": installs[i % INSTALLS]["_id"],
+                    "decision": "ALLOW",
+                    "statusCode": None if i % 9 == 0 else 200,
+                    "createdAt": now,
+                }
+                for i in range(start, min(start + BATCH, TOOL_CALLS))
+            ]
+        )
 
 
 async def drop_runs_indexes(store: Store) -> list[str]:

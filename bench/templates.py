@@ -31,14 +31,24 @@ def big_definition(agents: int = 50, rules: int = 20) -> dict[str, object]:
         "requiredVariables": ["company", "region"],
         "agents": [
             {
-                "key": f"agent-{i}", "name": f"Agent {i}", "model": "providerA:small",
+                "key": f"agent-{i}",
+                "name": f"Agent {i}",
+                "model": "providerA:small",
                 "reportsTo": None if i == 0 else "agent-0",
                 "prompt": "Work for {{company}} in {{region}}. " * 20,
                 "accessPolicy": {
-                    "accessPolicyVersion": "1", "defaultAction": "deny",
+                    "accessPolicyVersion": "1",
+                    "defaultAction": "deny",
                     "rules": [
-                        {"match": {"host": f"*.svc{r}.example.com", "methods": ["GET", "POST"],
-                                   "pathPrefix": f"/v{r}"}, "action": "allow", "reason": "vendor"}
+                        {
+                            "match": {
+                                "host": f"*.svc{r}.example.com",
+                                "methods": ["GET", "POST"],
+                                "pathPrefix": f"/v{r}",
+                            },
+                            "action": "allow",
+                            "reason": "vendor",
+                        }
                         for r in range(rules)
                     ],
                 },
@@ -64,16 +74,30 @@ async def seed(uri: str, count: int) -> None:
     now = datetime.now(UTC)
     docs = [
         {
-            "_id": f"{i:024x}", "kind": "template", "slug": f"team-{i}", "name": f"Team {i}",
-            "description": "A team", "ownerTeam": "bench", "visibility": "public", "status": "published",
-            "version": 1, "semver": "1.0.0", "publishedAt": now - timedelta(seconds=i), "changeLog": None,
-            "definition": definition, "pricingModel": "free", "priceUsdCents": None, "forkable": True,
-            "owner": {"kind": "user", "id": "bench"}, "createdAt": now, "updatedAt": now,
+            "_id": f"{i:024x}",
+            "kind": "template",
+            "slug": f"team-{i}",
+            "name": f"Team {i}",
+            "description": "A team",
+            "ownerTeam": "bench",
+            "visibility": "public",
+            "status": "published",
+            "version": 1,
+            "semver": "1.0.0",
+            "publishedAt": now - timedelta(seconds=i),
+            "changeLog": None,
+            "definition": definition,
+            "pricingModel": "free",
+            "priceUsdCents": None,
+            "forkable": True,
+            "owner": {"kind": "user", "id": "bench"},
+            "createdAt": now,
+            "updatedAt": now,
         }
         for i in range(count)
     ]
     for start in range(0, count, 200):
-        await store["templates"].insert_many(docs[start:start + 200])
+        await store["templates"].insert_many(docs[start : start + 200])
     await store.close()
 
 
@@ -104,8 +128,10 @@ async def bench_listing(requests: int) -> list[tuple[str, list[float]]]:
                     cursor = (await response.json())["nextCursor"]
         return [
             ("GET /api/templates (first 50)", await drive(f"{base}/api/templates", requests)),
-            ("GET ... limit=100, page 10",
-             await drive(f"{base}/api/templates?limit=100&cursor={cursor}", requests)),
+            (
+                "GET ... limit=100, page 10",
+                await drive(f"{base}/api/templates?limit=100&cursor={cursor}", requests),
+            ),
         ]
 
 

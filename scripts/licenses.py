@@ -137,6 +137,11 @@ REVIEWED: dict[tuple[str, str], Reviewed] = {
         "Its metadata says only `Dual License`; its LICENSE file puts contributions after 2017-12-01 (and"
         " re-licensed code) under Apache-2.0 and the rest under the 3-clause BSD text, so both apply",
     ),
+    ("jinja2", "3.1.6"): Reviewed(
+        "BSD-3-Clause",
+        "Its metadata gives only the generic `BSD License` classifier; its LICENSE.txt is the 3-clause BSD"
+        " text (redistribution conditions 1-2 and the no-endorsement clause 3), copyright Pallets",
+    ),
 }
 
 

@@ -98,6 +98,8 @@ INDEXES: dict[str, list[Index]] = {
     "pipeline_runs": [
         Index([("installId", ASCENDING), ("status", ASCENDING)]),
         Index([("status", ASCENDING), ("source", ASCENDING)]),
+        # The dashboard's install page lists an install's newest runs.
+        Index([("installId", ASCENDING), ("createdAt", DESCENDING)]),
     ],
     "schedules": [
         Index([("enabled", ASCENDING), ("nextRunAt", ASCENDING)]),

@@ -39,6 +39,8 @@ from svc.core import RateLimited, Store
 log = logging.getLogger(__name__)
 
 EXEMPT_PATHS = frozenset({"/api/health"})
+# The dashboard's versioned assets: cached for a year, so counting them only punishes a first visit.
+STATIC_PREFIX = "/static/"
 FLUSH_DELAY_S = 0.05
 LOCAL_SHARE = 0.5
 MAX_TRACKED = 100_000
@@ -93,7 +95,7 @@ class RateLimiter:
 
     async def hit(self, ip: str, method: str, path: str) -> None:
         """Count one request; raise RateLimited (with Retry-After seconds) when over a limit."""
-        if path in EXEMPT_PATHS:
+        if path in EXEMPT_PATHS or path.startswith(STATIC_PREFIX):
             return
         by_window: dict[int, list[Rule]] = {}
         for rule in self.rules:

@@ -9,7 +9,15 @@ from svc.runtime.outreach import BulkBody, ContinueBody, DraftEdit, Outreach, Re
 from svc.runtime.pipelines import MAX_DRAFT_ID
 from svc.runtime.policy import read_back
 from svc.runtime.runs_exec import HeartbeatBody, RunBody, RunService, RuntimeTestBody, WebhookBody
-from svc.runtime.schedules import ScheduleBody, SchedulerCore, Schedules, ToggleBody, next_fire
+from svc.runtime.schedules import (
+    ScheduleBody,
+    SchedulerCore,
+    Schedules,
+    ToggleBody,
+    check_cron,
+    check_timezone,
+    next_fire,
+)
 from svc.runtime.security_log import SecurityLog
 
 __all__ = [
@@ -37,6 +45,8 @@ __all__ = [
     "ToggleBody",
     "WebhookBody",
     "agent_runs",
+    "check_cron",
+    "check_timezone",
     "failed_outcome",
     "next_fire",
     "read_back",

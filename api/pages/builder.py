@@ -1,0 +1,328 @@
+"""Builder pages: my templates, the definition editor, lifecycle actions, versions and diffs, analytics.
+
+Actions call the same `Templates` methods as `/api/templates/*` with the viewer's
+session principal (owner checks are the service's), so a page can do exactly
+what the API lets the same person do.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections import Counter
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+from pymongo import DESCENDING
+
+from api.context import services
+from api.pages.base import PageTable, Viewer, done, form, parse, render
+from api.pages.charts import bar_chart, rate_chart
+from svc.core import BadRequest, NotFound, ServiceError
+from svc.runs import RunsQuery
+from svc.templates import (
+    CreateTemplateBody,
+    PricingBody,
+    PublishBody,
+    RollbackBody,
+    TeamDefinition,
+    UpdateTemplateBody,
+    check_definition,
+    diff_summary,
+    owner_of,
+)
+
+routes = PageTable()
+LISTED = 200
+STARTER = {
+    "version": "v1",
+    "agents": [{"key": "lead", "name": "Lead", "model": "providerA:small", "prompt": "You lead the team."}],
+}
+
+
+def error_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as the API names fields: `definition.agents[0].model`."""
+    path = "definition"
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def validate_definition(text: str) -> tuple[dict[str, Any] | None, list[dict[str, str]]]:
+    """Parse and validate a definition exactly as publishing does; every error with its field path."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, [{"path": f"line {exc.lineno}, column {exc.colno}", "message": exc.msg}]
+    try:
+        definition = TeamDefinition.model_validate(data)
+    except ValidationError as exc:
+        return None, [{"path": error_path(e["loc"]), "message": e["msg"]} for e in exc.errors()[:50]]
+    try:
+        check_definition(definition)
+    except BadRequest as exc:
+        path, _, message = exc.message.partition(": ")
+        return None, [{"path": path, "message": message or exc.message}]
+    return data, []
+
+
+def definition_of(data: dict[str, str]) -> dict[str, Any]:
+    """The definition field of a form, or 400 with the first error at its path."""
+    parsed, errors = validate_definition(data.get("definition", ""))
+    if parsed is None:
+        raise BadRequest(f"{errors[0]['path']}: {errors[0]['message']}")
+    return parsed
+
+
+@routes.get("/templates")
+async def my_templates(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """My templates, by state: drafts (and version drafts), published, archived."""
+    docs = (
+        await services(request)
+        .store["templates"]
+        .find({"owner": owner_of(viewer.principal)}, {"definition": 0})
+        .sort([("updatedAt", DESCENDING)])
+        .to_list(LISTED)
+    )
+    groups: dict[str, list[dict[str, Any]]] = {"draft": [], "published": [], "archived": []}
+    for doc in docs:
+        groups.setdefault(doc["status"], []).append(doc)
+    return render(request, "templates.html", viewer, groups=groups)
+
+
+@routes.get("/templates/new")
+async def new_template_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """The form for a new template, with a one-agent starter definition."""
+    return render(
+        request,
+        "template_new.html",
+        viewer,
+        error=None,
+        values={"visibility": "team"},
+        definition=json.dumps(STARTER, indent=2),
+    )
+
+
+@routes.post("/templates/new")
+async def create_template(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Create the draft and open it."""
+    data = await form(request)
+    try:
+        body = parse(
+            CreateTemplateBody,
+            {
+                "slug": data.get("slug", ""),
+                "name": data.get("name", ""),
+                "description": data.get("description", ""),
+                "visibility": data.get("visibility", "team"),
+                "definition": definition_of(data),
+            },
+        )
+        created = await services(request).templates.create(viewer.principal, body)
+    except ServiceError as exc:
+        return render(
+            request,
+            "template_new.html",
+            viewer,
+            status=400,
+            error=exc.message,
+            values=data,
+            definition=data.get("definition", ""),
+        )
+    return done(request, f"/templates/{created['id']}", id=created["id"])
+
+
+@routes.post("/templates/validate")
+async def validate(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Validate a definition as the editor's text changes: {errors: [{path, message}]}."""
+    _, errors = validate_definition((await form(request)).get("definition", ""))
+    return web.json_response({"errors": errors})
+
+
+@routes.get("/templates/{id}")
+async def template_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """A template: its editor (drafts), lifecycle actions and version history."""
+    svc = services(request)
+    template = await svc.templates.get(viewer.principal, request.match_info["id"])
+    owned = await is_mine(request, viewer, template["id"])
+    versions = await svc.templates.versions(viewer.principal, template["id"])
+    draft_of = None
+    if template.get("parentTemplateId"):
+        draft_of = template["parentTemplateId"]
+    return render(
+        request,
+        "template.html",
+        viewer,
+        template=template,
+        owned=owned,
+        versions=versions,
+        draft_of=draft_of,
+        definition=json.dumps(template["definition"], indent=2),
+        error=None,
+    )
+
+
+async def is_mine(request: web.Request, viewer: Viewer, template_id: str) -> bool:
+    """Whether the viewer owns the template (the actions are shown to its owner only)."""
+    doc = await services(request).store["templates"].find_one({"_id": template_id}, {"owner": 1})
+    return doc is not None and doc.get("owner") == owner_of(viewer.principal)
+
+
+@routes.post("/templates/{id}/save")
+async def save_draft(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Save the draft's definition and change log."""
+    data = await form(request)
+    body = parse(
+        UpdateTemplateBody, {"definition": definition_of(data), "changeLog": data.get("changeLog") or None}
+    )
+    await services(request).templates.update_draft(viewer.principal, request.match_info["id"], body)
+    return done(request, f"/templates/{request.match_info['id']}")
+
+
+@routes.post("/templates/{id}/publish")
+async def publish(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Publish a draft (a version draft publishes into its parent)."""
+    data = await form(request)
+    body = parse(PublishBody, {"changeLog": data.get("changeLog") or None})
+    published = await services(request).templates.publish(viewer.principal, request.match_info["id"], body)
+    return done(request, f"/templates/{published['id']}", id=published["id"])
+
+
+@routes.post("/templates/{id}/new-version")
+async def new_version(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Open a version draft of a published template."""
+    draft = await services(request).templates.new_version(viewer.principal, request.match_info["id"])
+    return done(request, f"/templates/{draft['id']}", id=draft["id"])
+
+
+@routes.post("/templates/{id}/rollback")
+async def rollback(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Open a version draft holding an earlier version's definition."""
+    version = (await form(request)).get("version", "")
+    body = parse(RollbackBody, {"version": int(version) if version.isdigit() else version})
+    draft = await services(request).templates.rollback(viewer.principal, request.match_info["id"], body)
+    return done(request, f"/templates/{draft['id']}", id=draft["id"])
+
+
+@routes.post("/templates/{id}/fork")
+async def fork(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Copy a published template into a draft of mine."""
+    copy = await services(request).templates.fork(viewer.principal, request.match_info["id"])
+    return done(request, f"/templates/{copy['id']}", id=copy["id"])
+
+
+@routes.post("/templates/{id}/archive")
+async def archive(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Archive a published template (installs keep running)."""
+    await services(request).templates.archive(viewer.principal, request.match_info["id"])
+    return done(request, f"/templates/{request.match_info['id']}")
+
+
+@routes.post("/templates/{id}/pricing")
+async def set_pricing(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Set the pricing model and price (free, per run, per 1K tokens), as PATCH /api/billing/pricing."""
+    data = await form(request)
+    model = data.get("pricingModel", "free")
+    price = data.get("priceUsdCents", "").strip()
+    body = parse(
+        PricingBody,
+        {
+            "templateId": request.match_info["id"],
+            "pricingModel": model,
+            "priceUsdCents": None
+            if model == "free" or not price
+            else int(price)
+            if price.isdigit()
+            else price,
+        },
+    )
+    await services(request).templates.set_pricing(viewer.principal, body)
+    return done(request, f"/templates/{request.match_info['id']}")
+
+
+@routes.get("/templates/{id}/diff")
+async def diff(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """A readable diff between two published versions, with the bump it classifies as."""
+    svc = services(request)
+    template = await svc.templates.get(viewer.principal, request.match_info["id"])
+    try:
+        old_version, new_version_ = int(request.query.get("from", "")), int(request.query.get("to", ""))
+    except ValueError:
+        raise BadRequest("from and to must be version numbers") from None
+    snapshots = {
+        snap["version"]: snap
+        for snap in await svc.store["template_versions"]
+        .find({"templateId": template["id"], "version": {"$in": [old_version, new_version_]}})
+        .to_list(2)
+    }
+    if old_version not in snapshots or new_version_ not in snapshots:
+        raise NotFound("Version not found")
+    old, new = snapshots[old_version], snapshots[new_version_]
+    summary = diff_summary(old["definition"], new["definition"])
+    lines = list(
+        difflib.unified_diff(
+            json.dumps(old["definition"], indent=2, sort_keys=True).splitlines(),
+            json.dumps(new["definition"], indent=2, sort_keys=True).splitlines(),
+            f"v{old['semver']}",
+            f"v{new['semver']}",
+            lineterm="",
+            n=3,
+        )
+    )
+    return render(
+        request, "diff.html", viewer, template=template, old=old, new=new, summary=summary, lines=lines
+    )
+
+
+@routes.get("/templates/{id}/analytics")
+async def analytics(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Runs per day and platform, success rate, tokens by agent, and the builder's earnings."""
+    svc = services(request)
+    template = await svc.templates.get(viewer.principal, request.match_info["id"])
+    report = await svc.run_analytics.report(viewer.principal, RunsQuery(templateId=template["id"], limit=500))
+    per_day: Counter[str] = Counter()
+    failed_per_day: Counter[str] = Counter()
+    for run in report["runs"]:
+        day = str(run.get("createdAt") or "")[:10]
+        per_day[day] += 1
+        if run.get("status") == "failed":
+            failed_per_day[day] += 1
+    days = sorted(per_day)[-30:]
+    charts = [
+        bar_chart(
+            "Runs per day (newest 500 runs)",
+            [(d[5:], per_day[d]) for d in days],
+            failures=[float(failed_per_day[d]) for d in days],
+        ),
+        bar_chart("Runs by platform", [(p["platform"], p["totalRuns"]) for p in report["byPlatform"]]),
+        rate_chart(
+            "Success rate by platform",
+            [(p["platform"], p["totalRuns"], p["totalRuns"] - p["failedRuns"]) for p in report["byPlatform"]],
+        ),
+        bar_chart(
+            "Tokens by agent",
+            [(a["agentKey"], a["inputTokens"] + a["outputTokens"]) for a in report["byAgent"]],
+            unit=" tokens",
+        ),
+    ]
+    mine: dict[str, Any] | None = None
+    total: int | None = None
+    earnings_error: str | None = None
+    try:
+        earnings = await svc.charges.earnings(viewer.user_id)
+        mine = next((row for row in earnings["byTemplate"] if row["templateId"] == template["id"]), None)
+        total = earnings["totalBuilderAmountCents"]
+    except ServiceError as exc:  # no payment provider configured: the page still shows usage
+        earnings_error = exc.message
+    return render(
+        request,
+        "analytics.html",
+        viewer,
+        template=template,
+        summary=report["summary"],
+        charts=charts,
+        earnings=mine,
+        total_earnings=total,
+        earnings_error=earnings_error,
+    )

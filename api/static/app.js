@@ -1,0 +1,170 @@
+/* The dashboard's progressive enhancement: live runs over server-sent events, forms that
+   submit without leaving the page, the definition editor's validation as you type, the
+   schedule preview, confirmations and the copy button. Every page works without it. */
+(function () {
+  "use strict";
+
+  function csrfToken() {
+    var meta = document.querySelector('meta[name="csrf-token"]');
+    return meta ? meta.getAttribute("content") : "";
+  }
+
+  function debounce(fn, ms) {
+    var timer = null;
+    return function () {
+      var args = arguments;
+      clearTimeout(timer);
+      timer = setTimeout(function () { fn.apply(null, args); }, ms);
+    };
+  }
+
+  function post(url, form) {
+    return fetch(url, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Accept": "application/json", "X-CSRF-Token": csrfToken() },
+      body: new URLSearchParams(new FormData(form))
+    }).then(function (response) {
+      return response.json().catch(function () { return {}; }).then(function (data) {
+        return { ok: response.ok, data: data };
+      });
+    });
+  }
+
+  // Confirmation before destructive actions (forms and individual buttons).
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("button[data-confirm]");
+    if (button && !window.confirm(button.getAttribute("data-confirm"))) {
+      event.preventDefault();
+    }
+  });
+
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (form.hasAttribute("data-confirm") && !window.confirm(form.getAttribute("data-confirm"))) {
+      event.preventDefault();
+      return;
+    }
+    if (form.getAttribute("data-async") !== "true") { return; }
+    event.preventDefault();
+    var status = form.querySelector(".async-status");
+    var buttons = form.querySelectorAll("button");
+    buttons.forEach(function (b) { b.disabled = true; });
+    if (status) { status.textContent = "Working…"; status.className = "async-status"; }
+    post(form.action, form).then(function (result) {
+      if (status) {
+        status.textContent = result.ok ? "Done" : (result.data.error || "Failed");
+        status.className = "async-status " + (result.ok ? "ok" : "error");
+      }
+      if (result.ok) { form.reset(); }
+    }).catch(function () {
+      if (status) { status.textContent = "Network error"; status.className = "async-status error"; }
+    }).then(function () {
+      buttons.forEach(function (b) { b.disabled = false; });
+    });
+  });
+
+  // Live parts of a page: the server sends fresh HTML for each part that changed.
+  var live = document.querySelector("[data-live]");
+  if (live && window.EventSource) {
+    var indicator = document.querySelector("[data-live-state]");
+    var source = new EventSource(live.getAttribute("data-live"));
+    source.onopen = function () { if (indicator) { indicator.textContent = "live"; indicator.className = "live-dot on"; } };
+    source.onerror = function () { if (indicator) { indicator.textContent = "reconnecting"; indicator.className = "live-dot"; } };
+    source.onmessage = function (message) {
+      var data;
+      try { data = JSON.parse(message.data); } catch (e) { return; }
+      Object.keys(data).forEach(function (part) {
+        var target = document.querySelector('[data-live-part="' + part + '"]');
+        if (target && typeof data[part] === "string") { target.innerHTML = data[part]; }
+      });
+    };
+    window.addEventListener("pagehide", function () { source.close(); });
+  }
+
+  // The definition editor: validated on the server with the schema publishing uses.
+  var editor = document.querySelector("textarea[data-validate]");
+  if (editor) {
+    var box = document.getElementById("definition-errors");
+    var check = debounce(function () {
+      var body = new FormData();
+      body.append("definition", editor.value);
+      fetch(editor.getAttribute("data-validate"), {
+        method: "POST", credentials: "same-origin",
+        headers: { "Accept": "application/json", "X-CSRF-Token": csrfToken() },
+        body: new URLSearchParams(body)
+      }).then(function (r) { return r.json(); }).then(function (data) {
+        box.textContent = "";
+        var errors = data.errors || [];
+        if (!errors.length) {
+          var ok = document.createElement("span");
+          ok.className = "ok"; ok.textContent = "Valid team definition.";
+          box.appendChild(ok);
+          editor.setAttribute("aria-invalid", "false");
+          return;
+        }
+        editor.setAttribute("aria-invalid", "true");
+        var list = document.createElement("ul");
+        errors.forEach(function (e) {
+          var item = document.createElement("li");
+          var path = document.createElement("code");
+          path.textContent = e.path;
+          item.appendChild(path);
+          item.appendChild(document.createTextNode(" " + e.message));
+          list.appendChild(item);
+        });
+        box.appendChild(list);
+      }).catch(function () { box.textContent = "Could not check the definition."; });
+    }, 300);
+    editor.addEventListener("input", check);
+    check();
+  }
+
+  // The schedule editor's next fire times, computed by the server in the chosen zone.
+  var scheduleForm = document.getElementById("schedule-form");
+  if (scheduleForm) {
+    var cron = document.getElementById("cron");
+    var zone = document.getElementById("timezone");
+    var listEl = document.getElementById("fire-times");
+    var errorEl = document.getElementById("preview-error");
+    var preview = debounce(function () {
+      var url = scheduleForm.getAttribute("data-preview") + "?cron=" + encodeURIComponent(cron.value) +
+        "&timezone=" + encodeURIComponent(zone.value);
+      fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } })
+        .then(function (r) { return r.json(); }).then(function (data) {
+          if (data.error) { errorEl.textContent = data.error; errorEl.hidden = false; return; }
+          errorEl.hidden = true;
+          listEl.textContent = "";
+          (data.fireTimes || []).forEach(function (t) {
+            var item = document.createElement("li");
+            var time = document.createElement("time");
+            time.textContent = t.local;
+            item.appendChild(time);
+            item.appendChild(document.createTextNode(" " + t.zoneName + " (UTC" + t.offset + ") "));
+            var utc = document.createElement("small");
+            utc.className = "muted"; utc.textContent = t.utc;
+            item.appendChild(utc);
+            listEl.appendChild(item);
+          });
+        }).catch(function () { errorEl.textContent = "Could not compute the fire times."; errorEl.hidden = false; });
+    }, 250);
+    cron.addEventListener("input", preview);
+    zone.addEventListener("input", preview);
+    zone.addEventListener("change", preview);
+  }
+
+  // Copy a freshly created key to the clipboard.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("button[data-copy]");
+    if (!button) { return; }
+    var source = document.querySelector(button.getAttribute("data-copy"));
+    var status = button.parentElement.querySelector(".copy-status");
+    var text = source ? source.textContent : "";
+    function copied(ok) { if (status) { status.textContent = ok ? "Copied" : "Select the key and copy it"; } }
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      navigator.clipboard.writeText(text).then(function () { copied(true); }, function () { copied(false); });
+    } else {
+      copied(false);
+    }
+  });
+})();
