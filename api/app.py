@@ -30,6 +30,7 @@ from api.handlers import (
     runtime,
     templates,
 )
+from api.lifecycle import timed
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config.settings import Settings
@@ -39,6 +40,7 @@ from svc.services import Services
 
 log = logging.getLogger(__name__)
 SCHEDULER_CHECK_S = 30.0
+SCHEDULER_STOP_S = 5.0
 
 ROUTES: tuple[Route, ...] = (
     *health.routes,
@@ -65,7 +67,9 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
     app[ROUTE_TABLE] = (*ROUTES, *extra_routes)
     for route in app[ROUTE_TABLE]:
         app.router.add_route(route.method, route.path, guarded(route))
-    app.cleanup_ctx.extend([database, ray_runtime, domain_services])
+    app.cleanup_ctx.extend(
+        [timed("database", database), timed("Ray", ray_runtime), timed("domain services", domain_services)]
+    )
     return app
 
 
@@ -134,6 +138,8 @@ async def domain_services(app: web.Application) -> AsyncIterator[None]:
     finally:
         if keeper is not None:
             keeper.cancel()
+            # A Ray call still running in a thread would crash the process once Ray disconnects.
+            await asyncio.wait([keeper], timeout=SCHEDULER_STOP_S)
             app[RUNTIME].stop_scheduler()
         await services.close()
 
@@ -141,8 +147,13 @@ async def domain_services(app: web.Application) -> AsyncIterator[None]:
 async def keep_scheduler(runtime: RayRuntime) -> None:
     """Start the scheduler actor, and start it again if it has gone (every 30 s)."""
     while True:
+        attempt = asyncio.ensure_future(runtime.ensure_scheduler())
         try:
-            await runtime.ensure_scheduler()
+            # Shielded: on shut-down the attempt finishes (its Ray calls run in threads) before Ray stops.
+            await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            await asyncio.wait([attempt], timeout=SCHEDULER_STOP_S)
+            raise
         except Exception as exc:  # retried on the next round
             log.warning("could not start the scheduler: %s", type(exc).__name__)
         await asyncio.sleep(SCHEDULER_CHECK_S)

@@ -67,6 +67,8 @@ class Settings(BaseModel):
     scheduler_enabled: bool = True
     # How often the run poller asks pull-only platforms (orchB) for finished runs (spec: 5 minutes).
     run_poll_seconds: float = Field(default=300.0, gt=0)
+    # How long `svc serve` lets in-flight requests end on SIGTERM/SIGINT before cutting them.
+    shutdown_grace_seconds: float = Field(default=5.0, gt=0)
 
     @field_validator("billing_cron_schedule")
     @classmethod
@@ -123,6 +125,9 @@ class Settings(BaseModel):
             "actor_idle_seconds": float(get("SVC_ACTOR_IDLE_SECONDS") or 300),
             "scheduler_enabled": (get("SVC_SCHEDULER") or "on").lower() != "off",
             "run_poll_seconds": parse_seconds("SVC_RUN_POLL_SECONDS", get("SVC_RUN_POLL_SECONDS"), 300.0),
+            "shutdown_grace_seconds": parse_seconds(
+                "SVC_SHUTDOWN_GRACE_SECONDS", get("SVC_SHUTDOWN_GRACE_SECONDS"), 5.0
+            ),
             "disabled_plugins": tuple(
                 name.strip() for name in (get("SVC_DISABLED_PLUGINS") or "").split(",") if name.strip()
             ),

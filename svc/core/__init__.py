@@ -21,6 +21,7 @@ from svc.core.errors import (
 from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import Governance, Runtime, RuntimeFailure
+from svc.core.reaper import Reaper
 from svc.core.store import Document, Store
 from svc.core.tokens import is_api_key
 from svc.core.vault import Vault
@@ -38,6 +39,7 @@ __all__ = [
     "NotFound",
     "PaymentRequired",
     "RateLimited",
+    "Reaper",
     "RequestBody",
     "Runtime",
     "RuntimeFailure",
