@@ -21,6 +21,7 @@ from api.routing import Route
 from config.settings import Settings
 from svc.core.embedded import EmbeddedMongo, uri_for
 from svc.core.store import Store
+from tests.leftovers import pytest_configure, pytest_sessionfinish  # noqa: F401 - the session's leftover check
 
 ClientFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
 

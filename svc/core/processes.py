@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,10 +123,11 @@ def descendants(root: int) -> list[ProcessInfo]:
 
 def processes_using(path: Path) -> list[ProcessInfo]:
     """Live processes whose command line names a path under `path` (a data directory)."""
-    prefix = str(path.resolve())
+    # The path as a whole component: /tmp/pytest-1 must not match /tmp/pytest-12.
+    pattern = re.compile(re.escape(str(path.resolve())) + r"(?=/|\s|$)")
     found = []
     for pid in _pids():
         info = _info(pid)
-        if info is not None and prefix in info.command:
+        if info is not None and pattern.search(info.command):
             found.append(info)
     return found
