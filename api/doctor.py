@@ -50,6 +50,13 @@ def _where(uri: str) -> str:
     return f"{host}:{parts.port}" if parts.port else host
 
 
+def where_db(settings: Settings) -> str:
+    """The database's address for the table, without credentials."""
+    if settings.mongodb_uri:
+        return f"MongoDB at {_where(settings.mongodb_uri)}"
+    return f"embedded ({settings.data_dir})"
+
+
 async def check_database(settings: Settings) -> tuple[Check, str | None]:
     """Ping the configured MongoDB, or join (or start, then stop) the embedded one; the row and the URI."""
     embedded = None if settings.mongodb_uri else EmbeddedMongo(settings.data_dir)
@@ -60,7 +67,7 @@ async def check_database(settings: Settings) -> tuple[Check, str | None]:
             where = f"{kind} on port {embedded.port} ({settings.data_dir})"
         else:
             assert settings.mongodb_uri is not None
-            uri, where = settings.mongodb_uri, f"MongoDB at {_where(settings.mongodb_uri)}"
+            uri, where = settings.mongodb_uri, where_db(settings)
         store = Store.connect(uri)
         try:
             await asyncio.wait_for(store.client.admin.command("ping"), TIMEOUT_S)
@@ -69,7 +76,7 @@ async def check_database(settings: Settings) -> tuple[Check, str | None]:
     except Exception as exc:  # any failure is the check's answer
         if embedded is not None:
             await embedded.stop()
-        return Check("database", FAILED, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"), None
+        return Check("database", FAILED, f"{where_db(settings)}: {type(exc).__name__}"), None
     if embedded is not None:
         await embedded.stop()
     return Check("database", OK, where), uri
