@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -28,49 +29,81 @@ TOKEN_VARIABLE = "SVC_RAY_TOKEN"
 PROC = Path("/proc")
 SETTLE_S = 5.0
 QUIET_S = 1.0
+SCAN_S = 1.0
 
 
-def carriers(token: str) -> list[int]:
-    """Pids of live processes whose environment has TOKEN_VARIABLE=token."""
-    needle = f"{TOKEN_VARIABLE}={token}".encode()
-    found = []
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+Identity = tuple[int, str]  # (pid, start time in clock ticks): a reused pid is another process
 
 
-def reap(token: str) -> int:
-    """Kill the token's processes until none has been seen for QUIET_S (a dying raylet may still
-    be starting one), within SETTLE_S; the number killed."""
-    killed: set[int] = set()
-    started = last_seen = time.monotonic()
-    while time.monotonic() - started < SETTLE_S and time.monotonic() - last_seen < QUIET_S:
-        pids = [pid for pid in carriers(token) if pid not in killed or _running(pid)]
-        if pids:
-            last_seen = time.monotonic()
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.05)
-    return len(killed)
-
-
-def _running(pid: int) -> bool:
-    """True unless the process has gone or is a zombie."""
+def _stat(pid: int) -> tuple[int, str, str] | None:
+    """(parent pid, state, start time) of a process, or None when it has gone."""
     try:
         raw = (PROC / str(pid) / "stat").read_text()
     except OSError:
-        return False
-    return raw[raw.rindex(")") + 2 :].split()[0] != "Z"
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return int(fields[1]), fields[0], fields[19]
+
+
+def family(token: str) -> set[Identity]:
+    """Live processes whose environment has TOKEN_VARIABLE=token, and all their descendants."""
+    needle = f"{TOKEN_VARIABLE}={token}".encode()
+    roots: set[int] = set()
+    children: dict[int, list[int]] = {}
+    stats: dict[int, tuple[int, str, str]] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        pid = int(entry.name)
+        stat = _stat(pid)
+        if stat is None or stat[1] == "Z":
+            continue
+        stats[pid] = stat
+        children.setdefault(stat[0], []).append(pid)
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                roots.add(pid)
+        except OSError:
+            continue
+    found: set[Identity] = set()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if (pid, stats[pid][2]) in found:
+            continue
+        found.add((pid, stats[pid][2]))
+        stack.extend(children.get(pid, []))
+    return found
+
+
+def _alive(identity: Identity) -> bool:
+    """True while that very process (same pid and start time) runs and is not a zombie."""
+    stat = _stat(identity[0])
+    return stat is not None and stat[1] != "Z" and stat[2] == identity[1]
+
+
+def reap(token: str, seen: set[Identity]) -> int:
+    """Kill `seen` and the token's processes (with their descendants) until none has been found
+    for QUIET_S (a dying raylet may still be starting one), within SETTLE_S; the number killed.
+
+    `seen` holds what earlier scans found: a process whose title rewrite has clobbered its
+    environment, or whose parent died first, is still ended."""
+    killed: set[Identity] = set()
+    started = last_seen = time.monotonic()
+    pending = {identity for identity in seen if _alive(identity)}
+    while time.monotonic() - started < SETTLE_S and time.monotonic() - last_seen < QUIET_S:
+        pending |= family(token)
+        pending = {identity for identity in pending if _alive(identity)}
+        if pending:
+            last_seen = time.monotonic()
+        for identity in pending:
+            try:
+                os.kill(identity[0], signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            killed.add(identity)
+        time.sleep(0.05)
+    return len(killed)
 
 
 class Reaper:
@@ -125,9 +158,14 @@ def main(argv: list[str]) -> int:
     """Wait for end-of-file on the pipe, then reap the token's processes."""
     token, fd = argv[0], int(argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the service's to handle
-    while os.read(fd, 4096):
-        pass
-    reap(token)
+    seen: set[Identity] = set()
+    while True:
+        # Look every SCAN_S while the service lives, so the processes are known before they can hide.
+        ready, _, _ = select.select([fd], [], [], SCAN_S)
+        if ready and not os.read(fd, 4096):
+            break
+        seen = {identity for identity in seen if _alive(identity)} | family(token)
+    reap(token, seen)
     return 0
 
 
