@@ -109,11 +109,12 @@ async def serve(app: web.Application, sock: socket.socket, grace_s: float) -> No
     try:
         started = time.monotonic()
         await runner.setup()
-        site = web.SockSite(runner, sock, shutdown_timeout=grace_s)
-        await site.start()
-        log.debug("start-up: ready in %.2fs", time.monotonic() - started)
-        print(f"listening on {origin(sock)}", flush=True)
-        await stopping.wait()
+        if not stopping.is_set():  # a signal during start-up: stop without ever accepting
+            site = web.SockSite(runner, sock, shutdown_timeout=grace_s)
+            await site.start()
+            log.debug("start-up: ready in %.2fs", time.monotonic() - started)
+            print(f"listening on {origin(sock)}", flush=True)
+            await stopping.wait()
     finally:
         begun = time.monotonic()
         await runner.cleanup()
