@@ -19,10 +19,12 @@ import pytest
 
 from svc.core.processes import MARKER_VARIABLE, ProcessInfo, marked_processes, processes_using
 
-GRACE_S = 10.0
-
-
 MARKER = pytest.StashKey[str]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """How long finished processes may take to exit (the check's own test shortens it)."""
+    parser.addini("leftover_grace_seconds", "seconds a process may take to exit at the end", default="10")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,7 +49,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when a process it started outlives it (after GRACE_S for slow exits)."""
     if MARKER not in session.config.stash:
         return
-    deadline = time.monotonic() + GRACE_S
+    grace_s = float(session.config.getini("leftover_grace_seconds"))
+    deadline = time.monotonic() + grace_s
     left = leftovers(session)
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -55,7 +58,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not left:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    lines = [f"{len(left)} process(es) started by the test session still running {GRACE_S:.0f}s after it:"]
+    lines = [f"{len(left)} process(es) started by the test session still running {grace_s:g}s after it:"]
     lines += [f"  pid {info.pid} (parent {info.ppid}): {info.command[:160]}" for info in left]
     for info in left:
         info.kill()

@@ -352,3 +352,41 @@ async def test_a_stale_state_file_naming_a_live_process_is_replaced(tmp_path):
             assert json.loads((tmp_path / STATE_FILE).read_text())["pid"] == server.pid
         finally:
             await server.stop()
+
+
+async def test_the_session_check_fails_a_run_that_leaves_a_process(tmp_path):
+    """An inner pytest session whose test starts a process and forgets it: the run fails, and the
+    process is listed and killed."""
+    (tmp_path / "test_leak.py").write_text(
+        "import subprocess, sys\n"
+        "def test_forgets_a_child():\n"
+        "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "    print(f'child {child.pid}')\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "tests.leftovers",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "leftover_grace_seconds=0.5",
+        "-s",
+        "--rootdir",
+        str(tmp_path),
+        str(tmp_path / "test_leak.py"),
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    stdout, _ = await asyncio.wait_for(process.communicate(), EXIT_TIMEOUT_S)
+    output = stdout.decode()
+    assert process.returncode == 1, output
+    assert "1 passed" in output
+    assert "processes left running" in output and "time.sleep(120)" in output
+    child = int(output.split("child ", 1)[1].split()[0])
+    assert not alive(child), "the check kills what it reports"
