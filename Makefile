@@ -3,6 +3,8 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+HOST   ?= 127.0.0.1
+PORT   ?= 8080
 
 .PHONY: install serve test lint bench clean
 
@@ -15,8 +17,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# `make serve PORT=9000 HOST=0.0.0.0` to listen elsewhere.
 serve: install
-	$(BIN)/svc serve --host 127.0.0.1 --port 8080
+	$(BIN)/svc serve --host $(HOST) --port $(PORT)
 
 test: install
 	$(BIN)/ruff check .

@@ -8,8 +8,13 @@ URI in their environment, so actors reach the same MongoDB as the API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -17,7 +22,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
 from actors.install_actor import InstallActor
 from config.settings import Settings
-from svc.core import RuntimeFailure
+from svc.core import Reaper, RuntimeFailure
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,25 @@ NAMESPACE = "svc"
 def actor_name(install_id: str) -> str:
     """The Ray name of an install's actor."""
     return f"install:{install_id}"
+
+
+@contextlib.contextmanager
+def kept_signal_handlers() -> Iterator[None]:
+    """Put this process's SIGTERM and SIGINT handlers back after the block.
+
+    Ray's driver installs a C-level handler for SIGTERM that prints a stack and
+    aborts the process, which would cut `svc serve`'s ordered shut-down short.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in kept.items():
+            if handler is not None:
+                signal.signal(signum, handler)
 
 
 class RayRuntime:
@@ -46,6 +70,7 @@ class RayRuntime:
         self.settings = settings
         self.vault_keys = vault_keys or []
         self._owned = False
+        self._reaper: Reaper | None = None
         self._background: set[asyncio.Task[Any]] = set()
         # Handles of actors that answered recently, so a warm run skips the readiness round trip.
         self._warm: dict[str, tuple[Any, float]] = {}
@@ -54,19 +79,31 @@ class RayRuntime:
         """Connect (joining a Ray this process already has, if any).
 
         Called on the main thread: a local Ray's processes are tied to the thread
-        that starts them and die with it.
+        that starts them and die with it. Their children (workers, agents) are
+        ended by a `Reaper` as soon as this process has gone, however it went.
         """
         if ray.is_initialized():
             log.info("using the Ray connection this process already has")
             return
-        ray.init(
-            address=self.address,
-            namespace=NAMESPACE,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            runtime_env={"env_vars": {"SVC_MONGODB_URI": self.mongodb_uri}},
-        )
+        local = self.address is None and not os.environ.get("RAY_ADDRESS")
+        reaper = Reaper() if local else None
+        try:
+            with reaper.marking() if reaper is not None else contextlib.nullcontext(), kept_signal_handlers():
+                ray.init(
+                    address=self.address,
+                    namespace=NAMESPACE,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                    runtime_env={"env_vars": {"SVC_MONGODB_URI": self.mongodb_uri}},
+                )
+        except BaseException:
+            if ray.is_initialized():
+                ray.shutdown()
+            if reaper is not None:
+                reaper.close()
+            raise
+        self._reaper = reaper
         self._owned = True
         log.info("connected to Ray (%s)", self.address or "local instance")
 
@@ -171,5 +208,12 @@ class RayRuntime:
     def stop(self) -> None:
         """Disconnect, stopping the local Ray if this object started it."""
         if self._owned and ray.is_initialized():
+            started = time.monotonic()
             ray.shutdown()
+            log.debug("Ray disconnected in %.2fs", time.monotonic() - started)
         self._owned = False
+        if self._reaper is not None:
+            started = time.monotonic()
+            self._reaper.close()
+            self._reaper = None
+            log.debug("local Ray's remaining processes reaped in %.2fs", time.monotonic() - started)

@@ -32,6 +32,7 @@ from api.handlers import (
     runtime,
     templates,
 )
+from api.lifecycle import timed
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config import catalogue
@@ -41,6 +42,7 @@ from svc.wiring import build_services
 
 log = logging.getLogger(__name__)
 SCHEDULER_CHECK_S = 30.0
+SCHEDULER_STOP_S = 5.0
 
 ROUTES: tuple[Route, ...] = (
     *health.routes,
@@ -73,7 +75,9 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
         app.router.add_route(route.method, route.path, guarded(route))
     app.router.add_routes(openapi.pages)
     metrics.setup(app)
-    app.cleanup_ctx.extend([database, ray_runtime, domain_services])
+    app.cleanup_ctx.extend(
+        [timed("database", database), timed("Ray", ray_runtime), timed("domain services", domain_services)]
+    )
     pages.setup(app)  # the operator dashboard, outside /api
     return app
 
@@ -143,6 +147,8 @@ async def domain_services(app: web.Application) -> AsyncIterator[None]:
     finally:
         if keeper is not None:
             keeper.cancel()
+            # A Ray call still running in a thread would crash the process once Ray disconnects.
+            await asyncio.wait([keeper], timeout=SCHEDULER_STOP_S)
             scheduler.stop_scheduler()
         await services.close()
 
@@ -150,8 +156,13 @@ async def domain_services(app: web.Application) -> AsyncIterator[None]:
 async def keep_scheduler(scheduler: SchedulerKeeper) -> None:
     """Start the scheduler actor, and start it again if it has gone (every 30 s)."""
     while True:
+        attempt = asyncio.ensure_future(scheduler.ensure_scheduler())
         try:
-            await scheduler.ensure_scheduler()
+            # Shielded: on shut-down the attempt finishes (its Ray calls run in threads) before Ray stops.
+            await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            await asyncio.wait([attempt], timeout=SCHEDULER_STOP_S)
+            raise
         except Exception as exc:  # retried on the next round
             log.warning("could not start the scheduler: %s", type(exc).__name__)
         await asyncio.sleep(SCHEDULER_CHECK_S)

@@ -20,6 +20,11 @@ from api.routing import Route
 from config.settings import Settings
 from svc.core.embedded import EmbeddedMongo, uri_for
 from svc.core.store import Store
+from tests.leftovers import (  # noqa: F401 - the session's leftover check
+    pytest_addoption,
+    pytest_configure,
+    pytest_sessionfinish,
+)
 
 ClientFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
 

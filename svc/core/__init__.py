@@ -21,6 +21,7 @@ from svc.core.errors import (
 from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import Governance, Runtime, RuntimeFailure
+from svc.core.reaper import Reaper
 from svc.core.store import Document, Store
 from svc.core.timeline import KINDS, Kind, Timeline, TimelineQuery, actor_of
 from svc.core.tokens import is_api_key
@@ -42,6 +43,7 @@ __all__ = [
     "NotFound",
     "PaymentRequired",
     "RateLimited",
+    "Reaper",
     "RequestBody",
     "Runtime",
     "RuntimeFailure",

@@ -1,18 +1,24 @@
 """The embedded MongoDB-wire server (SecantusDB) for running without a MongoDB.
 
 The server runs as a child process on a free loopback port with its storage
-under `<data_dir>/mongo` and every commit synced to disk. The child is tied to
-its parent (PR_SET_PDEATHSIG on Linux), so it never outlives an API process that
-dies. A second process using the same data directory (`svc users create` beside
-a running `svc serve`, or a second API process) finds the running server through
-`<data_dir>/mongo.json` and shares it instead of opening the storage twice.
+under `<data_dir>/mongo` and every commit synced to disk. A second process using
+the same data directory (`svc users create` beside a running `svc serve`, or a
+second API process) finds the running server through `<data_dir>/mongo.json`
+and shares it instead of opening the storage twice.
+
+Lifetime: every user holds a shared lock on `<data_dir>/mongo.users` while it
+uses the server, and the last one out stops it. The kernel releases the lock of
+a process that dies however it dies, and a watchdog inside the server process
+(`embedded_child.py`) stops the server as soon as nobody holds it, so the
+database never outlives the processes that use it, even when they are killed
+with SIGKILL or their data directory has been deleted. The server holds
+`<data_dir>/mongo.server` for its whole life, so a state file left by a killed
+run is recognised as stale and removed at the next start.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import fcntl
 import json
 import logging
@@ -23,26 +29,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
+
+from svc.core.embedded_child import SERVER_LOCK, START_LOCK, STATE_FILE, USERS_LOCK
+from svc.core.processes import alive
 
 log = logging.getLogger(__name__)
 
-STATE_FILE = "mongo.json"
-LOCK_FILE = "mongo.lock"
+LOCK_FILE = START_LOCK
 STORAGE_DIR = "mongo"
 START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 15.0
-PR_SET_PDEATHSIG = 1
-LAUNCHER = "import sys; from secantus.cli import main; sys.exit(main())"
+# SIGTERM first; SIGKILL after this long (commits are already synced, so nothing is lost).
+STOP_TIMEOUT_S = 5.0
+CHILD_SCRIPT = Path(__file__).with_name("embedded_child.py")
 
 
 class EmbeddedServerError(RuntimeError):
     """The embedded server could not be started."""
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: ask the kernel for SIGTERM when the parent dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -64,24 +67,18 @@ def _answers(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class EmbeddedMongo:
-    """Starts (or joins) the embedded server for one data directory."""
+    """Starts (or joins) the embedded server for one data directory, and leaves it in order."""
 
     def __init__(self, data_dir: Path, database: str = "svc") -> None:
         self.data_dir = data_dir.resolve()
         self.database = database
         self.process: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
+        self.pid: int | None = None
+        self._users: IO[str] | None = None
+        self._start_lock: IO[str] | None = None
+        self._log_file: IO[bytes] | None = None
 
     @property
     def uri(self) -> str:
@@ -92,39 +89,61 @@ class EmbeddedMongo:
 
     @property
     def owned(self) -> bool:
-        """True when this object started the server (and so stops it)."""
+        """True when this object started the server (it may still outlive this object for other users)."""
         return self.process is not None
 
     async def start(self) -> str:
         """Join a running server for this directory, or start one; return its URI."""
+        if self._users is not None:
+            return self.uri
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.data_dir / LOCK_FILE, "w") as lock:  # noqa: ASYNC230 - a tiny local file
-            # The lock makes check-then-start atomic across processes sharing the directory.
-            await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        start_lock = open(self.data_dir / START_LOCK, "a")  # noqa: ASYNC230 - tiny local files
+        users = open(self.data_dir / USERS_LOCK, "a")  # noqa: ASYNC230
+        try:
+            # The start lock makes check-then-start atomic across processes sharing the directory.
+            await asyncio.to_thread(fcntl.flock, start_lock, fcntl.LOCK_EX)
             try:
-                running = self._running_port()
+                await asyncio.to_thread(fcntl.flock, users, fcntl.LOCK_SH)
+                running = self._running()
                 if running is not None:
-                    self.port = running
-                    log.info("joined embedded database on port %s", running)
-                    return self.uri
-                self._spawn()
-                await self._wait_ready()
-                self._write_state()
+                    self.pid, self.port = running
+                    log.info("joined embedded database on port %s", self.port)
+                else:
+                    self._spawn()
+                    await self._wait_ready()
+                    self._write_state()
+                    storage = self.data_dir / STORAGE_DIR
+                    log.info("embedded database on port %s, storage %s", self.port, storage)
             finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-        log.info("embedded database on port %s, storage %s", self.port, self.data_dir / STORAGE_DIR)
+                fcntl.flock(start_lock, fcntl.LOCK_UN)
+        except BaseException:
+            users.close()
+            start_lock.close()
+            await self._end_own_process()
+            raise
+        self._users, self._start_lock = users, start_lock
         return self.uri
 
-    def _running_port(self) -> int | None:
+    def _running(self) -> tuple[int, int] | None:
+        """(pid, port) of the live server of this directory; removes a stale state file."""
         state_path = self.data_dir / STATE_FILE
+        with open(self.data_dir / SERVER_LOCK, "a") as server_lock:
+            try:
+                fcntl.flock(server_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pass  # a server holds it: it is alive
+            else:
+                if state_path.exists():
+                    log.warning("removed a stale %s left by a killed run", state_path)
+                    state_path.unlink(missing_ok=True)
+                return None
         try:
             state = json.loads(state_path.read_text())
             pid, port = int(state["pid"]), int(state["port"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if _alive(pid) and _answers(port):
-            return port
-        state_path.unlink(missing_ok=True)
+        if alive(pid) and _answers(port):
+            return pid, port
         return None
 
     def _spawn(self) -> None:
@@ -132,8 +151,9 @@ class EmbeddedMongo:
         storage = self.data_dir / STORAGE_DIR
         args = [
             sys.executable,
-            "-c",
-            LAUNCHER,
+            "-P",  # the script's directory stays off sys.path
+            str(CHILD_SCRIPT),
+            str(self.data_dir),
             "--host",
             "127.0.0.1",
             "--port",
@@ -146,16 +166,17 @@ class EmbeddedMongo:
         ]
         self._log_file = open(self.data_dir / "mongo.log", "ab")
         # The child gets its own session, so a Ctrl-C in the terminal reaches only the API,
-        # which then closes its connections and stops the server in order.
+        # which then closes its connections and stops the server in order. It is not tied to
+        # this process: other users may still need it; its watchdog follows the users lock.
         self.process = subprocess.Popen(  # noqa: S603 - fixed arguments, no shell
             args,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
             cwd=self.data_dir,
         )
+        self.pid = self.process.pid
 
     async def _wait_ready(self) -> None:
         assert self.process is not None and self.port is not None
@@ -169,7 +190,6 @@ class EmbeddedMongo:
             if _answers(self.port):
                 return
             await asyncio.sleep(0.05)
-        await self.stop()
         raise EmbeddedServerError(f"embedded database did not answer within {START_TIMEOUT_S:.0f}s")
 
     def _write_state(self) -> None:
@@ -178,11 +198,50 @@ class EmbeddedMongo:
         (self.data_dir / STATE_FILE).write_text(json.dumps(state))
 
     async def stop(self) -> None:
-        """Stop the server if this object started it (SIGTERM, then SIGKILL)."""
+        """Stop using the server; the last user stops it (SIGTERM, then SIGKILL) and waits for it."""
+        users, self._users = self._users, None
+        start_lock, self._start_lock = self._start_lock, None
+        if users is None or start_lock is None:
+            await self._end_own_process()
+            return
+        try:
+            await asyncio.to_thread(fcntl.flock, start_lock, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("embedded database left running for its other users")
+            else:
+                await self._stop_server()
+        finally:
+            users.close()
+            start_lock.close()
+            if self._log_file is not None:
+                self._log_file.close()
+                self._log_file = None
+
+    async def _stop_server(self) -> None:
+        """SIGTERM the server, SIGKILL it after STOP_TIMEOUT_S, and wait until it has gone."""
+        pid = self.pid
+        if pid is None:
+            return
+        try:
+            state_path = self.data_dir / STATE_FILE
+            if json.loads(state_path.read_text()).get("pid") == pid:
+                state_path.unlink()
+        except (OSError, ValueError, AttributeError):
+            pass  # already gone, with the data directory or by the server's own hand
+        started = time.monotonic()
+        if self.process is not None:
+            await self._end_own_process()
+        else:
+            await _end_process(pid)
+        log.debug("embedded database stopped in %.2fs", time.monotonic() - started)
+
+    async def _end_own_process(self) -> None:
+        """Stop (and reap) the server process this object started, if it still runs."""
         process, self.process = self.process, None
         if process is None:
             return
-        (self.data_dir / STATE_FILE).unlink(missing_ok=True)
         if process.poll() is None:
             process.terminate()
             try:
@@ -191,7 +250,6 @@ class EmbeddedMongo:
                 log.warning("embedded database did not stop in %ss; killing it", STOP_TIMEOUT_S)
                 process.kill()
                 await asyncio.to_thread(process.wait)
-        self._log_file.close()
         log.info("embedded database stopped")
 
 
@@ -216,3 +274,20 @@ def require_database(data_dir: Path) -> None:
         f"no database in {directory}: start `svc serve` first, or point SVC_DATA_DIR "
         "(or SVC_MONGODB_URI) at the service's database"
     )
+
+
+async def _end_process(pid: int) -> None:
+    """SIGTERM a process that is not our child, SIGKILL it after STOP_TIMEOUT_S, wait until it has gone."""
+    for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if not alive(pid):
+                log.info("embedded database stopped")
+                return
+            await asyncio.sleep(0.05)
+        if sig == signal.SIGTERM:
+            log.warning("embedded database did not stop in %ss; killing it", STOP_TIMEOUT_S)

@@ -168,10 +168,13 @@ class FakeLLM:
         app = web.Application()
         if self.wire_format == "anthropic-messages":
             app.router.add_post("/v1/messages", self._handle)
+            app.router.add_get("/v1/models", self._models)
         elif self.wire_format == "openai-chat":
             app.router.add_post("/v1/chat/completions", self._handle)
+            app.router.add_get("/v1/models", self._models)
         elif self.wire_format == "gemini-generate":
             app.router.add_post("/v1beta/models/{target}", self._handle)
+            app.router.add_get("/v1beta/models", self._models)
         else:
             raise ValueError(f"unknown wire format {self.wire_format!r}")
         return app
@@ -234,6 +237,30 @@ class FakeLLM:
         if self.wire_format == "gemini-generate":
             return request.match_info["target"].partition(":")[0]
         return str(body.get("model"))
+
+    async def _models(self, request: web.Request) -> web.Response:
+        """The list-models call (authorised like the others), in this format's shape."""
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        self.requests.append(
+            Recorded(request.method, request.path, dict(request.query), headers, None, time.monotonic())
+        )
+        received = self._received_key(headers)
+        if received != self.api_key:
+            return self._error(401, "invalid API key", received)
+        if self.wire_format == "anthropic-messages":
+            model = {
+                "type": "model",
+                "id": "fake-model",
+                "display_name": "Fake",
+                "created_at": "2025-01-01T00:00:00Z",
+            }
+            return web.json_response(
+                {"data": [model], "has_more": False, "first_id": "fake-model", "last_id": "fake-model"}
+            )
+        if self.wire_format == "openai-chat":
+            model = {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}
+            return web.json_response({"object": "list", "data": [model]})
+        return web.json_response({"models": [{"name": "models/fake-model", "displayName": "Fake"}]})
 
     def _received_key(self, headers: dict[str, str]) -> str | None:
         """The key the request presented in this format's header."""

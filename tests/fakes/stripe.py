@@ -608,6 +608,12 @@ async def _no_violations_left(app: web.Application) -> None:
         )
 
 
+async def get_balance(request: web.Request) -> web.Response:
+    """The account's balance (zero amounts): the cheap authenticated read `svc doctor` makes."""
+    zero = [{"amount": 0, "currency": "usd", "source_types": {"card": 0}}]
+    return web.json_response({"object": "balance", "livemode": False, "available": zero, "pending": zero})
+
+
 def create_app(fake: FakeStripe) -> web.Application:
     """The fake as an aiohttp application."""
     app = web.Application(middlewares=[authorise])
@@ -627,4 +633,5 @@ def create_app(fake: FakeStripe) -> web.Application:
     app.router.add_post("/v1/subscriptions/{id}", update_subscription)
     app.router.add_get("/v1/subscriptions/{id}", get_subscription)
     app.router.add_delete("/v1/subscriptions/{id}", cancel_subscription)
+    app.router.add_get("/v1/balance", get_balance)
     return app
