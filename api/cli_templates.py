@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         print("error: an API key is needed: --key or SVC_API_KEY", file=sys.stderr)
         return 1
     headers = {"Authorization": f"Bearer {key}"}
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per outcome, not per request
     base = args.url.rstrip("/")
     try:
         with httpx.Client(timeout=TIMEOUT_S, headers=headers) as client:
