@@ -31,10 +31,13 @@ from api.handlers import (
     runtime,
     templates,
 )
+from api.heavy import HEAVY_GATE, HeavyGate, is_heavy
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config.settings import Settings
 from svc.core import EmbeddedMongo, Store, Vault, is_api_key
+from svc.runs import run_stats
+from svc.templates import backfill_install_counts
 from svc.wiring import build_services
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,7 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
     app = web.Application(middlewares=[request_context, rate_limit], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     app[ROUTE_TABLE] = (*ROUTES, *extra_routes)
+    app[HEAVY_GATE] = HeavyGate()
     for route in app[ROUTE_TABLE]:
         app.router.add_route(route.method, route.path, guarded(route))
     app.cleanup_ctx.extend([database, ray_runtime, domain_services])
@@ -70,7 +74,8 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
 
 
 def guarded(route: Route) -> Handler:
-    """The handler behind a check of the route's auth code."""
+    """The handler behind a check of the route's auth code (and, for a heavy route, a slot)."""
+    heavy = is_heavy(route.method, route.path)
 
     async def handler(request: web.Request) -> web.StreamResponse:
         if route.optional_key:
@@ -84,6 +89,8 @@ def guarded(route: Route) -> Handler:
             args.append(parse_query(request, route.query))
         if route.body is not None:
             args.append(await parse_body(request, route.body))
+        if heavy:
+            return await request.app[HEAVY_GATE].run(lambda: route.handler(request, *args))
         return await route.handler(request, *args)
 
     handler.__name__ = route.handler.__name__
@@ -102,6 +109,9 @@ async def database(app: web.Application) -> AsyncIterator[None]:
     store = Store.connect(uri)
     try:
         await store.ensure_indexes()
+        # Records written before these structures existed (each a no-op once done).
+        await backfill_install_counts(store)
+        await run_stats.backfill_latest(store)
         app[STORE] = store
         yield
     finally:

@@ -120,10 +120,14 @@ class InstallRunner:
 
     async def execute(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         """Run the team on the task; persist the outcome; post the callback if one was asked for."""
-        install = await self.store.installs.find_one({"_id": install_id})
-        if install is None:
-            raise NotFound("Install not found")
         run_id, source = payload["runId"], payload.get("source", "run")
+        # The start is a claim on the install (ready only), so a cancellation that has answered
+        # sees no run start after it (docs/consistency.md).
+        install = await self.store.installs.find_one_and_update(
+            {"_id": install_id, "status": "completed"}, {"$set": {"lastRunStartedAt": utcnow()}}
+        )
+        if install is None:
+            return await self._refused(install_id, run_id)
         definition = interpolate(install["definition"], install.get("variables") or {})
         root_key = next(
             (a["key"] for a in definition["agents"] if not a.get("reportsTo")), definition["agents"][0]["key"]
@@ -199,6 +203,18 @@ class InstallRunner:
         if payload.get("callbackUrl"):
             await self.callback(install, payload["callbackUrl"], outcome)
         return outcome
+
+    async def _refused(self, install_id: str, run_id: str) -> dict[str, Any]:
+        """A run handed over after its install stopped being ready ends failed, marked `refused`."""
+        install = await self.store.installs.find_one({"_id": install_id}, {"status": 1})
+        message = (
+            "Install not found" if install is None else f"Install is not ready (status: {install['status']})"
+        )
+        await self.store["pipeline_runs"].update_one(
+            {"_id": run_id, "status": "queued"},
+            {"$set": {"status": "failed", "errorMessage": message, "endedAt": utcnow()}},
+        )
+        return {**failed_outcome(run_id, message), "refused": install is not None}
 
     async def secrets_of(self, install: Document) -> dict[str, str]:
         """Org secrets, overridden by the install's own of the same name (spec)."""
@@ -354,9 +370,12 @@ class RunService:
             raise BadRequest(f"run is for managed (svc) installs; this install is on {install['platform']}")
         require_ready(install)
         run_id = tokens.new_id()
-        return await self._dispatch(
+        outcome = await self._dispatch(
             install_id, {"runId": run_id, "task": body.task, "source": "run"}, wait=True
         )
+        if "refused" in outcome:  # cancelled since the check above: the answer a later call gets
+            raise Conflict(outcome["errorMessage"]) if outcome["refused"] else NotFound("Install not found")
+        return outcome
 
     async def trigger(self, install_id: str, body: WebhookBody) -> dict[str, Any]:
         """Queue a run from the webhook; the result goes to `callbackUrl` when given."""

@@ -33,6 +33,7 @@ from svc.core import (
     utcnow,
 )
 from svc.identity import Principal, require_unscoped
+from svc.templates.claims import COUNTER
 from svc.templates.definitions import check_definition
 from svc.templates.resources import (
     ACTIVE_INSTALL,
@@ -174,6 +175,7 @@ class Templates:
             "priceUsdCents": body.priceUsdCents,
             "forkable": body.forkable,
             "owner": owner_of(principal),
+            COUNTER: 0,
             "createdAt": now,
             "updatedAt": now,
         }
@@ -181,7 +183,23 @@ class Templates:
             await self._templates.insert_one(doc)
         except DuplicateKeyError:
             raise Conflict(f"Slug {body.slug!r} is already taken") from None
+        await self._require_live_owner(doc)
         return view(doc)
+
+    async def _require_live_owner(self, doc: Document) -> None:
+        """An org's new template, written after the org began deleting itself, is taken back (404).
+
+        Org deletion sets the org's `deleting` guard before it hands templates back; this
+        check runs after our insert. Either the hand-back sees our template (and gives it to
+        the owner, as if we had come first), or we see the guard and remove it.
+        """
+        owner = doc["owner"]
+        if owner["kind"] != "org":
+            return
+        live = {"_id": owner["id"], "deleting": {"$ne": True}}
+        if not await self.store.orgs.count_documents(live, limit=1):
+            await self._templates.delete_one({"_id": doc["_id"]})
+            raise NotFound("Org not found")
 
     async def update_draft(
         self, principal: Principal, template_id: str, body: UpdateTemplateBody
@@ -380,8 +398,16 @@ class Templates:
             await self._templates.insert_one(draft)
         except DuplicateKeyError:
             raise Conflict("An active version draft already exists for this template") from None
-        # A version published between our read of the parent and the insert makes this draft stale.
-        if not await self._templates.count_documents({"_id": parent["_id"], "version": parent["version"]}):
+        # The parent is read again after the insert: a delete removes the parent first and its
+        # drafts second, so either its sweep removes this draft or this read sees the parent
+        # gone (and a publish or archive in between makes the draft stale). docs/consistency.md
+        now_parent = await self._templates.find_one({"_id": parent["_id"]}, {"version": 1, "status": 1})
+        if now_parent is None or now_parent["status"] != "published":
+            await self._templates.delete_one({"_id": draft["_id"]})
+            if now_parent is None:
+                raise NotFound("Template not found")
+            raise Conflict(f"Template is {now_parent['status']}; only a published template gets new versions")
+        if now_parent["version"] != parent["version"]:
             await self._templates.delete_one({"_id": draft["_id"]})
             raise Conflict("The template changed while the draft was being opened; try again")
         return draft
@@ -414,6 +440,7 @@ class Templates:
             "forkable": True,
             "forkedFromId": original["_id"],
             "owner": owner_of(principal),
+            COUNTER: 0,
             "createdAt": now,
             "updatedAt": now,
         }
@@ -422,9 +449,10 @@ class Templates:
             doc["slug"] = f"{original['slug'][: 63 - len(suffix)]}-{suffix}"
             try:
                 await self._templates.insert_one(doc)
-                return view(doc)
             except DuplicateKeyError:
                 continue
+            await self._require_live_owner(doc)
+            return view(doc)
         raise Conflict("Could not find a free slug for the fork; try again")
 
     # ---- archive and delete --------------------------------------------------------
@@ -442,19 +470,28 @@ class Templates:
         )
         if archived is None:
             raise Conflict("Template is already archived")
-        installs = await self.store.installs.count_documents({"templateId": doc["_id"], **ACTIVE_INSTALL})
-        return view(archived, installCount=installs)
+        return view(archived, installCount=max(int(archived.get(COUNTER) or 0), 0))
 
     async def delete(self, principal: Principal, template_id: str) -> None:
-        """Remove a draft at any time, a published or archived template only without active installs."""
+        """Remove a draft at any time, a published or archived template only without active installs.
+
+        One `find_one_and_delete` whose filter is the rule: installs claim a slot on the
+        template (svc/templates/claims.py) before they exist, so a template with a slot
+        taken cannot match, and a deleted one gives no slot. Its version drafts and
+        snapshots go after it (a draft opened meanwhile sees its parent gone and removes
+        itself).
+        """
         doc = await self._owned(principal, template_id)
-        if doc["kind"] == "template" and doc["status"] != "draft":
-            active = await self.store.installs.count_documents({"templateId": doc["_id"], **ACTIVE_INSTALL})
-            if active:
-                raise Conflict(
-                    f"Template has {active} active install(s); archive it instead", canArchive=True
-                )
-        await self._templates.delete_one({"_id": doc["_id"]})
+        removable: Document = {"_id": doc["_id"], "owner": doc["owner"]}
+        if doc["kind"] == "template":
+            removable["$or"] = [{"status": "draft"}, {COUNTER: {"$lte": 0}}]
+        removed = await self._templates.find_one_and_delete(removable, {"_id": 1})
+        if removed is None:
+            now = await self._templates.find_one({"_id": doc["_id"]}, {COUNTER: 1, "owner": 1})
+            if now is None or now.get("owner") != doc["owner"]:
+                raise NotFound("Template not found")
+            active = int(now.get(COUNTER) or 0)
+            raise Conflict(f"Template has {active} active install(s); archive it instead", canArchive=True)
         if doc["kind"] == "template":
             await self._templates.delete_many({"kind": "version_draft", "parentTemplateId": doc["_id"]})
             await self._versions.delete_many({"templateId": doc["_id"]})
