@@ -19,12 +19,20 @@ creation and a delete succeed. docs/consistency.md lists every such rule.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from pymongo import ReturnDocument
 
 from svc.core import Document, Store
 
 COUNTER = "activeInstalls"
 ACTIVE = {"status": {"$ne": "cancelled"}}
+# A published template's open version draft: its id, set on the parent before the draft is
+# written, emptied when the draft is published or deleted (svc/templates/templates.py).
+DRAFT_GUARD = "versionDraftId"
+DRAFT_GUARD_AT = "versionDraftAt"
+DRAFT_GUARD_UNSET = {DRAFT_GUARD: "", DRAFT_GUARD_AT: ""}
+DRAFT_CLAIM_LEASE = timedelta(minutes=2)
 
 
 async def claim_install(store: Store, template_id: str) -> Document | None:
@@ -45,11 +53,22 @@ async def release_install(store: Store, template_id: str) -> None:
 
 
 async def backfill_install_counts(store: Store) -> int:
-    """Give templates stored before the counter existed their count; how many were set.
+    """Give templates stored before the counter and the draft guard existed their values;
+    how many counters were set.
 
     Runs at start-up, before the API takes requests. A template created since carries the
     counter from its first write, so this touches only records written by older versions.
     """
+    drafts = (
+        await store["templates"]
+        .find({"kind": "version_draft"}, {"parentTemplateId": 1, "createdAt": 1})
+        .to_list(None)
+    )
+    for draft in drafts:
+        await store["templates"].update_one(
+            {"_id": draft["parentTemplateId"], DRAFT_GUARD: None},
+            {"$set": {DRAFT_GUARD: draft["_id"], DRAFT_GUARD_AT: draft["createdAt"]}},
+        )
     templates = store["templates"]
     missing = await templates.find({"kind": "template", COUNTER: {"$exists": False}}, {"_id": 1}).to_list(
         None

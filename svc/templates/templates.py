@@ -28,12 +28,13 @@ from svc.core import (
     NotFound,
     Store,
     Unprocessable,
+    aware,
     iso,
     tokens,
     utcnow,
 )
 from svc.identity import Principal, require_unscoped
-from svc.templates.claims import COUNTER
+from svc.templates.claims import COUNTER, DRAFT_CLAIM_LEASE, DRAFT_GUARD, DRAFT_GUARD_AT, DRAFT_GUARD_UNSET
 from svc.templates.definitions import check_definition
 from svc.templates.resources import (
     ACTIVE_INSTALL,
@@ -298,7 +299,7 @@ class Templates:
         # The conditional update is the arbiter: of two concurrent publishes, one matches.
         updated = await self._templates.find_one_and_update(
             {"_id": parent["_id"], "status": "published", "version": draft["version"] - 1},
-            {"$set": merged, "$inc": {"version": 1}},
+            {"$set": merged, "$inc": {"version": 1}, "$unset": DRAFT_GUARD_UNSET},
             return_document=ReturnDocument.AFTER,
         )
         if updated is None:
@@ -372,15 +373,38 @@ class Templates:
         return parent
 
     async def _open_version_draft(self, parent: Document, definition: dict[str, Any]) -> Document:
+        """Claim the parent's draft slot (its `versionDraftId` guard), then write the draft.
+
+        The claim is one conditional update of the parent (published, at the version read,
+        no draft): of concurrent new-version and rollback calls one wins, and a delete, which
+        needs the slot empty, cannot interleave (docs/consistency.md).
+        """
+        draft_id = tokens.new_id()
+        now = utcnow()
+        claim = {"_id": parent["_id"], "status": "published", "version": parent["version"], DRAFT_GUARD: None}
+        taking = {"$set": {DRAFT_GUARD: draft_id, DRAFT_GUARD_AT: now}}
+        claimed = await self._templates.update_one(claim, taking)
+        if not claimed.matched_count and await self._clear_stale_guard(parent["_id"]):
+            claimed = await self._templates.update_one(claim, taking)
+        if not claimed.matched_count:
+            current = await self._templates.find_one({"_id": parent["_id"]}, {"status": 1, "version": 1})
+            if current is None:
+                raise NotFound("Template not found")
+            if current["status"] != "published":
+                raise Conflict(
+                    f"Template is {current['status']}; only a published template gets new versions"
+                )
+            if current["version"] != parent["version"]:
+                raise Conflict("The template changed while the draft was being opened; try again")
+            raise Conflict("An active version draft already exists for this template")
         # A draft at or below the parent's version is left over from an interrupted publish.
         stale = {"$lte": parent["version"]}
         await self._templates.delete_many(
             {"kind": "version_draft", "parentTemplateId": parent["_id"], "version": stale}
         )
-        now = utcnow()
         draft = {
             **{field: parent.get(field) for field in MERGED_FIELDS},
-            "_id": tokens.new_id(),
+            "_id": draft_id,
             "kind": "version_draft",
             "slug": parent["slug"],
             "status": "draft",
@@ -397,20 +421,29 @@ class Templates:
         try:
             await self._templates.insert_one(draft)
         except DuplicateKeyError:
+            await self._release_guard(parent["_id"], draft_id)
             raise Conflict("An active version draft already exists for this template") from None
-        # The parent is read again after the insert: a delete removes the parent first and its
-        # drafts second, so either its sweep removes this draft or this read sees the parent
-        # gone (and a publish or archive in between makes the draft stale). docs/consistency.md
-        now_parent = await self._templates.find_one({"_id": parent["_id"]}, {"version": 1, "status": 1})
-        if now_parent is None or now_parent["status"] != "published":
-            await self._templates.delete_one({"_id": draft["_id"]})
-            if now_parent is None:
-                raise NotFound("Template not found")
-            raise Conflict(f"Template is {now_parent['status']}; only a published template gets new versions")
-        if now_parent["version"] != parent["version"]:
-            await self._templates.delete_one({"_id": draft["_id"]})
-            raise Conflict("The template changed while the draft was being opened; try again")
         return draft
+
+    async def _release_guard(self, parent_id: str, draft_id: str) -> None:
+        """Empty the parent's draft slot if this draft holds it."""
+        await self._templates.update_one(
+            {"_id": parent_id, DRAFT_GUARD: draft_id}, {"$unset": DRAFT_GUARD_UNSET}
+        )
+
+    async def _clear_stale_guard(self, parent_id: str) -> bool:
+        """Empty a slot whose draft never got written (a process stopped between the claim and
+        the insert): claimed longer than a lease ago and no such draft. True when cleared."""
+        parent = await self._templates.find_one({"_id": parent_id}, {DRAFT_GUARD: 1, DRAFT_GUARD_AT: 1}) or {}
+        guard, claimed_at = parent.get(DRAFT_GUARD), parent.get(DRAFT_GUARD_AT)
+        if guard is None or (claimed_at is not None and aware(claimed_at) > utcnow() - DRAFT_CLAIM_LEASE):
+            return False
+        if await self._templates.count_documents({"_id": guard}, limit=1):
+            return False
+        cleared = await self._templates.update_one(
+            {"_id": parent_id, DRAFT_GUARD: guard}, {"$unset": DRAFT_GUARD_UNSET}
+        )
+        return cleared.modified_count == 1
 
     async def fork(self, principal: Principal, template_id: str) -> dict[str, Any]:
         """A private copy (a `team` draft) of a published template."""
@@ -473,25 +506,39 @@ class Templates:
         return view(archived, installCount=max(int(archived.get(COUNTER) or 0), 0))
 
     async def delete(self, principal: Principal, template_id: str) -> None:
-        """Remove a draft at any time, a published or archived template only without active installs.
+        """Remove a draft or version draft at any time; a published or archived template only
+        without active installs and without an open version draft.
 
         One `find_one_and_delete` whose filter is the rule: installs claim a slot on the
-        template (svc/templates/claims.py) before they exist, so a template with a slot
-        taken cannot match, and a deleted one gives no slot. Its version drafts and
-        snapshots go after it (a draft opened meanwhile sees its parent gone and removes
-        itself).
+        template (`activeInstalls`, svc/templates/claims.py) and a version draft claims the
+        parent's draft slot before either exists, so a template with either taken cannot
+        match, and a deleted one gives neither (docs/consistency.md).
         """
         doc = await self._owned(principal, template_id)
         removable: Document = {"_id": doc["_id"], "owner": doc["owner"]}
         if doc["kind"] == "template":
-            removable["$or"] = [{"status": "draft"}, {COUNTER: {"$lte": 0}}]
+            removable["$or"] = [{"status": "draft"}, {COUNTER: {"$lte": 0}, DRAFT_GUARD: None}]
         removed = await self._templates.find_one_and_delete(removable, {"_id": 1})
+        if removed is None and doc["kind"] == "template" and await self._clear_stale_guard(doc["_id"]):
+            removed = await self._templates.find_one_and_delete(removable, {"_id": 1})
         if removed is None:
-            now = await self._templates.find_one({"_id": doc["_id"]}, {COUNTER: 1, "owner": 1})
+            now = await self._templates.find_one(
+                {"_id": doc["_id"]}, {COUNTER: 1, DRAFT_GUARD: 1, "owner": 1}
+            )
             if now is None or now.get("owner") != doc["owner"]:
                 raise NotFound("Template not found")
             active = int(now.get(COUNTER) or 0)
-            raise Conflict(f"Template has {active} active install(s); archive it instead", canArchive=True)
-        if doc["kind"] == "template":
-            await self._templates.delete_many({"kind": "version_draft", "parentTemplateId": doc["_id"]})
-            await self._versions.delete_many({"templateId": doc["_id"]})
+            if active > 0:
+                raise Conflict(
+                    f"Template has {active} active install(s); archive it instead", canArchive=True
+                )
+            raise Conflict(
+                "Template has an open version draft; publish or delete it "
+                f"(DELETE /api/templates/{now.get(DRAFT_GUARD)}) first"
+            )
+        if doc["kind"] == "version_draft":
+            await self._release_guard(doc["parentTemplateId"], doc["_id"])
+            return
+        # Leftovers of an interrupted publish (the slot was emptied by the publish itself).
+        await self._templates.delete_many({"kind": "version_draft", "parentTemplateId": doc["_id"]})
+        await self._versions.delete_many({"templateId": doc["_id"]})
