@@ -99,14 +99,20 @@ async def test_buckets_hold_every_run_and_rebuild_gives_the_same(store) -> None:
     buckets = await store[run_stats.COLLECTION].find({"kind": "hour"}).to_list(None)
     assert sum(b["runs"] for b in buckets) == len(records)
     assert sum(b["failed"] for b in buckets) == sum(r["status"] == "failed" for r in records)
-    every = await store[run_stats.COLLECTION].find({}).to_list(None)
+    counters = {"kind": {"$ne": "latest"}}  # the newest-runs record is checked below
+    every = await store[run_stats.COLLECTION].find(counters).to_list(None)
+    newest = await run_stats.latest_runs(store, "tpl", 500)
+    # Reported out of order, kept newest first ($push with $sort on the write path).
+    in_order = sorted(records, key=lambda r: (r["createdAt"], r["_id"]), reverse=True)
+    assert [item["id"] for item in newest] == [r["_id"] for r in in_order]
     before = {
         b["_id"]: {k: b[k] for k in ("runs", "failed", "completed", "inputTokens", "billedTokens")}
         for b in every
     }
     await store[run_stats.COLLECTION].delete_many({})
     assert await run_stats.rebuild(store, {"templateId": "tpl"}) == len(before)
-    after = await store[run_stats.COLLECTION].find({}).to_list(None)
+    after = await store[run_stats.COLLECTION].find(counters).to_list(None)
+    assert await run_stats.latest_runs(store, "tpl", 500) == newest
     assert {
         b["_id"]: {k: b[k] for k in ("runs", "failed", "completed", "inputTokens", "billedTokens")}
         for b in after
@@ -118,9 +124,11 @@ async def test_a_repeated_report_is_not_counted_twice(store) -> None:
     runs = Runs(store)
     for _ in range(3):
         await runs.record(install("i1"), agent_key="lead", status="completed", source="t", run_id="same")
-    counters = await store[run_stats.COLLECTION].find({}).to_list(None)
+    counters = await store[run_stats.COLLECTION].find({"kind": {"$ne": "latest"}}).to_list(None)
     assert sorted(c["kind"] for c in counters) == ["day", "hour", "total"]
     assert all(c["runs"] == 1 for c in counters)
+    (latest,) = await store[run_stats.COLLECTION].find({"kind": "latest"}).to_list(None)
+    assert len(latest["runs"]) == 1
 
 
 async def test_rebuild_keeps_the_tool_call_counters(store) -> None:
