@@ -36,7 +36,7 @@ from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config.settings import Settings
 from svc.core import EmbeddedMongo, Store, Vault, is_api_key
-from svc.runs import run_stats
+from svc.runs import newest
 from svc.templates import backfill_install_counts
 from svc.wiring import build_services
 
@@ -111,7 +111,7 @@ async def database(app: web.Application) -> AsyncIterator[None]:
         await store.ensure_indexes()
         # Records written before these structures existed (each a no-op once done).
         await backfill_install_counts(store)
-        await run_stats.backfill_latest(store)
+        await newest.backfill(store)
         app[STORE] = store
         yield
     finally:

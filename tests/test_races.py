@@ -13,6 +13,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+from api.heavy import BUSY, HEAVY_GATE, HEAVY_SLOTS
 from tests.conftest import bearer, create_key, signup
 from tests.installs_helpers import svc_install
 from tests.orgs_helpers import create_org, join, ok, org_key, send
@@ -293,3 +294,39 @@ async def test_a_deleted_draft_and_its_publish_have_one_winner(make_client, stor
         exists = await store["templates"].count_documents({"_id": tid})
         assert not (deleted == 204 and (exists or installed == 201)), (published, deleted, installed)
         assert await active_installs(store, tid) == (1 if installed == 201 else 0)
+
+
+async def test_heavy_routes_answer_503_when_busy_and_never_hold_up_the_light_ones(make_client, store):
+    client = await make_client(rate_limit_multiplier=None)
+    caller, key = await user_with_key(client)
+    template = await publish_template(client, key, visibility="public")
+    installer = await create_key(client, caller)
+    install_id = (await svc_install(client, installer, template["id"]))["installId"]
+    runs = f"/api/runs?templateId={template['id']}"
+    gate = client.server.app[HEAVY_GATE]
+    gate.wait_s = 0.05
+    for _ in range(HEAVY_SLOTS):  # every slot taken, as by a burst of heavy queries
+        await gate.slots.acquire()
+    try:
+        busy = await client.get(runs, headers=bearer(key))
+        assert busy.status == 503 and busy.headers["Retry-After"] == "1"
+        assert (await busy.json())["error"] == BUSY
+        # Health, identity and run reports do not wait for a slot.
+        assert (await client.get("/api/health")).status == 200
+        assert (await client.get("/api/installs/whoami", headers=bearer(installer))).status == 200
+        body = {"agentKey": "lead", "status": "completed", "inputTokens": 1, "outputTokens": 1, "runId": "x"}
+        reported = await client.post(f"/api/installs/{install_id}/runs", json=body, headers=bearer(installer))
+        assert reported.status == 200, await reported.text()
+    finally:
+        for _ in range(HEAVY_SLOTS):
+            gate.slots.release()
+    assert (await client.get(runs, headers=bearer(key))).status == 200
+    # A database too slow to answer within the limit: 503, and the slot is given back.
+    gate.limit_s = 1e-6
+    slow = await client.get(runs, headers=bearer(key))
+    assert (
+        slow.status == 503 and (await slow.json())["error"] == "The database is slow to answer; retry shortly"
+    )
+    gate.limit_s = 10.0
+    ok_again = await client.get(runs, headers=bearer(key))
+    assert ok_again.status == 200 and (await ok_again.json())["summary"]["totalRuns"] == 1

@@ -1,6 +1,6 @@
 """Run records: ingestion, the counters on the write path, analytics for builders, the run poller."""
 
-from svc.runs import run_stats
+from svc.runs import newest, run_stats
 from svc.runs.run_analytics import RunAnalytics, RunsQuery, RunsReport
 from svc.runs.run_poller import RunPoller
 from svc.runs.run_stats import usage_by_install
@@ -15,6 +15,7 @@ __all__ = [
     "RunsQuery",
     "RunsReport",
     "SelfReportBody",
+    "newest",
     "require_ready",
     "run_stats",
     "usage_by_install",

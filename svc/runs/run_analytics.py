@@ -3,7 +3,7 @@
 The summary and the per-platform and per-agent breakdowns cover every run of the
 template and are computed inside MongoDB (one `$match` + `$facet` of `$group`s) over
 the run counters (svc/run_stats.py), so the cost does not grow with the runs. The run list is a
-template's newest-runs record (svc/runs/run_stats.py), kept on the write path and bounded by
+template's newest-runs record (svc/runs/newest.py), kept on the write path and bounded by
 the largest `limit`.
 
 Tool calls are the agents' outbound `http_request` calls: each entry written to the
@@ -23,11 +23,11 @@ from pydantic import BaseModel, Field
 
 from svc.core import BadRequest, Document, NotFound, Store, iso
 from svc.identity import Principal, require_unscoped
-from svc.runs import run_stats
+from svc.runs import newest, run_stats
 from svc.templates import owner_of
 
 DEFAULT_LIMIT = 100
-MAX_LIMIT = run_stats.LATEST_KEPT
+MAX_LIMIT = newest.KEPT
 RUN_FIELDS = ("installId", "platform", "agentKey", "status", "inputTokens", "outputTokens")
 
 # ---- response shape (also the OpenAPI schema) -----------------------------------------
@@ -256,7 +256,7 @@ class RunAnalytics:
 
     async def _latest(self, template_id: str, limit: int) -> list[dict[str, Any]]:
         """The newest runs, from the template's bounded newest-runs record kept on the write path
-        (svc/runs/run_stats.py): one document read, whatever the number or age of the runs."""
+        (svc/runs/newest.py): one document read, whatever the number or age of the runs."""
         return [
             {
                 "id": item["id"],
@@ -264,5 +264,5 @@ class RunAnalytics:
                 "errorMessage": item.get("errorMessage"),
                 "createdAt": iso(item["createdAt"]),
             }
-            for item in await run_stats.latest_runs(self.store, template_id, limit)
+            for item in await newest.latest(self.store, template_id, limit)
         ]

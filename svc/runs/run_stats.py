@@ -4,9 +4,8 @@ Every new run record adds one to three counters in `run_stats` (one bulk write):
 
 - `total`: all time, per template, install, platform and agent (GET /api/runs reads these);
 - `day` and `hour`: per install and UTC day or hour (billing reads these);
-- `latest`: per template, its newest `LATEST_KEPT` runs, newest first (the MongoDB subset
-  pattern: `$push` with `$each`, `$sort` and `$slice` in the same update), so the run list
-  of GET /api/runs is one bounded document whatever the number of runs or their age.
+- `latest`: per template, its newest runs (svc/runs/newest.py), so the run list of
+  GET /api/runs is one bounded document whatever the number of runs or their age.
 
 A billing period is cut into whole days, then whole hours at either end, then the two
 partial hours at the very edges, which are read from the run records themselves. The
@@ -27,14 +26,12 @@ from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
 
 from svc.core import Document, Store, aware
+from svc.runs import newest
 
 COLLECTION = "run_stats"
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 COUNTERS = ("runs", "failed", "completed", "inputTokens", "outputTokens", "tokenRuns", "billedTokens")
-LATEST_KEPT = 500  # GET /api/runs' largest limit
-LATEST_FIELDS = ("installId", "platform", "agentKey", "status", "inputTokens", "outputTokens", "errorMessage")
-LATEST_ORDER = {"createdAt": -1, "id": -1}
 
 
 def _floor(moment: datetime, unit: timedelta) -> datetime:
@@ -82,40 +79,14 @@ def counters_of(run: Document) -> list[tuple[str, Document]]:
     return out
 
 
-def latest_id(template_id: str) -> str:
-    """The id of a template's newest-runs record."""
-    return f"latest|{template_id}"
-
-
-def latest_item(run: Document) -> Document:
-    """A run as the newest-runs record keeps it (what the run list shows)."""
-    return {
-        "id": run["_id"],
-        **{name: run.get(name) for name in LATEST_FIELDS},
-        "createdAt": run["createdAt"],
-    }
-
-
-def _keep_latest(template_id: str, items: list[Document]) -> UpdateOne:
-    return UpdateOne(
-        {"_id": latest_id(template_id)},
-        {
-            "$push": {"runs": {"$each": items, "$sort": LATEST_ORDER, "$slice": LATEST_KEPT}},
-            "$setOnInsert": {"kind": "latest", "templateId": template_id},
-        },
-        upsert=True,
-    )
-
-
 async def count(store: Store, run: Document) -> None:
-    """Add a new run record to its counters and to its template's newest runs, in one bulk
-    write (upserts; a racing first insert is retried once)."""
+    """Add a new run record to its counters (one bulk write of upserts; a racing first insert
+    is retried once), then to its template's newest runs."""
     inc = increments(run)
     operations = [
         UpdateOne({"_id": key}, {"$inc": inc, "$setOnInsert": fields}, upsert=True)
         for key, fields in counters_of(run)
     ]
-    operations.append(_keep_latest(run["templateId"], [latest_item(run)]))
     try:
         await store[COLLECTION].bulk_write(operations, ordered=False)
     except BulkWriteError as exc:
@@ -123,6 +94,7 @@ async def count(store: Store, run: Document) -> None:
         failed = [operations[error["index"]] for error in exc.details.get("writeErrors", [])]
         if failed:
             await store[COLLECTION].bulk_write(failed, ordered=False)
+    await newest.keep(store, run)
 
 
 async def count_tool_call(store: Store, install_id: str, status_code: int | None) -> None:
@@ -163,43 +135,8 @@ async def rebuild(store: Store, match: Document | None = None, batch: int = 1000
     for start in range(0, len(operations), batch):
         await store[COLLECTION].bulk_write(operations[start : start + batch], ordered=False)
     for template_id in {row["templateId"] for row in totals.values()}:
-        await rebuild_latest(store, template_id)
+        await newest.rebuild(store, template_id)
     return len(operations)
-
-
-async def rebuild_latest(store: Store, template_id: str) -> None:
-    """Recompute a template's newest-runs record from the run records (a rebuild; start-up)."""
-    runs = (
-        await store["runs"]
-        .find({"templateId": template_id})
-        .sort([("createdAt", -1), ("_id", -1)])
-        .limit(LATEST_KEPT)
-        .to_list(None)
-    )
-    await store[COLLECTION].replace_one(
-        {"_id": latest_id(template_id)},
-        {"kind": "latest", "templateId": template_id, "runs": [latest_item(run) for run in runs]},
-        upsert=True,
-    )
-
-
-async def backfill_latest(store: Store) -> int:
-    """Build the newest-runs record of templates whose runs were stored before it existed.
-
-    Start-up, before the API takes requests: it reads the run counters (one per install,
-    platform and agent) and, once per such template, its newest runs. How many were built.
-    """
-    with_runs = set(await store[COLLECTION].distinct("templateId", {"kind": "total"}))
-    with_latest = set(await store[COLLECTION].distinct("templateId", {"kind": "latest"}))
-    for template_id in sorted(with_runs - with_latest):
-        await rebuild_latest(store, template_id)
-    return len(with_runs - with_latest)
-
-
-async def latest_runs(store: Store, template_id: str, limit: int) -> list[Document]:
-    """A template's newest `limit` runs, newest first, from its newest-runs record."""
-    doc = await store[COLLECTION].find_one({"_id": latest_id(template_id)}, {"runs": {"$slice": limit}})
-    return list((doc or {}).get("runs") or [])[:limit]
 
 
 # ---- reading ----------------------------------------------------------------------------

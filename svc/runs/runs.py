@@ -139,9 +139,7 @@ class Runs:
         The template's current pricing decides (pricing can change after install, and
         billing reads the current model); a platform that reports no tokens is exempt.
         """
-        if install["platform"] in self.tokenless or (
-            input_tokens is not None and output_tokens is not None
-        ):
+        if install["platform"] in self.tokenless or (input_tokens is not None and output_tokens is not None):
             return
         template = await self.store["templates"].find_one({"_id": install["templateId"]}, {"pricingModel": 1})
         if template is None or template.get("pricingModel") != "per_k_tokens":
