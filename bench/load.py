@@ -339,6 +339,7 @@ async def main(args: argparse.Namespace) -> None:
 
                 # 4. 100 runs at once on 10 warm installs
                 runner = Client(session, service.base)
+                cpu_before = (cpu_s(pid), cpu_s(db_pid) if db_pid else 0.0)
                 started = time.perf_counter()
                 await asyncio.gather(
                     *(
@@ -347,12 +348,17 @@ async def main(args: argparse.Namespace) -> None:
                     )
                 )
                 wall = time.perf_counter() - started
+                cpu_after = (cpu_s(pid), cpu_s(db_pid) if db_pid else 0.0)
                 lines.append("")
                 lines.append(
                     f"100 sync runs at once on 10 warm installs: {wall:.2f} s = "
                     f"{wall / MODEL_S:.2f}x the model's {MODEL_S:.0f} s ({runner.failures['100 runs']} bad)"
                 )
-                print(lines[-1], flush=True)
+                lines.append(
+                    f"  CPU meanwhile: service {cpu_after[0] - cpu_before[0]:.1f} s, "
+                    f"database {cpu_after[1] - cpu_before[1]:.1f} s (the actors run in Ray workers)"
+                )
+                print(lines[-2], lines[-1], sep="\n", flush=True)
 
                 if args.big:
                     total_runs = summary["summary"]["totalRuns"] + len(times)

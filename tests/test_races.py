@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 from api.heavy import BUSY, HEAVY_GATE, HEAVY_SLOTS
@@ -225,20 +226,26 @@ async def test_install_cancellation_and_a_run_starting(make_client, store, aioht
     for _ in range(3):
         key = await create_key(client, caller)
         install_id = (await svc_install(client, key, template["id"]))["installId"]
-        run, cancel = await asyncio.gather(
+
+        async def cancel(install_id: str = install_id, key: str = key) -> tuple[Any, datetime]:
+            response = await client.delete(f"/api/installs/{install_id}", headers=bearer(key))
+            await response.read()
+            return response, datetime.now(UTC)
+
+        run, (cancelled, answered_at) = await asyncio.gather(
             client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=bearer(key)),
-            client.delete(f"/api/installs/{install_id}", headers=bearer(key)),
+            cancel(),
         )
-        run_status, cancel_status = await statuses(run, cancel)
-        assert cancel_status == 200 and run_status in (200, 409), (run_status, await run.text())
-        doc = await store.installs.find_one({"_id": install_id})
-        started = doc.get("lastRunStartedAt")
+        run_status = (await statuses(run))[0]
+        assert cancelled.status == 200 and run_status in (200, 409), (run_status, await run.text())
+        started = await store["pipeline_runs"].find({"installId": install_id}).to_list(None)
         if run_status == 200:
-            # The run claimed the install before the cancellation: it started while ready.
-            assert started is not None and started <= doc["cancelledAt"]
+            # The run started while the install was ready: before the cancellation answered.
+            (record,) = started
+            assert record["startedAt"].replace(tzinfo=UTC) <= answered_at, "a run started after the cancel"
         else:
             assert (await run.json())["error"] == "Install is not ready (status: cancelled)"
-            assert started is None
+            assert all(r["status"] == "failed" for r in started), started
         # After the cancellation has answered, no run starts.
         late = await client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=bearer(key))
         assert late.status == 409, await late.text()

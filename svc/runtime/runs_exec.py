@@ -121,12 +121,8 @@ class InstallRunner:
     async def execute(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         """Run the team on the task; persist the outcome; post the callback if one was asked for."""
         run_id, source = payload["runId"], payload.get("source", "run")
-        # The start is a claim on the install (ready only), so a cancellation that has answered
-        # sees no run start after it (docs/consistency.md).
-        install = await self.store.installs.find_one_and_update(
-            {"_id": install_id, "status": "completed"}, {"$set": {"lastRunStartedAt": utcnow()}}
-        )
-        if install is None:
+        install = await self.store.installs.find_one({"_id": install_id})
+        if install is None or install["status"] != "completed":
             return await self._refused(install_id, run_id)
         definition = interpolate(install["definition"], install.get("variables") or {})
         root_key = next(
@@ -140,6 +136,10 @@ class InstallRunner:
             },
             upsert=True,
         )
+        # Written first, read second: a cancellation that answered before this read is seen,
+        # so no run starts after a cancellation has answered (docs/consistency.md).
+        if not await self.store.installs.count_documents({"_id": install_id, "status": "completed"}, limit=1):
+            return await self._refused(install_id, run_id)
         scope = RunScope(
             install_id, run_id, await self.secrets_of(install), self.allow_private, self.judge_model
         )
@@ -211,7 +211,7 @@ class InstallRunner:
             "Install not found" if install is None else f"Install is not ready (status: {install['status']})"
         )
         await self.store["pipeline_runs"].update_one(
-            {"_id": run_id, "status": "queued"},
+            {"_id": run_id, "status": {"$in": ["queued", "running"]}},
             {"$set": {"status": "failed", "errorMessage": message, "endedAt": utcnow()}},
         )
         return {**failed_outcome(run_id, message), "refused": install is not None}
