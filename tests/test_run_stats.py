@@ -99,7 +99,7 @@ async def test_buckets_hold_every_run_and_rebuild_gives_the_same(store) -> None:
     buckets = await store[run_stats.COLLECTION].find({"kind": "hour"}).to_list(None)
     assert sum(b["runs"] for b in buckets) == len(records)
     assert sum(b["failed"] for b in buckets) == sum(r["status"] == "failed" for r in records)
-    counters = {"kind": {"$ne": "latest"}}  # the newest-runs record is checked below
+    counters: dict = {}
     every = await store[run_stats.COLLECTION].find(counters).to_list(None)
     kept = await newest.latest(store, "tpl", 500)
     # Reported out of order, kept newest first ($push with $sort on the write path).
@@ -124,10 +124,10 @@ async def test_a_repeated_report_is_not_counted_twice(store) -> None:
     runs = Runs(store)
     for _ in range(3):
         await runs.record(install("i1"), agent_key="lead", status="completed", source="t", run_id="same")
-    counters = await store[run_stats.COLLECTION].find({"kind": {"$ne": "latest"}}).to_list(None)
+    counters = await store[run_stats.COLLECTION].find({}).to_list(None)
     assert sorted(c["kind"] for c in counters) == ["day", "hour", "total"]
     assert all(c["runs"] == 1 for c in counters)
-    (latest,) = await store[run_stats.COLLECTION].find({"kind": "latest"}).to_list(None)
+    (latest,) = await store[newest.COLLECTION].find({}).to_list(None)
     assert len(latest["runs"]) == 1
 
 
@@ -151,7 +151,7 @@ async def test_the_newest_runs_record_keeps_only_the_newest(store, monkeypatch) 
             source="t",
             created_at=BASE + timedelta(minutes=minute),
         )
-    (doc,) = await store[run_stats.COLLECTION].find({"kind": "latest"}).to_list(None)
+    (doc,) = await store[newest.COLLECTION].find({}).to_list(None)
     assert len(doc["runs"]) == 5
     kept = [item["createdAt"] for item in await newest.latest(store, "tpl", 3)]
     assert kept == [BASE + timedelta(minutes=m) for m in (9, 8, 7)]

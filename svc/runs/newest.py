@@ -2,7 +2,7 @@
 
 GET /api/runs lists a template's newest runs (up to 500). A `find` sorted by time
 costs, on the embedded store, in proportion to every run its filter matches, so the
-list is kept instead in one document per template, `run_stats` id `latest|<templateId>`,
+list is kept instead in one document per template, `runs_newest` id `latest|<templateId>`,
 updated with the MongoDB subset pattern: `$push` with `$each`, `$sort` and `$slice`,
 so it never holds more than `KEPT` runs and a late report lands in its place.
 
@@ -12,6 +12,9 @@ document on every write:
 - an item is one string, a JSON array whose first element is the run's time in a fixed
   width (`2026-01-02T03:04:05.678901Z`) and whose second is its id, so `$sort: -1` on
   plain strings orders newest first (ties by id) without comparing sub-documents;
+- it lives in its own collection: the embedded server holds a per-collection lock for
+  the whole of an update, commit included, so beside the counters (`run_stats`) it
+  would serialise with every counter upsert;
 - concurrent reports for one template in one process share one update (group commit):
   each adds its item to the template's queue and waits for the lock; the holder pushes
   everything queued so far. A report answers only after its own item is stored.
@@ -31,7 +34,8 @@ from typing import Any
 
 from svc.core import Document, Store, aware
 
-COLLECTION = "run_stats"
+COLLECTION = "runs_newest"
+COUNTERS = "run_stats"
 KEPT = 500  # GET /api/runs' largest limit
 FIELDS = ("id", "installId", "platform", "agentKey", "status", "inputTokens", "outputTokens", "errorMessage")
 STAMP = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -124,8 +128,8 @@ async def backfill(store: Store) -> int:
     Start-up, before the API takes requests: it reads the all-time run counters and, once
     per such template, its newest runs.
     """
-    with_runs = set(await store[COLLECTION].distinct("templateId", {"kind": "total"}))
-    with_record = set(await store[COLLECTION].distinct("templateId", {"kind": "latest"}))
+    with_runs = set(await store[COUNTERS].distinct("templateId", {"kind": "total"}))
+    with_record = set(await store[COLLECTION].distinct("templateId"))
     for template_id in sorted(with_runs - with_record):
         await rebuild(store, template_id)
     return len(with_runs - with_record)
