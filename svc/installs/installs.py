@@ -118,11 +118,10 @@ class Installs:
 
         # The template's slot is claimed before the install exists: one conditional update on the
         # template (published only), which its delete and archive cannot interleave with.
-        claimed = await claim_install(self.store, template["_id"])
-        if claimed is None:
+        # (The install keeps the version and definition read above, validated together.)
+        if await claim_install(self.store, template["_id"]) is None:
             await self._installable_template(principal, body.templateId)  # the answer it gives now
             raise Conflict("Template is no longer published")
-        template = claimed
         install_id = tokens.new_id()
         webhook_secret = random.token_urlsafe(24)
         now = utcnow()
