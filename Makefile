@@ -6,11 +6,11 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install serve test lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -e '.[embedded,dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[embedded,dev]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -20,10 +20,12 @@ serve: install
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 bench: install
 	$(BIN)/python bench/api.py

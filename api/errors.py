@@ -1,12 +1,17 @@
-"""The one place that turns errors into `{"error": ...}` responses."""
+"""The one place that turns errors into `{"error": ...}` responses: the domain's errors, the
+plugins' errors and the runtime's, each class to one status."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aiohttp import web
+from pymongo.errors import ConnectionFailure
 
-from svc.core import errors
+from plugins.manager import PluginError
+from plugins.types import PlatformError, ProviderError
+from svc.core import RuntimeFailure, errors
+from svc.runtime import ProviderNotConfigured
 
 STATUS: dict[type[errors.ServiceError], int] = {
     errors.BadRequest: 400,
@@ -34,6 +39,42 @@ HTTP_MESSAGES = {
 def error_response(status: int, message: str, /, **extra: Any) -> web.Response:
     """A JSON error body with the given status."""
     return web.json_response({"error": message, **extra}, status=status)
+
+
+# Errors raised outside the domain's own classes: (class, status, the message a client sees).
+# The nearest class wins, so the subclass comes first.
+FOREIGN: tuple[tuple[type[Exception], int, str | None], ...] = (
+    (ProviderNotConfigured, 503, None),
+    (ProviderError, 502, None),
+    (PlatformError, 502, None),
+    (RuntimeFailure, 503, None),
+    (PluginError, 503, "A platform driver is unavailable"),
+    (ConnectionFailure, 503, "Database unavailable"),
+)
+RETRY_AFTER_S = 5
+
+
+def known_error(exc: BaseException) -> web.Response | None:
+    """The response for any error this service expects, or None for a bug (a 500)."""
+    if isinstance(exc, errors.ServiceError):
+        return from_service_error(exc)
+    for cls, status, message in FOREIGN:
+        if isinstance(exc, cls):
+            text = message or getattr(exc, "detail", None) or str(exc)
+            response = error_response(status, text)
+            if status == 503:
+                response.headers["Retry-After"] = str(RETRY_AFTER_S)
+            return response
+    return None
+
+
+def event_error(exc: BaseException) -> str | None:
+    """The message of an expected error, for an event stream that has already started."""
+    if isinstance(exc, ProviderError):
+        return f"Model provider error: {exc.detail}"
+    if isinstance(exc, errors.ServiceError):
+        return exc.message
+    return None
 
 
 def from_service_error(exc: errors.ServiceError) -> web.Response:

@@ -8,13 +8,12 @@ import time
 import uuid
 
 from aiohttp import web
-from pymongo.errors import ConnectionFailure
 
 from api.clientip import client_ip
 from api.context import REQUEST_ID, services
-from api.errors import error_response, from_http_exception, from_service_error
+from api.errors import error_response, from_http_exception, known_error
 from api.logs import request_id_var
-from svc.core import ServiceError
+from api.metrics import PATH as METRICS_PATH
 
 log = logging.getLogger("svc.access")
 error_log = logging.getLogger("svc.errors")
@@ -33,18 +32,18 @@ async def request_context(request: web.Request, handler: web.Handler) -> web.Str
     try:
         try:
             response = await handler(request)
-        except ServiceError as exc:
-            response = from_service_error(exc)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
             response = from_http_exception(exc)
-        except ConnectionFailure:
-            error_log.warning("database unreachable on %s %s", request.method, request.path)
-            response = error_response(503, "Database unavailable", requestId=request_id)
-        except Exception:
-            error_log.exception("unhandled error on %s %s", request.method, request.path)
-            response = error_response(500, "Internal server error", requestId=request_id)
+        except Exception as exc:
+            known = known_error(exc)
+            if known is None:
+                error_log.exception("unhandled error on %s %s", request.method, request.path)
+                known = error_response(500, "Internal server error", requestId=request_id)
+            elif known.status >= 500:
+                error_log.warning("%s on %s %s", type(exc).__name__, request.method, request.path)
+            response = known
         if not response.prepared:
             response.headers["X-Request-Id"] = request_id
         elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
@@ -62,9 +61,13 @@ async def request_context(request: web.Request, handler: web.Handler) -> web.Str
 
 @web.middleware
 async def rate_limit(request: web.Request, handler: web.Handler) -> web.StreamResponse:
-    """Count the request against the client's limits before anything else runs."""
+    """Count the request against the client's limits before anything else runs.
+
+    Metric scrapes are not counted: a scraper behind the same address as users must not be
+    refused, nor use up their allowance (protect /metrics with SVC_METRICS_TOKEN instead).
+    """
     svc = services(request)
     limiter = svc.rate_limiter
-    if limiter is not None:
+    if limiter is not None and request.path != METRICS_PATH:
         await limiter.hit(client_ip(request, svc.settings.trusted_proxies), request.method, request.path)
     return await handler(request)

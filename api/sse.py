@@ -16,8 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from plugins.types import ProviderError
-from svc.core import ServiceError
+from api.errors import event_error
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +49,11 @@ async def relay(request: web.Request, events: AsyncIterator[dict[str, Any]]) -> 
                 event = finished.result()
             except StopAsyncIteration:
                 break
-            except ProviderError as exc:
-                event = {"error": f"Model provider error: {exc.detail}"}
-            except ServiceError as exc:
-                event = {"error": exc.message}
-            except Exception:
-                log.exception("stream failed")
-                event = {"error": "Internal server error"}
+            except Exception as exc:
+                message = event_error(exc)
+                if message is None:
+                    log.exception("stream failed")
+                event = {"error": message or "Internal server error"}
             await response.write(f"data: {json.dumps(event)}\n\n".encode())
             if "error" in event or event.get("done"):
                 break

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from plugins.builtin import orch_b
+from config.catalogue import UPSTREAM
 from plugins.egress import EgressDenied
 from plugins.manager import Plugins
 from plugins.types import (
@@ -117,11 +117,13 @@ def test_platform_info():
     assert info.listed
 
 
-async def test_hooks_answer_none_for_other_platforms():
-    assert orch_b.svc_validate_install("orchA", {}, DEFINITION) is None
-    assert await orch_b.svc_provision("orchA", provision_context(FakeOrchB())) is None
-    assert await orch_b.svc_poll_runs("svc", PollContext("i", "svc", {}, (), None)) is None
-    assert await orch_b.svc_deprovision("orchC", DeprovisionContext("i", "orchC", {}, (), {}, {})) is None
+async def test_no_hook_of_this_driver_is_asked_about_another_platform():
+    """orchB, registered last, is asked first by pluggy; the manager still sends orchA's and the
+    poller's questions only to the plugin that declared the platform."""
+    plugins = Plugins(builtins=("plugins.builtin.orch_a", "plugins.builtin.orch_b"))
+    problems = await plugins.validate_install("orchA", {}, DEFINITION)
+    assert problems and not any("orchB" in p for p in problems)
+    assert await plugins.poll_runs("orchA", PollContext("i", "orchA", {}, (), None)) == []
 
 
 async def test_valid_install_has_no_problems():
@@ -191,7 +193,9 @@ async def test_provision_creates_one_upstream_agent_per_team_agent(fake):
             "metadata": {"svcInstallId": "inst-1", "svcAgentKey": a["key"], "svcIngestUrl": INGEST_URL},
         }
         for a, model in zip(
-            DEFINITION["agents"], ["providerB-standard", "providerA-small", "providerC-flash"], strict=True
+            DEFINITION["agents"],
+            [UPSTREAM["providerB:standard"], UPSTREAM["providerA:small"], UPSTREAM["providerC:flash"]],
+            strict=True,
         )
     ]
     assert "svc_install_tok" not in json.dumps([r.body for r in fake.requests])
@@ -213,7 +217,7 @@ async def test_provision_creates_one_upstream_agent_per_team_agent(fake):
 
 async def test_install_model_overrides_every_agent_model(fake):
     await make_plugins().provision("orchB", provision_context(fake, model="providerB:reasoning-small"))
-    assert {a["model"] for a in fake.agents.values()} == {"providerB-reasoning-small"}
+    assert {a["model"] for a in fake.agents.values()} == {UPSTREAM["providerB:reasoning-small"]}
 
 
 async def test_a_mid_way_failure_rolls_back_and_hides_the_api_key(fake, caplog):

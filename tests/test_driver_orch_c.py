@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from plugins.builtin import orch_c
+from config.catalogue import BEDROCK
+from plugins.builtin import orch_c, orch_c_bedrock
 from plugins.manager import Plugins
 from plugins.types import (
     DeprovisionContext,
@@ -57,7 +58,7 @@ async def endpoint(aiohttp_server: Any, fake: FakeBedrockAgents, monkeypatch: py
     """The fake served on 127.0.0.1 and named in SVC_ORCHC_ENDPOINT_URL."""
     server = await aiohttp_server(create_app(fake))
     url = f"http://127.0.0.1:{server.port}"
-    monkeypatch.setenv(orch_c.ENDPOINT_ENV, url)
+    monkeypatch.setenv(orch_c_bedrock.ENDPOINT_ENV, url)
     return url
 
 
@@ -133,11 +134,15 @@ def test_platform_info(plugins: Plugins) -> None:
     assert info.listed
 
 
-async def test_other_platforms_are_not_answered(fake: FakeBedrockAgents) -> None:
-    assert orch_c.svc_validate_install("orchB", valid_fields(fake), {"agents": team()}) is None
-    assert await orch_c.svc_provision("orchB", provision_context(fake, team())) is None
-    assert await orch_c.svc_deprovision("orchB", DeprovisionContext("i", "orchB", {}, (), {}, {})) is None
-    assert await orch_c.svc_invoke("orchB", InvokeContext("i", "orchB", {}, {}, "hi", None)) is None
+async def test_other_platforms_never_reach_this_driver(fake: FakeBedrockAgents) -> None:
+    """The manager calls a platform hook on the plugin that declared the platform only: orchC,
+    registered last (so asked first by pluggy), is not asked about orchB, and the driver needs
+    no guard of its own."""
+    plugins = Plugins(builtins=("plugins.builtin.orch_b", "plugins.builtin.orch_c"))
+    problems = await plugins.validate_install("orchB", {}, {"agents": team()})
+    assert problems and all("orchB" in p for p in problems)
+    assert not any("orchC" in p for p in problems)
+    assert fake.requests == []
 
 
 async def test_a_valid_install_has_no_problems(plugins: Plugins, fake: FakeBedrockAgents) -> None:
@@ -207,10 +212,10 @@ async def test_provision_order_and_shapes(plugins: Plugins, fake: FakeBedrockAge
     creates = [r.body for r in fake.writes() if r.operation == "CreateAgent"]
     assert [c["agentName"] for c in creates] == [f"svc-inst-0123abcd-{k}" for k in [*names, "boss"]]
     assert [c["foundationModel"] for c in creates] == [
-        "providerA-middle",
-        "providerA-middle",
-        "providerA-small",
-        "providerB-standard",
+        BEDROCK["providerA:middle"],
+        BEDROCK["providerA:middle"],
+        BEDROCK["providerA:small"],
+        BEDROCK["providerB:standard"],
     ]
     assert {c["agentResourceRoleArn"] for c in creates} == {fake.role_arn}
     assert [c["agentCollaboration"] for c in creates] == ["DISABLED"] * 3 + ["SUPERVISOR"]
@@ -265,7 +270,7 @@ async def test_model_override_and_a_single_agent(
     context = provision_context(fake, [agent("solo")], model="providerB:code-small")
     result = await plugins.provision("orchC", context)
     (created,) = fake.agents.values()
-    assert created["foundationModel"] == "providerB-code-small"
+    assert created["foundationModel"] == BEDROCK["providerB:code-small"]
     assert created["agentCollaboration"] == "DISABLED"
     assert result.state["agents"] == [] and result.state["supervisor"]["key"] == "solo"
 
@@ -281,7 +286,7 @@ async def test_failure_rolls_back_everything(
     assert caught.value.upstream_status == 500
     assert not caught.value.denied
     assert fake.agents == {} and fake.alias_count() == 0
-    attempts = orch_c.MAX_ATTEMPTS
+    attempts = orch_c_bedrock.MAX_ATTEMPTS
     assert len([r for r in fake.requests if r.operation == "CreateAgent"]) == failing - 1 + attempts
     deleted_aliases = [r for r in fake.requests if r.operation == "DeleteAgentAlias"]
     deleted_agents = [r for r in fake.requests if r.operation == "DeleteAgent"]

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-from aiohttp import web
+import json
 
+import pytest
+from aiohttp import web
+from pymongo.errors import ConnectionFailure
+
+from api.errors import known_error
 from api.routing import Route
-from tests.conftest import signup
+from plugins.manager import PluginError
+from plugins.types import PlatformError, ProviderError
+from svc.core import RuntimeFailure, errors
+from svc.runtime import ProviderNotConfigured
+from tests.support.accounts import signup
 
 
 async def explode(request: web.Request) -> web.Response:
@@ -110,3 +119,27 @@ async def test_lone_surrogates_and_deep_nesting_are_400(client, store):
         assert response.status == 400
         assert await response.json() == {"error": "Malformed JSON body"}
     assert await store.users.count_documents({}) == 0
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "message"),
+    [
+        (ProviderNotConfigured("providerA is not configured"), 503, "providerA is not configured"),
+        (ProviderError("providerB answered HTTP 500", 500), 502, "providerB answered HTTP 500"),
+        (PlatformError("orchB answered 401", 401), 502, "orchB answered 401"),
+        (RuntimeFailure("The install's worker could not be started"), 503, "could not be started"),
+        (PluginError("no plugin answered svc_provision"), 503, "A platform driver is unavailable"),
+        (ConnectionFailure("refused"), 503, "Database unavailable"),
+        (errors.Conflict("Install is already cancelled"), 409, "Install is already cancelled"),
+    ],
+)
+def test_one_table_maps_every_expected_error(error: Exception, status: int, message: str) -> None:
+    """Domain, plugin and runtime errors reach HTTP through api/errors.py alone; 503s say when to retry."""
+    response = known_error(error)
+    assert response is not None and response.status == status
+    assert message in json.loads(response.text)["error"]
+    assert ("Retry-After" in response.headers) == (status == 503)
+
+
+def test_a_bug_is_not_an_expected_error() -> None:
+    assert known_error(KeyError("x")) is None

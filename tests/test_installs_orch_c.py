@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from plugins.builtin import orch_c
-from tests.conftest import bearer, create_key, signup
+from plugins.builtin import orch_c_bedrock
 from tests.fakes.orch_c import FakeBedrockAgents, create_app
-from tests.templates_helpers import agent, definition, publish_template
+from tests.support.accounts import bearer, create_key, signup
+from tests.support.templates import agent, definition, publish_template
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def fake():
 @pytest.fixture
 async def setup(aiohttp_server, fake, monkeypatch, make_client):
     server = await aiohttp_server(create_app(fake))
-    monkeypatch.setenv(orch_c.ENDPOINT_ENV, f"http://127.0.0.1:{server.port}")
+    monkeypatch.setenv(orch_c_bedrock.ENDPOINT_ENV, f"http://127.0.0.1:{server.port}")
     client = await make_client(rate_limit_multiplier=None)
     caller = await signup(client)
     key = await create_key(client, caller)

@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from api.heavy import BUSY, HEAVY_GATE, HEAVY_SLOTS
-from tests.conftest import bearer, create_key, signup
-from tests.installs_helpers import svc_install
-from tests.orgs_helpers import create_org, join, ok, org_key, send
-from tests.runtime_helpers import member, provider_settings, start_llm
-from tests.templates_helpers import (
+from tests.support.accounts import bearer, create_key, signup
+from tests.support.installs import managed_install as svc_install
+from tests.support.orgs import create_org, join, ok, org_key, send
+from tests.support.runtime import member, provider_settings, start_llm
+from tests.support.templates import (
     create_template,
     new_version,
     publish_template,

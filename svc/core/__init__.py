@@ -1,9 +1,9 @@
 """Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports."""
 
-from svc.core import errors, tokens
+from svc.core import counters, errors, tokens
 from svc.core.cache import TTLCache
 from svc.core.clock import aware, iso, utcnow
-from svc.core.embedded import EmbeddedMongo
+from svc.core.embedded import EmbeddedMongo, NoDatabaseError, require_database
 from svc.core.errors import (
     BadGateway,
     BadRequest,
@@ -22,10 +22,12 @@ from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import Governance, Runtime, RuntimeFailure
 from svc.core.store import Document, Store
+from svc.core.timeline import KINDS, Kind, Timeline, TimelineQuery, actor_of
 from svc.core.tokens import is_api_key
 from svc.core.vault import Vault
 
 __all__ = [
+    "KINDS",
     "BadGateway",
     "BadRequest",
     "Conflict",
@@ -34,7 +36,9 @@ __all__ = [
     "Forbidden",
     "Gone",
     "Governance",
+    "Kind",
     "Mailer",
+    "NoDatabaseError",
     "NotFound",
     "PaymentRequired",
     "RateLimited",
@@ -44,16 +48,21 @@ __all__ = [
     "ServiceError",
     "Store",
     "TTLCache",
+    "Timeline",
+    "TimelineQuery",
     "Timestamp",
     "Unauthorized",
     "Unavailable",
     "Unprocessable",
     "Vault",
+    "actor_of",
     "aware",
+    "counters",
     "describe",
     "errors",
     "is_api_key",
     "iso",
+    "require_database",
     "tokens",
     "utcnow",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -69,13 +69,3 @@ class TTLCache(Generic[K, V]):
     def revoke(self, key: K) -> None:
         """Forget the key and refuse to cache it again for one TTL (call before deleting it)."""
         self._store(key, REVOKED)
-
-    def discard_where(self, predicate: Callable[[V], bool]) -> None:
-        """Forget every entry whose value matches."""
-        matching = [
-            key
-            for key, (_, value) in self._entries.items()
-            if not isinstance(value, _Revoked) and predicate(value)
-        ]
-        for key in matching:
-            del self._entries[key]

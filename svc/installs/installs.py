@@ -19,8 +19,6 @@ from pymongo import DESCENDING
 from config.settings import Settings
 from plugins.manager import Plugins
 from plugins.types import (
-    DeployedAgent,
-    DeprovisionContext,
     InvokeContext,
     PlatformError,
     PlatformInfo,
@@ -33,9 +31,13 @@ from svc.core import (
     Conflict,
     Document,
     Governance,
+    Kind,
     NotFound,
     Store,
+    Timeline,
+    TimelineQuery,
     Vault,
+    actor_of,
     iso,
     tokens,
     utcnow,
@@ -46,6 +48,7 @@ from svc.installs.fields import (
     BILLING_FIELDS,
     CreateInstallBody,
     check_depth,
+    check_payment_fields,
     check_secret_names,
     check_variables,
     interpolate,
@@ -53,6 +56,7 @@ from svc.installs.fields import (
     unwrap,
 )
 from svc.installs.remembered import RememberedSecrets
+from svc.installs.removal import InstallRemoval
 from svc.installs.summaries import managed_summaries
 from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
 from svc.templates import claim_install, is_owner, owner_of, release_install
@@ -62,7 +66,12 @@ log = logging.getLogger(__name__)
 MAX_LISTED = 500
 
 
-class Installs:
+async def touch_last_run(store: Store, install_id: str) -> None:
+    """Note that the install just ran (shown in the deployer's home list)."""
+    await store.installs.update_one({"_id": install_id}, {"$set": {"lastRunAt": utcnow()}})
+
+
+class Installs(InstallRemoval):
     """Create, list, configure and remove installs."""
 
     def __init__(
@@ -105,7 +114,7 @@ class Installs:
         check_depth(platform, definition)
         variables = check_variables(definition, body.variables or {})
         install_secrets = check_secret_names(body.secrets or {})
-        await self._check_payment_fields(body)
+        await check_payment_fields(self.store, body)
         company_id = body.companyId
         # A re-install into the same company (or, without companies, by the same owner) is pre-filled;
         # a company created by this install starts empty.
@@ -252,19 +261,6 @@ class Installs:
                 )
         await self.retire(rejected)
 
-    async def _check_payment_fields(self, body: CreateInstallBody) -> None:
-        """A customer must be one our setup-intent created, for the deployer's email: nobody
-        bills their usage to a customer id they happened to learn."""
-        if body.payPaymentMethodId is not None and body.payCustomerId is None:
-            raise BadRequest("payPaymentMethodId needs payCustomerId")
-        if body.payCustomerId is None:
-            return
-        customer = await self.store["pay_customers"].find_one({"_id": body.payCustomerId})
-        if customer is None:
-            raise BadRequest("payCustomerId: unknown customer; create one with POST /api/stripe/setup-intent")
-        if (body.deployerEmail or "").strip().lower() != customer["email"]:
-            raise BadRequest("deployerEmail must be the email the payment customer was created for")
-
     def _platform(self, platform_id: str) -> PlatformInfo:
         platform = self.plugins.platform(platform_id)
         if platform is None:
@@ -349,6 +345,7 @@ class Installs:
             {"_id": install_id},
             {"$set": {**{f"variables.{k}": v for k, v in values.items()}, "updatedAt": utcnow()}},
         )
+        await self._audit(principal, install_id, "variable", "variables.set", {"keys": sorted(values)})
         return sorted(values)
 
     async def set_secrets(self, principal: Principal, install_id: str, body: Any) -> list[str]:
@@ -362,6 +359,34 @@ class Installs:
             {"_id": install_id}, {"$set": {**encrypted, "updatedAt": utcnow()}}
         )
         await self.remembered.remember(owner_of(principal), doc.get("companyId"), values)
+        await self._audit(principal, install_id, "secret", "secrets.set", {"keys": sorted(values)})
+        return sorted(values)
+
+    async def set_credentials(self, principal: Principal, install_id: str, body: Any) -> list[str]:
+        """Replace some of the install's platform credentials (a board key before it expires, a
+        moved base URL); checked by the driver like at install time, stored encrypted, never
+        returned. The keys updated."""
+        doc = await self.owned(principal, install_id)
+        platform = self.plugins.platform(doc["platform"])
+        fields = {f.key for f in platform.credential_fields} if platform else set()
+        if not fields:
+            raise BadRequest(f"platform {doc['platform']} takes no credentials")
+        if doc["status"] == "cancelled" and not self._upstream_left(doc):
+            raise Conflict("Install is already cancelled")
+        values = unwrap(body, "credentials")
+        unknown = sorted(set(values) - fields)
+        if unknown:
+            raise BadRequest(f"credentials.{unknown[0]}: not a credential of platform {doc['platform']}")
+        merged = {**self._decrypt_json(doc.get("credentialsEncrypted")), **values}
+        checked = {"credentials": merged, "companyId": doc.get("companyId") or "-"}
+        problems = await self.plugins.validate_install(doc["platform"], checked, doc["definition"])
+        if problems:
+            raise BadRequest("; ".join(problems))
+        await self.store.installs.update_one(
+            {"_id": install_id},
+            {"$set": {"credentialsEncrypted": self._encrypt_json(merged), "updatedAt": utcnow()}},
+        )
+        await self._audit(principal, install_id, "secret", "credentials.set", {"keys": sorted(values)})
         return sorted(values)
 
     async def invoke(self, principal: Principal, install_id: str, body: InvokeBody) -> dict[str, Any]:
@@ -427,84 +452,19 @@ class Installs:
             run_id=body.runId,
         )
 
-    async def delete(self, principal: Principal, install_id: str, remove_upstream: bool) -> dict[str, Any]:
-        """Cancel the install; remove the agents upstream first when the platform always does
-        (`deprovision_on_delete`) or when asked."""
-        doc = await self.owned(principal, install_id)
-        if doc["status"] == "cancelled":
-            raise Conflict("Install is already cancelled")
-        deleted, warnings = await self._remove_upstream(doc, remove_upstream)
-        if not await self.retire(doc):
-            raise Conflict("Install is already cancelled")  # a concurrent cancellation won
-        response: dict[str, Any] = {
-            "ok": True,
-            "installId": install_id,
-            "platform": doc["platform"],
-            "deletedAgents": deleted,
-        }
-        if warnings:
-            response["warnings"] = list(warnings)
-        return response
+    async def timeline(
+        self, principal: Principal, install_id: str, query: TimelineQuery
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the install's audit timeline, newest first, and the next cursor."""
+        await self.owned(principal, install_id)
+        return await Timeline(self.store).page({"installId": install_id}, query)
 
-    async def _remove_upstream(self, doc: Document, remove_upstream: bool) -> tuple[int, tuple[str, ...]]:
-        """Delete the agents upstream when the platform always does or when asked; (deleted, warnings)."""
-        install_id = doc["_id"]
-        deleted, warnings = 0, ()
-        traits = self.traits(doc["platform"])
-        if traits.deprovision_on_delete or (remove_upstream and not traits.managed):
-            context = DeprovisionContext(
-                install_id=install_id,
-                platform=doc["platform"],
-                credentials=self._decrypt_json(doc.get("credentialsEncrypted")),
-                deployed_agents=tuple(DeployedAgent(**a) for a in doc.get("deployedAgents") or []),
-                state=self._decrypt_json(doc.get("platformStateEncrypted")),
-                options=doc.get("options") or {},
-                allow_private=self.settings.egress_allow_private,
-            )
-            try:
-                result = await self.plugins.deprovision(doc["platform"], context)
-            except PlatformError as exc:
-                raise BadGateway(exc.detail, upstreamStatus=exc.upstream_status) from None
-            deleted, warnings = result.deleted_agents, tuple(result.warnings)
-        return deleted, warnings
-
-    async def hand_back(self, org_id: str, members: set[str], owner: Document) -> None:
-        """An org being deleted gives its installs back: to the member who deployed each one (their
-        card may pay for it) while still a member, else to `owner`."""
-        as_org = {"owner.kind": "org", "owner.id": org_id}
-        deployers = await self.store.installs.distinct(
-            "deployedBy", {**as_org, "deployedBy": {"$type": "string"}}
-        )
-        for deployer in [d for d in deployers if d in members]:  # former members get nothing
-            await self.store.installs.update_many(
-                {**as_org, "deployedBy": deployer},
-                {"$set": {"owner": {"kind": "user", "id": deployer}, "updatedAt": utcnow()}},
-            )
-        await self.store.installs.update_many(as_org, {"$set": {"owner": owner, "updatedAt": utcnow()}})
-
-    async def retire(self, doc: Document) -> bool:
-        """Mark the install cancelled: its webhook and install tokens stop working at once.
-        True for the one call that cancelled it (False: it already was)."""
-        install_id = doc["_id"]
-        unset = {"webhookTokenHash": "", "webhookTokenEncrypted": ""}
-        if self.traits(doc["platform"]).deprovision_on_delete:
-            unset["credentialsEncrypted"] = ""  # its agents are gone upstream: nothing left to call
-        # Only the call that moves the install to cancelled gives its template slot back.
-        cancelled = await self.store.installs.find_one_and_update(
-            {"_id": install_id, "status": {"$ne": "cancelled"}},
-            {
-                "$set": {"status": "cancelled", "cancelledAt": utcnow(), "updatedAt": utcnow()},
-                "$unset": unset,
-            },
-            {"templateId": 1},
-        )
-        await self.credentials.revoke_install_tokens(install_id)
-        if cancelled is None:
-            return False
-        await release_install(self.store, cancelled["templateId"])
-        return True
-
-    # ---- helpers ---------------------------------------------------------------------
+    async def _audit(
+        self, principal: Principal, install_id: str, kind: Kind, action: str, meta: dict[str, Any]
+    ) -> None:
+        """A change to the install, on its audit timeline (names only, never a secret value)."""
+        actor = actor_of(principal.user_id, principal.via)
+        await Timeline(self.store).record(kind, action, install_id=install_id, actor=actor, meta=meta)
 
     def _encrypt_json(self, value: dict[str, Any]) -> str:
         return self.vault.encrypt(json.dumps(value))

@@ -2,7 +2,6 @@
 
 from svc.runs import newest, run_stats
 from svc.runs.run_analytics import RunAnalytics, RunsQuery, RunsReport
-from svc.runs.run_poller import RunPoller
 from svc.runs.run_stats import usage_by_install
 from svc.runs.runs import IngestBody, InvokeBody, Runs, SelfReportBody, require_ready
 
@@ -10,7 +9,6 @@ __all__ = [
     "IngestBody",
     "InvokeBody",
     "RunAnalytics",
-    "RunPoller",
     "Runs",
     "RunsQuery",
     "RunsReport",

@@ -17,6 +17,7 @@ EventType = Literal[
     "step_completed",
     "step_failed",
     "scheduler_run",
+    "schedule_paused",
 ]
 FEED_LIMIT = 100
 

@@ -3,13 +3,19 @@
 A fire is claimed with one conditional update that moves `nextRunAt` from the due
 time to the next one, so of several schedulers (API processes, a restarted
 scheduler) exactly one fires it. The next time is computed from *now*: a service
-that was down past several fire times fires once on return, not once per miss.
+that was down past several fire times fires once on return, not once per miss,
+unless the schedule has a catch-up window (`catchupWindowSeconds`): then each
+missed fire still inside the window is run once, oldest first, as far as the
+backlog policy allows. Optional jitter delays each fire by up to `jitterSeconds`;
+`pauseOnFailure` pauses the schedule after that many failed scheduled runs in a
+row (docs/console.md).
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+import secrets
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -18,7 +24,22 @@ from croniter import CroniterError, croniter
 from pydantic import Field
 from pymongo import ReturnDocument
 
-from svc.core import BadRequest, Document, NotFound, RequestBody, Runtime, Store, iso, tokens, utcnow
+from svc.core import (
+    BadRequest,
+    Conflict,
+    Document,
+    NotFound,
+    RequestBody,
+    Runtime,
+    Store,
+    Timeline,
+    actor_of,
+    aware,
+    counters,
+    iso,
+    tokens,
+    utcnow,
+)
 from svc.identity import Principal
 from svc.installs import Installs
 from svc.runtime.events import Events
@@ -28,6 +49,10 @@ log = logging.getLogger(__name__)
 CLAIM_BATCH = 200
 # A run waiting at a gate still occupies its install.
 ACTIVE = ("queued", "starting", "running", "paused")
+MAX_CATCHUP_WINDOW_S = 7 * 24 * 3600
+MAX_CATCHUP_FIRES = 20  # at most this many missed fires are caught up at once (the oldest in the window)
+MAX_JITTER_S = 3600
+MAX_PAUSE_ON_FAILURE = 100
 
 
 class ScheduleBody(RequestBody):
@@ -39,6 +64,9 @@ class ScheduleBody(RequestBody):
     onBacklog: Literal["skip", "queue"] | None = None
     timezone: str | None = Field(default=None, max_length=64)
     bypassGates: bool | None = None
+    catchupWindowSeconds: int | None = Field(default=None, ge=0, le=MAX_CATCHUP_WINDOW_S)
+    jitterSeconds: int | None = Field(default=None, ge=0, le=MAX_JITTER_S)
+    pauseOnFailure: int | None = Field(default=None, ge=0, le=MAX_PAUSE_ON_FAILURE)
 
 
 class ToggleBody(RequestBody):
@@ -88,8 +116,29 @@ def next_fire(expression: str, zone: str, after: datetime) -> datetime:
     return candidate.astimezone(UTC)
 
 
+def jittered(fire: datetime, jitter_s: int) -> datetime:
+    """The fire time delayed by a random part of the schedule's jitter (none when 0)."""
+    return fire + timedelta(seconds=secrets.randbelow(jitter_s + 1)) if jitter_s else fire
+
+
+def missed_fires(
+    expression: str, zone: str, due_at: datetime, now: datetime, window_s: int
+) -> list[datetime]:
+    """The fires from `due_at` up to `now` that are still inside the catch-up window, oldest first
+    (at most MAX_CATCHUP_FIRES, the newest of them; just the due fire when there is no window)."""
+    if window_s <= 0:
+        return [due_at]
+    earliest = now - timedelta(seconds=window_s)
+    fires, at = [], due_at
+    while at <= now:
+        if at >= earliest:
+            fires.append(at)
+        at = next_fire(expression, zone, at)
+    return fires[-MAX_CATCHUP_FIRES:]
+
+
 def view(doc: Document) -> dict[str, Any]:
-    """The Schedule resource."""
+    """The Schedule resource (the spec's fields, then the controls: catch-up, jitter, pause)."""
     return {
         "cronExpression": doc["cronExpression"],
         "label": doc.get("label"),
@@ -99,15 +148,47 @@ def view(doc: Document) -> dict[str, Any]:
         "bypassGates": doc["bypassGates"],
         "lastRunAt": iso(doc.get("lastRunAt")),
         "nextRunAt": iso(doc.get("nextRunAt")) if doc["enabled"] else None,
+        "catchupWindowSeconds": doc.get("catchupWindowSeconds", 0),
+        "jitterSeconds": doc.get("jitterSeconds", 0),
+        "pauseOnFailure": doc.get("pauseOnFailure", 0),
+        "consecutiveFailures": doc.get("consecutiveFailures", 0),
+        "pausedNote": doc.get("pausedNote"),
     }
+
+
+async def note_scheduled_outcome(store: Store, install_id: str, ok: bool, error: str | None) -> None:
+    """Count a scheduled run's outcome; pause the schedule after `pauseOnFailure` failures in a row."""
+    if ok:
+        await store["schedules"].update_one({"_id": install_id}, {"$set": {"consecutiveFailures": 0}})
+        return
+    doc = await store["schedules"].find_one_and_update(
+        {"_id": install_id}, {"$inc": {"consecutiveFailures": 1}}, return_document=ReturnDocument.AFTER
+    )
+    limit = (doc or {}).get("pauseOnFailure") or 0
+    if doc is None or not limit or doc["consecutiveFailures"] < limit or not doc["enabled"]:
+        return
+    failures = doc["consecutiveFailures"]
+    note = f"Paused after {failures} failed scheduled runs in a row (last: {error or 'failed'})"
+    paused = await store["schedules"].update_one(
+        {"_id": install_id, "enabled": True},
+        {"$set": {"enabled": False, "pausedNote": note, "updatedAt": utcnow()}},
+    )
+    if paused.modified_count:
+        await Timeline(store).record(
+            "schedule", "schedule.paused", install_id=install_id, meta={"reason": note}
+        )
+        await Events(store).emit(
+            install_id, "schedule_paused", meta={"reason": note, "failures": doc["consecutiveFailures"]}
+        )
 
 
 class Schedules:
     """Reading and changing schedules (the API side)."""
 
-    def __init__(self, store: Store, installs: Installs) -> None:
+    def __init__(self, store: Store, installs: Installs, runtime: Runtime | None) -> None:
         self.store = store
         self.installs = installs
+        self.core = SchedulerCore(store, runtime)
 
     async def get(self, principal: Principal, install_id: str) -> dict[str, Any]:
         """{schedule or null, timezones}."""
@@ -124,6 +205,7 @@ class Schedules:
             )
         if body.cronExpression is None:
             await self.store["schedules"].delete_one({"_id": install_id})
+            await self._audit(principal, install_id, "schedule.deleted", {})
             return {"ok": True, "schedule": None}
         current = await self.store["schedules"].find_one({"_id": install_id}) or {}
         sent = body.model_dump(exclude_unset=True)
@@ -139,8 +221,13 @@ class Schedules:
             if sent.get("bypassGates") is not None
             else current.get("bypassGates", False),
         }
+        for control in ("catchupWindowSeconds", "jitterSeconds", "pauseOnFailure"):
+            value = sent.get(control)
+            doc[control] = value if value is not None else current.get(control, 0)
         check_timezone(doc["timezone"])
-        doc["nextRunAt"] = next_fire(doc["cronExpression"], doc["timezone"], utcnow())
+        doc["nextRunAt"] = jittered(
+            next_fire(doc["cronExpression"], doc["timezone"], utcnow()), doc["jitterSeconds"]
+        )
         updated = await self.store["schedules"].find_one_and_update(
             {"_id": install_id},
             {
@@ -150,6 +237,7 @@ class Schedules:
             upsert=True,
             return_document=ReturnDocument.AFTER,
         )
+        await self._audit(principal, install_id, "schedule.changed", {"fields": sorted(sent)})
         return {"ok": True, "schedule": view(updated)}
 
     async def toggle(self, principal: Principal, install_id: str, enabled: bool) -> dict[str, Any]:
@@ -160,15 +248,45 @@ class Schedules:
             raise NotFound("No schedule for this install")
         changes: dict[str, Any] = {"enabled": enabled, "updatedAt": utcnow()}
         if enabled:
-            changes["nextRunAt"] = next_fire(doc["cronExpression"], doc["timezone"], utcnow())
+            # Switching it on again clears a pause and its failure count.
+            changes.update(pausedNote=None, consecutiveFailures=0)
+            changes["nextRunAt"] = jittered(
+                next_fire(doc["cronExpression"], doc["timezone"], utcnow()), doc.get("jitterSeconds", 0)
+            )
         await self.store["schedules"].update_one({"_id": install_id}, {"$set": changes})
+        await self._audit(principal, install_id, "schedule.enabled" if enabled else "schedule.disabled", {})
         return {"ok": True, "enabled": enabled}
+
+    async def trigger(self, principal: Principal, install_id: str) -> dict[str, Any]:
+        """Run the scheduled task now (with the schedule's bypassGates), counted as a schedule run.
+
+        The backlog policy applies as to any fire; 404 without a schedule, 409 when disabled.
+        """
+        await self.installs.owned(principal, install_id)
+        doc = await self.store["schedules"].find_one({"_id": install_id})
+        if doc is None:
+            raise NotFound("No schedule for this install")
+        if not doc["enabled"]:
+            raise Conflict("The schedule is disabled; enable it to trigger it")
+        meta = await self.core.fire_now(doc, utcnow())
+        await self._audit(principal, install_id, "schedule.triggered", {"runId": meta.get("runId")})
+        return {
+            "ok": True,
+            "runId": meta.get("runId"),
+            "queued": bool(meta.get("queued")),
+            "skipped": bool(meta.get("skipped")),
+            "reason": meta.get("reason"),
+        }
+
+    async def _audit(self, principal: Principal, install_id: str, action: str, meta: dict[str, Any]) -> None:
+        actor = actor_of(principal.user_id, principal.via)
+        await Timeline(self.store).record("schedule", action, install_id=install_id, actor=actor, meta=meta)
 
 
 class SchedulerCore:
     """One scheduler tick: claim due fires, start (or skip, or queue) their runs."""
 
-    def __init__(self, store: Store, runtime: Runtime) -> None:
+    def __init__(self, store: Store, runtime: Runtime | None) -> None:
         self.store = store
         self.runtime = runtime
         self.events = Events(store)
@@ -184,6 +302,8 @@ class SchedulerCore:
         ):
             claimed = await self._claim(due, now)
             fired += len(claimed)
+            lags = [max(0.0, (now - aware(due_at)).total_seconds()) for _, due_at in claimed]
+            await counters.observe(self.store, "scheduler_lag_seconds", {}, lags, counters.LAG_BUCKETS)
             await self._fire(claimed, now)
         await self._start_queued()
         return fired
@@ -195,24 +315,43 @@ class SchedulerCore:
         again; the claim token then tells which documents this tick claimed.
         """
         token = tokens.new_id()
-        groups: dict[tuple[datetime, str, str], list[str]] = {}
+        groups: dict[tuple[datetime, str, str, int], list[str]] = {}
         for schedule in due:
-            key = (schedule["nextRunAt"], schedule["cronExpression"], schedule["timezone"])
+            key = (
+                schedule["nextRunAt"],
+                schedule["cronExpression"],
+                schedule["timezone"],
+                schedule.get("jitterSeconds", 0),
+            )
             groups.setdefault(key, []).append(schedule["_id"])
         scheduled_for: dict[str, datetime] = {}
-        for (due_at, expression, zone), ids in groups.items():
+        for (due_at, expression, zone, jitter), ids in groups.items():
             await self.store["schedules"].update_many(
                 {"_id": {"$in": ids}, "enabled": True, "nextRunAt": due_at},
-                {"$set": {"nextRunAt": next_fire(expression, zone, now), "lastRunAt": now, "claim": token}},
+                {
+                    "$set": {
+                        "nextRunAt": jittered(next_fire(expression, zone, now), jitter),
+                        "lastRunAt": now,
+                        "claim": token,
+                    }
+                },
             )
             scheduled_for.update(dict.fromkeys(ids, due_at))
         claimed = await self.store["schedules"].find({"claim": token}).to_list(None)
         return [(schedule, scheduled_for[schedule["_id"]]) for schedule in claimed]
 
-    async def _fire(self, claimed: list[tuple[Document, datetime]], now: datetime) -> None:
-        """Start, queue or skip each claimed fire; a few batched writes for the whole batch."""
+    async def fire_now(self, schedule: Document, now: datetime) -> dict[str, Any]:
+        """One manual fire of a schedule (trigger now); the meta of its scheduler_run event."""
+        metas = await self._fire([(schedule, now)], now, manual=True)
+        return metas[0]
+
+    async def _fire(
+        self, claimed: list[tuple[Document, datetime]], now: datetime, manual: bool = False
+    ) -> list[dict[str, Any]]:
+        """Start, queue or skip each claimed fire (and the missed fires a catch-up window keeps);
+        a few batched writes for the whole batch. The meta of each scheduler_run event."""
         if not claimed:
-            return
+            return []
         ids = [schedule["_id"] for schedule, _ in claimed]
         ready = {
             doc["_id"]
@@ -236,39 +375,56 @@ class SchedulerCore:
         }
         runs: list[Document] = []
         events: list[Document] = []
+        metas: list[dict[str, Any]] = []
         for schedule, due_at in claimed:
             install_id = schedule["_id"]
-            meta: dict[str, Any] = {"scheduledFor": iso(due_at)}
-            if install_id not in ready:
-                meta.update(runId=None, skipped=True, reason="install not ready")
-            elif install_id in busy and (schedule["onBacklog"] == "skip" or install_id in waiting):
-                reason = (
-                    "a run was active"
-                    if schedule["onBacklog"] == "skip"
-                    else "a scheduled run is already queued"
-                )
-                meta.update(runId=None, skipped=True, reason=reason)
-            else:
-                run_id = tokens.new_id()
-                queued = install_id in busy
-                runs.append(
-                    {
-                        "_id": run_id,
-                        "installId": install_id,
-                        "status": "queued" if queued else "starting",
-                        "source": "schedule",
-                        "task": schedule.get("label") or "Scheduled run",
-                        "bypassGates": bool(schedule.get("bypassGates")),
-                        "createdAt": now,
-                    }
-                )
-                meta.update(runId=run_id, queued=queued)
-            events.append(self.events.document(install_id, "scheduler_run", meta=meta))
+            window = 0 if manual else schedule.get("catchupWindowSeconds", 0)
+            fires = missed_fires(schedule["cronExpression"], schedule["timezone"], due_at, now, window)
+            for fire_at in fires:
+                meta: dict[str, Any] = {"scheduledFor": iso(fire_at)}
+                if manual:
+                    meta["manual"] = True
+                if window and len(fires) > 1:
+                    meta["caughtUp"] = True
+                queue_more = schedule["onBacklog"] == "queue" and window > 0
+                if install_id not in ready:
+                    meta.update(runId=None, skipped=True, reason="install not ready")
+                elif install_id in busy and (
+                    schedule["onBacklog"] == "skip" or (install_id in waiting and not queue_more)
+                ):
+                    reason = (
+                        "a run was active"
+                        if schedule["onBacklog"] == "skip"
+                        else "a scheduled run is already queued"
+                    )
+                    meta.update(runId=None, skipped=True, reason=reason)
+                else:
+                    run_id = tokens.new_id()
+                    queued = install_id in busy
+                    runs.append(
+                        {
+                            "_id": run_id,
+                            "installId": install_id,
+                            "status": "queued" if queued else "starting",
+                            "source": "schedule",
+                            "task": schedule.get("label") or "Scheduled run",
+                            "bypassGates": bool(schedule.get("bypassGates")),
+                            "scheduledFor": fire_at,
+                            "createdAt": now,
+                        }
+                    )
+                    meta.update(runId=run_id, queued=queued)
+                    # Later fires of this batch find the install busy (and this run waiting).
+                    busy.add(install_id)
+                    if queued:
+                        waiting.add(install_id)
+                metas.append(meta)
+                events.append(self.events.document(install_id, "scheduler_run", meta=meta))
         if runs:
             await self.store["pipeline_runs"].insert_many(runs)
         await self.store["pipeline_events"].insert_many(events)
         for run in runs:
-            if run["status"] == "starting":
+            if run["status"] == "starting" and self.runtime is not None:
                 await self.runtime.submit(
                     run["installId"],
                     {
@@ -278,12 +434,14 @@ class SchedulerCore:
                         "bypassGates": bool(run.get("bypassGates")),
                     },
                 )
+        return metas
 
     async def _start_queued(self) -> None:
         """Start scheduled runs that waited for an active run to finish."""
         queued = (
             await self.store["pipeline_runs"]
             .find({"status": "queued", "source": "schedule"})
+            .sort("createdAt", 1)
             .to_list(CLAIM_BATCH)
         )
         for run in queued:
@@ -299,5 +457,11 @@ class SchedulerCore:
         )
         if run is None:
             return  # another scheduler started it
-        payload = {"runId": run_id, "task": run["task"], "source": "schedule"}
-        await self.runtime.submit(run["installId"], payload)
+        payload = {
+            "runId": run_id,
+            "task": run["task"],
+            "source": "schedule",
+            "bypassGates": bool(run.get("bypassGates")),
+        }
+        if self.runtime is not None:
+            await self.runtime.submit(run["installId"], payload)

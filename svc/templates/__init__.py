@@ -9,6 +9,7 @@ from svc.templates.definitions import (
     hierarchy_depth,
     json_schema,
 )
+from svc.templates.portability import ImportQuery, Portability, export_schema
 from svc.templates.resources import (
     LIST_DEFAULT,
     LIST_MAX,
@@ -36,6 +37,8 @@ __all__ = [
     "VARIABLE_REFERENCE",
     "AccessPolicy",
     "CreateTemplateBody",
+    "ImportQuery",
+    "Portability",
     "PricingBody",
     "PricingOut",
     "PublishBody",
@@ -50,6 +53,7 @@ __all__ = [
     "check_definition",
     "claim_install",
     "diff_summary",
+    "export_schema",
     "hierarchy_depth",
     "is_owner",
     "json_schema",

@@ -20,10 +20,14 @@ creation and a delete succeed. docs/consistency.md lists every such rule.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from pymongo import ReturnDocument
+from pymongo.errors import DuplicateKeyError
 
-from svc.core import Document, Store
+from svc.core import Conflict, Document, NotFound, Store, aware, tokens, utcnow
+from svc.templates.resources import MERGED_FIELDS
+from svc.templates.versioning import FIRST_SEMVER
 
 COUNTER = "activeInstalls"
 ACTIVE = {"status": {"$ne": "cancelled"}}
@@ -79,3 +83,93 @@ async def backfill_install_counts(store: Store) -> int:
             {"_id": doc["_id"], COUNTER: {"$exists": False}}, {"$set": {COUNTER: active}}
         )
     return len(missing)
+
+
+async def release_draft_slot(store: Store, parent_id: str, draft_id: str) -> None:
+    """Empty the parent's draft slot if this draft holds it."""
+    await store["templates"].update_one(
+        {"_id": parent_id, DRAFT_GUARD: draft_id}, {"$unset": DRAFT_GUARD_UNSET}
+    )
+
+
+async def clear_stale_draft_slot(store: Store, parent_id: str) -> bool:
+    """Empty a slot whose draft never got written (a process stopped between the claim and the
+    insert): claimed longer than a lease ago and no such draft. True when cleared."""
+    templates = store["templates"]
+    parent = await templates.find_one({"_id": parent_id}, {DRAFT_GUARD: 1, DRAFT_GUARD_AT: 1}) or {}
+    guard, claimed_at = parent.get(DRAFT_GUARD), parent.get(DRAFT_GUARD_AT)
+    if guard is None or (claimed_at is not None and aware(claimed_at) > utcnow() - DRAFT_CLAIM_LEASE):
+        return False
+    if await templates.count_documents({"_id": guard}, limit=1):
+        return False
+    cleared = await templates.update_one(
+        {"_id": parent_id, DRAFT_GUARD: guard}, {"$unset": DRAFT_GUARD_UNSET}
+    )
+    return cleared.modified_count == 1
+
+
+async def require_live_owner(store: Store, doc: Document) -> None:
+    """An org's new template, written after the org began deleting itself, is taken back (404).
+
+    Org deletion sets the org's `deleting` guard before it hands templates back; this check
+    runs after our insert. Either the hand-back sees our template (and gives it to the owner,
+    as if we had come first), or we see the guard and remove it.
+    """
+    owner = doc["owner"]
+    if owner["kind"] != "org":
+        return
+    if not await store.orgs.count_documents({"_id": owner["id"], "deleting": {"$ne": True}}, limit=1):
+        await store["templates"].delete_one({"_id": doc["_id"]})
+        raise NotFound("Org not found")
+
+
+async def open_version_draft(store: Store, parent: Document, definition: dict[str, Any]) -> Document:
+    """Claim the parent's draft slot (its `versionDraftId` guard), then write the draft.
+
+    The claim is one conditional update of the parent (published, at the version read,
+    no draft): of concurrent new-version and rollback calls one wins, and a delete, which
+    needs the slot empty, cannot interleave (docs/consistency.md).
+    """
+    draft_id = tokens.new_id()
+    now = utcnow()
+    claim = {"_id": parent["_id"], "status": "published", "version": parent["version"], DRAFT_GUARD: None}
+    taking = {"$set": {DRAFT_GUARD: draft_id, DRAFT_GUARD_AT: now}}
+    claimed = await store["templates"].update_one(claim, taking)
+    if not claimed.matched_count and await clear_stale_draft_slot(store, parent["_id"]):
+        claimed = await store["templates"].update_one(claim, taking)
+    if not claimed.matched_count:
+        current = await store["templates"].find_one({"_id": parent["_id"]}, {"status": 1, "version": 1})
+        if current is None:
+            raise NotFound("Template not found")
+        if current["status"] != "published":
+            raise Conflict(f"Template is {current['status']}; only a published template gets new versions")
+        if current["version"] != parent["version"]:
+            raise Conflict("The template changed while the draft was being opened; try again")
+        raise Conflict("An active version draft already exists for this template")
+    # A draft at or below the parent's version is left over from an interrupted publish.
+    stale = {"$lte": parent["version"]}
+    await store["templates"].delete_many(
+        {"kind": "version_draft", "parentTemplateId": parent["_id"], "version": stale}
+    )
+    draft = {
+        **{field: parent.get(field) for field in MERGED_FIELDS},
+        "_id": draft_id,
+        "kind": "version_draft",
+        "slug": parent["slug"],
+        "status": "draft",
+        "version": parent["version"] + 1,
+        "semver": parent.get("semver", FIRST_SEMVER),
+        "parentTemplateId": parent["_id"],
+        "definition": definition,
+        "changeLog": None,
+        "publishedAt": None,
+        "owner": parent["owner"],
+        "createdAt": now,
+        "updatedAt": now,
+    }
+    try:
+        await store["templates"].insert_one(draft)
+    except DuplicateKeyError:
+        await release_draft_slot(store, parent["_id"], draft_id)
+        raise Conflict("An active version draft already exists for this template") from None
+    return draft

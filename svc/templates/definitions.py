@@ -69,6 +69,11 @@ class AccessPolicy(Strict):
     accessPolicyVersion: Literal["1"]
     defaultAction: Literal["allow", "deny"] = "allow"
     rules: list[Rule] = Field(default_factory=list, max_length=MAX_RULES)
+    mode: Literal["enforce", "report"] = Field(
+        default="enforce",
+        description="report: every decision is computed and logged (reportOnly) but nothing is blocked; "
+        "the egress guard is never in report mode",
+    )
 
 
 class Agent(Strict):
@@ -168,13 +173,6 @@ def hierarchy_depth(definition: dict[str, Any]) -> int:
             level, current = level + 1, manager[current]
         depth = max(depth, level)
     return depth
-
-
-def parse_definition(data: Any, path: str = "definition") -> TeamDefinition:
-    """Validate a raw definition (used outside request bodies, e.g. generated ones)."""
-    definition = TeamDefinition.model_validate(data)
-    check_definition(definition, path)
-    return definition
 
 
 def json_schema() -> dict[str, Any]:

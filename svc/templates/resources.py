@@ -88,7 +88,8 @@ class PublishBody(RequestBody):
 class RollbackBody(RequestBody):
     """POST /api/templates/:id/rollback."""
 
-    version: int = Field(ge=1)
+    # Bounded so a huge number is a 400 naming the field, not a 500 from the database (int64).
+    version: int = Field(ge=1, le=2**31 - 1)
 
 
 class PricingBody(Pricing):

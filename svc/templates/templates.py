@@ -28,13 +28,20 @@ from svc.core import (
     NotFound,
     Store,
     Unprocessable,
-    aware,
     iso,
     tokens,
     utcnow,
 )
 from svc.identity import Principal, require_unscoped
-from svc.templates.claims import COUNTER, DRAFT_CLAIM_LEASE, DRAFT_GUARD, DRAFT_GUARD_AT, DRAFT_GUARD_UNSET
+from svc.templates.claims import (
+    COUNTER,
+    DRAFT_GUARD,
+    DRAFT_GUARD_UNSET,
+    clear_stale_draft_slot,
+    open_version_draft,
+    release_draft_slot,
+    require_live_owner,
+)
 from svc.templates.definitions import check_definition
 from svc.templates.resources import (
     ACTIVE_INSTALL,
@@ -184,23 +191,8 @@ class Templates:
             await self._templates.insert_one(doc)
         except DuplicateKeyError:
             raise Conflict(f"Slug {body.slug!r} is already taken") from None
-        await self._require_live_owner(doc)
+        await require_live_owner(self.store, doc)
         return view(doc)
-
-    async def _require_live_owner(self, doc: Document) -> None:
-        """An org's new template, written after the org began deleting itself, is taken back (404).
-
-        Org deletion sets the org's `deleting` guard before it hands templates back; this
-        check runs after our insert. Either the hand-back sees our template (and gives it to
-        the owner, as if we had come first), or we see the guard and remove it.
-        """
-        owner = doc["owner"]
-        if owner["kind"] != "org":
-            return
-        live = {"_id": owner["id"], "deleting": {"$ne": True}}
-        if not await self.store.orgs.count_documents(live, limit=1):
-            await self._templates.delete_one({"_id": doc["_id"]})
-            raise NotFound("Org not found")
 
     async def update_draft(
         self, principal: Principal, template_id: str, body: UpdateTemplateBody
@@ -353,7 +345,7 @@ class Templates:
     async def new_version(self, principal: Principal, template_id: str) -> dict[str, Any]:
         """A version draft of a published template, inheriting everything."""
         parent = await self._published_parent(principal, template_id)
-        return view(await self._open_version_draft(parent, parent["definition"]))
+        return view(await open_version_draft(self.store, parent, parent["definition"]))
 
     async def rollback(self, principal: Principal, template_id: str, body: RollbackBody) -> dict[str, Any]:
         """A version draft preloaded with an earlier version's definition."""
@@ -361,7 +353,7 @@ class Templates:
         snapshot = await self._versions.find_one({"templateId": parent["_id"], "version": body.version})
         if snapshot is None:
             raise Unprocessable(f"No snapshot exists for version {body.version}")
-        draft = await self._open_version_draft(parent, snapshot["definition"])
+        draft = await open_version_draft(self.store, parent, snapshot["definition"])
         return view(draft, parentId=parent["_id"], rolledBackFrom=body.version)
 
     async def _published_parent(self, principal: Principal, template_id: str) -> Document:
@@ -371,79 +363,6 @@ class Templates:
         if parent["status"] != "published":
             raise Conflict(f"Template is {parent['status']}; only a published template gets new versions")
         return parent
-
-    async def _open_version_draft(self, parent: Document, definition: dict[str, Any]) -> Document:
-        """Claim the parent's draft slot (its `versionDraftId` guard), then write the draft.
-
-        The claim is one conditional update of the parent (published, at the version read,
-        no draft): of concurrent new-version and rollback calls one wins, and a delete, which
-        needs the slot empty, cannot interleave (docs/consistency.md).
-        """
-        draft_id = tokens.new_id()
-        now = utcnow()
-        claim = {"_id": parent["_id"], "status": "published", "version": parent["version"], DRAFT_GUARD: None}
-        taking = {"$set": {DRAFT_GUARD: draft_id, DRAFT_GUARD_AT: now}}
-        claimed = await self._templates.update_one(claim, taking)
-        if not claimed.matched_count and await self._clear_stale_guard(parent["_id"]):
-            claimed = await self._templates.update_one(claim, taking)
-        if not claimed.matched_count:
-            current = await self._templates.find_one({"_id": parent["_id"]}, {"status": 1, "version": 1})
-            if current is None:
-                raise NotFound("Template not found")
-            if current["status"] != "published":
-                raise Conflict(
-                    f"Template is {current['status']}; only a published template gets new versions"
-                )
-            if current["version"] != parent["version"]:
-                raise Conflict("The template changed while the draft was being opened; try again")
-            raise Conflict("An active version draft already exists for this template")
-        # A draft at or below the parent's version is left over from an interrupted publish.
-        stale = {"$lte": parent["version"]}
-        await self._templates.delete_many(
-            {"kind": "version_draft", "parentTemplateId": parent["_id"], "version": stale}
-        )
-        draft = {
-            **{field: parent.get(field) for field in MERGED_FIELDS},
-            "_id": draft_id,
-            "kind": "version_draft",
-            "slug": parent["slug"],
-            "status": "draft",
-            "version": parent["version"] + 1,
-            "semver": parent.get("semver", FIRST_SEMVER),
-            "parentTemplateId": parent["_id"],
-            "definition": definition,
-            "changeLog": None,
-            "publishedAt": None,
-            "owner": parent["owner"],
-            "createdAt": now,
-            "updatedAt": now,
-        }
-        try:
-            await self._templates.insert_one(draft)
-        except DuplicateKeyError:
-            await self._release_guard(parent["_id"], draft_id)
-            raise Conflict("An active version draft already exists for this template") from None
-        return draft
-
-    async def _release_guard(self, parent_id: str, draft_id: str) -> None:
-        """Empty the parent's draft slot if this draft holds it."""
-        await self._templates.update_one(
-            {"_id": parent_id, DRAFT_GUARD: draft_id}, {"$unset": DRAFT_GUARD_UNSET}
-        )
-
-    async def _clear_stale_guard(self, parent_id: str) -> bool:
-        """Empty a slot whose draft never got written (a process stopped between the claim and
-        the insert): claimed longer than a lease ago and no such draft. True when cleared."""
-        parent = await self._templates.find_one({"_id": parent_id}, {DRAFT_GUARD: 1, DRAFT_GUARD_AT: 1}) or {}
-        guard, claimed_at = parent.get(DRAFT_GUARD), parent.get(DRAFT_GUARD_AT)
-        if guard is None or (claimed_at is not None and aware(claimed_at) > utcnow() - DRAFT_CLAIM_LEASE):
-            return False
-        if await self._templates.count_documents({"_id": guard}, limit=1):
-            return False
-        cleared = await self._templates.update_one(
-            {"_id": parent_id, DRAFT_GUARD: guard}, {"$unset": DRAFT_GUARD_UNSET}
-        )
-        return cleared.modified_count == 1
 
     async def fork(self, principal: Principal, template_id: str) -> dict[str, Any]:
         """A private copy (a `team` draft) of a published template."""
@@ -484,7 +403,7 @@ class Templates:
                 await self._templates.insert_one(doc)
             except DuplicateKeyError:
                 continue
-            await self._require_live_owner(doc)
+            await require_live_owner(self.store, doc)
             return view(doc)
         raise Conflict("Could not find a free slug for the fork; try again")
 
@@ -519,7 +438,11 @@ class Templates:
         if doc["kind"] == "template":
             removable["$or"] = [{"status": "draft"}, {COUNTER: {"$lte": 0}, DRAFT_GUARD: None}]
         removed = await self._templates.find_one_and_delete(removable, {"_id": 1})
-        if removed is None and doc["kind"] == "template" and await self._clear_stale_guard(doc["_id"]):
+        if (
+            removed is None
+            and doc["kind"] == "template"
+            and await clear_stale_draft_slot(self.store, doc["_id"])
+        ):
             removed = await self._templates.find_one_and_delete(removable, {"_id": 1})
         if removed is None:
             now = await self._templates.find_one(
@@ -537,7 +460,7 @@ class Templates:
                 f"(DELETE /api/templates/{now.get(DRAFT_GUARD)}) first"
             )
         if doc["kind"] == "version_draft":
-            await self._release_guard(doc["parentTemplateId"], doc["_id"])
+            await release_draft_slot(self.store, doc["parentTemplateId"], doc["_id"])
             return
         # Leftovers of an interrupted publish (the slot was emptied by the publish itself).
         await self._templates.delete_many({"kind": "version_draft", "parentTemplateId": doc["_id"]})

@@ -1,0 +1,1 @@
+"""Maintenance scripts run from a checkout (not shipped in the package)."""
