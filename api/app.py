@@ -32,12 +32,15 @@ from api.handlers import (
     runtime,
     templates,
 )
+from api.heavy import HEAVY_GATE, HeavyGate, is_heavy
 from api.lifecycle import timed
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config import catalogue
 from config.settings import Settings
 from svc.core import EmbeddedMongo, Store, Vault, is_api_key
+from svc.runs import newest
+from svc.templates import backfill_install_counts
 from svc.wiring import build_services
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,7 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
     )
     app[SETTINGS] = settings
     app[ROUTE_TABLE] = (*ROUTES, *extra_routes)
+    app[HEAVY_GATE] = HeavyGate()
     for route in app[ROUTE_TABLE]:
         app.router.add_route(route.method, route.path, guarded(route))
     app.router.add_routes(openapi.pages)
@@ -83,7 +87,8 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
 
 
 def guarded(route: Route) -> Handler:
-    """The handler behind a check of the route's auth code."""
+    """The handler behind a check of the route's auth code (and, for a heavy route, a slot)."""
+    heavy = is_heavy(route.method, route.path)
 
     async def handler(request: web.Request) -> web.StreamResponse:
         if route.optional_key:
@@ -97,6 +102,8 @@ def guarded(route: Route) -> Handler:
             args.append(parse_query(request, route.query))
         if route.body is not None:
             args.append(await parse_body(request, route.body))
+        if heavy:
+            return await request.app[HEAVY_GATE].run(lambda: route.handler(request, *args))
         return await route.handler(request, *args)
 
     handler.__name__ = route.handler.__name__
@@ -115,6 +122,9 @@ async def database(app: web.Application) -> AsyncIterator[None]:
     store = Store.connect(uri)
     try:
         await store.ensure_indexes()
+        # Records written before these structures existed (each a no-op once done).
+        await backfill_install_counts(store)
+        await newest.backfill(store)
         app[STORE] = store
         yield
     finally:

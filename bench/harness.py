@@ -27,6 +27,7 @@ class Service:
 
     base: str
     data_dir: Path
+    pid: int = 0
 
 
 async def wait_ready(url: str, timeout_s: float = 120) -> None:
@@ -72,7 +73,7 @@ async def running_service(**env: str) -> AsyncIterator[Service]:
         try:
             base = f"http://127.0.0.1:{port}"
             await wait_ready(f"{base}/api/health")
-            yield Service(base, Path(data_dir))
+            yield Service(base, Path(data_dir), process.pid)
         finally:
             process.terminate()
             process.wait(timeout=60)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import ray
 
-from tests.support.billing import start_fake_stripe
 from tests.fakes.llm import FakeLLM
-from tests.fakes.stripe import WEBHOOK_SECRET
 from tests.fakes.smtp import SmtpSink
+from tests.fakes.stripe import WEBHOOK_SECRET
+from tests.support.billing import start_fake_stripe
 
 SVC = str(Path(sys.executable).with_name("svc"))
 TIMEOUT_S = 180.0

@@ -6,7 +6,7 @@ import itertools
 import random
 from datetime import UTC, datetime, timedelta
 
-from svc.runs import run_stats
+from svc.runs import newest, run_stats
 from svc.runs.runs import Runs
 
 BASE = datetime(2026, 10, 10, 0, 0, tzinfo=UTC)
@@ -99,14 +99,20 @@ async def test_buckets_hold_every_run_and_rebuild_gives_the_same(store) -> None:
     buckets = await store[run_stats.COLLECTION].find({"kind": "hour"}).to_list(None)
     assert sum(b["runs"] for b in buckets) == len(records)
     assert sum(b["failed"] for b in buckets) == sum(r["status"] == "failed" for r in records)
-    every = await store[run_stats.COLLECTION].find({}).to_list(None)
+    counters: dict = {}
+    every = await store[run_stats.COLLECTION].find(counters).to_list(None)
+    kept = await newest.latest(store, "tpl", 500)
+    # Reported out of order, kept newest first ($push with $sort on the write path).
+    in_order = sorted(records, key=lambda r: (r["createdAt"], r["_id"]), reverse=True)
+    assert [item["id"] for item in kept] == [r["_id"] for r in in_order]
     before = {
         b["_id"]: {k: b[k] for k in ("runs", "failed", "completed", "inputTokens", "billedTokens")}
         for b in every
     }
     await store[run_stats.COLLECTION].delete_many({})
     assert await run_stats.rebuild(store, {"templateId": "tpl"}) == len(before)
-    after = await store[run_stats.COLLECTION].find({}).to_list(None)
+    after = await store[run_stats.COLLECTION].find(counters).to_list(None)
+    assert await newest.latest(store, "tpl", 500) == kept
     assert {
         b["_id"]: {k: b[k] for k in ("runs", "failed", "completed", "inputTokens", "billedTokens")}
         for b in after
@@ -121,6 +127,8 @@ async def test_a_repeated_report_is_not_counted_twice(store) -> None:
     counters = await store[run_stats.COLLECTION].find({}).to_list(None)
     assert sorted(c["kind"] for c in counters) == ["day", "hour", "total"]
     assert all(c["runs"] == 1 for c in counters)
+    (latest,) = await store[newest.COLLECTION].find({}).to_list(None)
+    assert len(latest["runs"]) == 1
 
 
 async def test_rebuild_keeps_the_tool_call_counters(store) -> None:
@@ -130,3 +138,20 @@ async def test_rebuild_keeps_the_tool_call_counters(store) -> None:
     await run_stats.rebuild(store)
     tools = await store[run_stats.COLLECTION].find_one({"kind": "tools"})
     assert (tools["toolCalls"], tools["failedToolCalls"]) == (2, 1)
+
+
+async def test_the_newest_runs_record_keeps_only_the_newest(store, monkeypatch) -> None:
+    monkeypatch.setattr(newest, "KEPT", 5)  # the bound, small enough to cross quickly
+    runs = Runs(store)
+    for minute in (3, 9, 1, 7, 5, 8, 2, 6):  # reported out of order
+        await runs.record(
+            install("i1"),
+            agent_key="lead",
+            status="completed",
+            source="t",
+            created_at=BASE + timedelta(minutes=minute),
+        )
+    (doc,) = await store[newest.COLLECTION].find({}).to_list(None)
+    assert len(doc["runs"]) == 5
+    kept = [item["createdAt"] for item in await newest.latest(store, "tpl", 3)]
+    assert kept == [BASE + timedelta(minutes=m) for m in (9, 8, 7)]

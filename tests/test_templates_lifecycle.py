@@ -468,6 +468,10 @@ async def test_delete_without_active_installs_removes_the_template_and_its_versi
     open_draft = await new_version_ok(client, key, parent["id"])
     await seed_install(store, "i1", parent["id"], deployer.id, deployer.email, "cancelled")
     assert await store["template_versions"].count_documents({"templateId": parent["id"]}) == 2
+    # An open version draft holds the template (docs/consistency.md): it goes first.
+    blocked = await delete(client, key, parent["id"])
+    assert blocked.status == 409 and open_draft["id"] in (await blocked.json())["error"]
+    assert (await delete(client, key, open_draft["id"])).status == 204
     response = await delete(client, key, parent["id"])
     assert response.status == 204
     assert await response.read() == b""

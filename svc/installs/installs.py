@@ -59,7 +59,7 @@ from svc.installs.remembered import RememberedSecrets
 from svc.installs.removal import InstallRemoval
 from svc.installs.summaries import managed_summaries
 from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
-from svc.templates import is_owner, owner_of
+from svc.templates import claim_install, is_owner, owner_of, release_install
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,12 @@ class Installs(InstallRemoval):
         if problems:
             raise BadRequest("; ".join(problems))
 
+        # The template's slot is claimed before the install exists: one conditional update on the
+        # template (published only), which its delete and archive cannot interleave with.
+        # (The install keeps the version and definition read above, validated together.)
+        if await claim_install(self.store, template["_id"]) is None:
+            await self._installable_template(principal, body.templateId)  # the answer it gives now
+            raise Conflict("Template is no longer published")
         install_id = tokens.new_id()
         webhook_secret = random.token_urlsafe(24)
         now = utcnow()
@@ -155,12 +161,12 @@ class Installs(InstallRemoval):
             "createdAt": now,
             "updatedAt": now,
         }
-        await self.store.installs.insert_one(doc)
-        # A template archived or deleted since we read it takes no new install (its delete
-        # counted active installs before this pending one existed).
-        if not await self.store["templates"].count_documents({"_id": template["_id"], "status": "published"}):
-            await self._forget(install_id)
-            raise Conflict("Template is no longer published")
+        try:
+            await self.store.installs.insert_one(doc)
+        except BaseException:
+            await release_install(self.store, template["_id"])
+            raise
+        await self._require_live_owner(doc)
         install_token = await self.credentials.issue_install_token(install_id)
         context = ProvisionContext(
             install_id=install_id,
@@ -274,8 +280,23 @@ class Installs(InstallRemoval):
         return template
 
     async def _forget(self, install_id: str) -> None:
-        await self.store.installs.delete_one({"_id": install_id})
+        """Undo a creation that did not finish: the pending record, its tokens, its template slot."""
+        forgotten = await self.store.installs.find_one_and_delete({"_id": install_id}, {"templateId": 1})
         await self.credentials.revoke_install_tokens(install_id)
+        if forgotten is not None:
+            await release_install(self.store, forgotten["templateId"])
+
+    async def _require_live_owner(self, doc: Document) -> None:
+        """An org's install written after the org began deleting itself is undone (404): org
+        deletion sets its `deleting` guard before handing installs back, and this check runs
+        after our insert, so one of the two sees the other (docs/consistency.md)."""
+        owner = doc["owner"]
+        if owner["kind"] != "org":
+            return
+        live = {"_id": owner["id"], "deleting": {"$ne": True}}
+        if not await self.store.orgs.count_documents(live, limit=1):
+            await self._forget(doc["_id"])
+            raise NotFound("Org not found")
 
     async def known_secrets(self, principal: Principal, company_id: str, keys: list[str]) -> list[str]:
         """The subset of `keys` the vault holds for this company (and this owner)."""

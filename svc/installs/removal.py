@@ -23,6 +23,7 @@ from svc.core import (
     utcnow,
 )
 from svc.identity import Credentials, Principal
+from svc.templates import release_install
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,8 @@ class InstallRemoval:
         if remove_upstream and self._upstream_left(doc):
             done = {"$set": {"upstreamRemovedAt": utcnow()}}
             await self.store.installs.update_one({"_id": install_id}, done)
-        await self.retire(doc)
+        if not await self.retire(doc):
+            raise Conflict("Install is already cancelled")  # a concurrent cancellation won
         meta = {"removeUpstream": remove_upstream, "deletedAgents": deleted}
         await self._audit(principal, install_id, "install", "install.cancelled", meta)
         return self._deleted(doc, deleted, warnings)
@@ -140,19 +142,27 @@ class InstallRemoval:
             )
         await self.store.installs.update_many(as_org, {"$set": {"owner": owner, "updatedAt": utcnow()}})
 
-    async def retire(self, doc: Document) -> None:
-        """Mark the install cancelled: its webhook and install tokens stop working at once."""
+    async def retire(self, doc: Document) -> bool:
+        """Mark the install cancelled: its webhook and install tokens stop working at once.
+        True for the one call that cancelled it (False: it already was)."""
         install_id = doc["_id"]
         unset = {"webhookTokenHash": "", "webhookTokenEncrypted": ""}
         if self.traits(doc["platform"]).deprovision_on_delete:
             unset["credentialsEncrypted"] = ""  # its agents are gone upstream: nothing left to call
-        await self.store.installs.update_one(
-            {"_id": install_id},
+        # Only the call that moves the install to cancelled gives its template slot back
+        # (svc/templates/claims.py; docs/consistency.md).
+        cancelled = await self.store.installs.find_one_and_update(
+            {"_id": install_id, "status": {"$ne": "cancelled"}},
             {
                 "$set": {"status": "cancelled", "cancelledAt": utcnow(), "updatedAt": utcnow()},
                 "$unset": unset,
             },
+            {"templateId": 1},
         )
         await self.credentials.revoke_install_tokens(install_id)
+        if cancelled is None:
+            return False
+        await release_install(self.store, cancelled["templateId"])
+        return True
 
     # ---- helpers ---------------------------------------------------------------------

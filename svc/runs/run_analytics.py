@@ -3,7 +3,8 @@
 The summary and the per-platform and per-agent breakdowns cover every run of the
 template and are computed inside MongoDB (one `$match` + `$facet` of `$group`s) over
 the run counters (svc/run_stats.py), so the cost does not grow with the runs. The run list is a
-separate indexed `find` (templateId, createdAt desc), bounded by `limit`.
+template's newest-runs record (svc/runs/newest.py), kept on the write path and bounded by
+the largest `limit`.
 
 Tool calls are the agents' outbound `http_request` calls: each entry written to the
 security log (svc/security_log.py) also adds to its install's all-time tool-call
@@ -16,27 +17,17 @@ status of 400 or more.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
-from pymongo import DESCENDING
 
-from svc.core import BadRequest, Document, NotFound, Store, iso, utcnow
+from svc.core import BadRequest, Document, NotFound, Store, iso
 from svc.identity import Principal, require_unscoped
-from svc.runs import run_stats
+from svc.runs import newest, run_stats
 from svc.templates import owner_of
 
 DEFAULT_LIMIT = 100
-LATEST_WINDOWS = (
-    timedelta(hours=1),
-    timedelta(days=1),
-    timedelta(days=7),
-    timedelta(days=30),
-    timedelta(days=365),
-    None,
-)
-MAX_LIMIT = 500
+MAX_LIMIT = newest.KEPT
 RUN_FIELDS = ("installId", "platform", "agentKey", "status", "inputTokens", "outputTokens")
 
 # ---- response shape (also the OpenAPI schema) -----------------------------------------
@@ -264,30 +255,14 @@ class RunAnalytics:
         return {"totalToolCalls": int(row.get("total", 0)), "failedToolCalls": int(row.get("failed", 0))}
 
     async def _latest(self, template_id: str, limit: int) -> list[dict[str, Any]]:
-        """The newest runs, looked for in widening windows: a store that reads every match
-        before sorting (the embedded server) then reads about `limit` runs, not all of them."""
-        fields = {name: 1 for name in (*RUN_FIELDS, "errorMessage", "createdAt")}
-        now = utcnow()
-        docs: list[Document] = []
-        for window in LATEST_WINDOWS:
-            query: Document = {"templateId": template_id}
-            if window is not None:
-                query["createdAt"] = {"$gte": now - window}
-            docs = (
-                await self.store["runs"]
-                .find(query, fields)
-                .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
-                .limit(limit)
-                .to_list(None)
-            )
-            if len(docs) >= limit:
-                break
+        """The newest runs, from the template's bounded newest-runs record kept on the write path
+        (svc/runs/newest.py): one document read, whatever the number or age of the runs."""
         return [
             {
-                "id": doc["_id"],
-                **{name: doc.get(name) for name in RUN_FIELDS},
-                "errorMessage": doc.get("errorMessage"),
-                "createdAt": iso(doc["createdAt"]),
+                "id": item["id"],
+                **{name: item.get(name) for name in RUN_FIELDS},
+                "errorMessage": item.get("errorMessage"),
+                "createdAt": iso(item["createdAt"]),
             }
-            for doc in docs
+            for item in await newest.latest(self.store, template_id, limit)
         ]

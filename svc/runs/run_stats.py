@@ -3,7 +3,9 @@
 Every new run record adds one to three counters in `run_stats` (one bulk write):
 
 - `total`: all time, per template, install, platform and agent (GET /api/runs reads these);
-- `day` and `hour`: per install and UTC day or hour (billing reads these).
+- `day` and `hour`: per install and UTC day or hour (billing reads these);
+- `latest`: per template, its newest runs (svc/runs/newest.py), so the run list of
+  GET /api/runs is one bounded document whatever the number of runs or their age.
 
 A billing period is cut into whole days, then whole hours at either end, then the two
 partial hours at the very edges, which are read from the run records themselves. The
@@ -24,6 +26,7 @@ from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
 
 from svc.core import Document, Store, aware
+from svc.runs import newest
 
 COLLECTION = "run_stats"
 HOUR = timedelta(hours=1)
@@ -77,7 +80,8 @@ def counters_of(run: Document) -> list[tuple[str, Document]]:
 
 
 async def count(store: Store, run: Document) -> None:
-    """Add a new run record to its counters (upserts; a racing first insert is retried once)."""
+    """Add a new run record to its counters (one bulk write of upserts; a racing first insert
+    is retried once), then to its template's newest runs."""
     inc = increments(run)
     operations = [
         UpdateOne({"_id": key}, {"$inc": inc, "$setOnInsert": fields}, upsert=True)
@@ -90,6 +94,7 @@ async def count(store: Store, run: Document) -> None:
         failed = [operations[error["index"]] for error in exc.details.get("writeErrors", [])]
         if failed:
             await store[COLLECTION].bulk_write(failed, ordered=False)
+    await newest.keep(store, run)
 
 
 async def count_tool_call(store: Store, install_id: str, status_code: int | None) -> None:
@@ -129,6 +134,8 @@ async def rebuild(store: Store, match: Document | None = None, batch: int = 1000
     operations = [UpdateOne({"_id": key}, {"$set": row}, upsert=True) for key, row in totals.items()]
     for start in range(0, len(operations), batch):
         await store[COLLECTION].bulk_write(operations[start : start + batch], ordered=False)
+    for template_id in {row["templateId"] for row in totals.values()}:
+        await newest.rebuild(store, template_id)
     return len(operations)
 
 

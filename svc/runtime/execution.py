@@ -22,7 +22,6 @@ from plugins.egress import EgressDenied, egress_client
 from svc.core import (
     Document,
     Mailer,
-    NotFound,
     Store,
     Vault,
     tokens,
@@ -117,10 +116,10 @@ class InstallRunner:
 
     async def execute(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         """Run the team on the task; persist the outcome; post the callback if one was asked for."""
-        install = await self.store.installs.find_one({"_id": install_id})
-        if install is None:
-            raise NotFound("Install not found")
         run_id, source = payload["runId"], payload.get("source", "run")
+        install = await self.store.installs.find_one({"_id": install_id})
+        if install is None or install["status"] != "completed":
+            return await self._refused(install_id, run_id)
         definition = interpolate(install["definition"], install.get("variables") or {})
         root_key = next(
             (a["key"] for a in definition["agents"] if not a.get("reportsTo")), definition["agents"][0]["key"]
@@ -144,6 +143,10 @@ class InstallRunner:
             },
             upsert=True,
         )
+        # Written first, read second: a cancellation that answered before this read is seen,
+        # so no run starts after a cancellation has answered (docs/consistency.md).
+        if not await self.store.installs.count_documents({"_id": install_id, "status": "completed"}, limit=1):
+            return await self._refused(install_id, run_id)
         scope = RunScope(
             install_id, run_id, await self.secrets_of(install), self.allow_private, self.judge_model
         )
@@ -207,6 +210,18 @@ class InstallRunner:
         if payload.get("callbackUrl"):
             await self.callback(install, payload["callbackUrl"], outcome)
         return outcome
+
+    async def _refused(self, install_id: str, run_id: str) -> dict[str, Any]:
+        """A run handed over after its install stopped being ready ends failed, marked `refused`."""
+        install = await self.store.installs.find_one({"_id": install_id}, {"status": 1})
+        message = (
+            "Install not found" if install is None else f"Install is not ready (status: {install['status']})"
+        )
+        await self.store["pipeline_runs"].update_one(
+            {"_id": run_id, "status": {"$in": ["queued", "running"]}},
+            {"$set": {"status": "failed", "errorMessage": message, "endedAt": utcnow()}},
+        )
+        return {**failed_outcome(run_id, message), "refused": install is not None}
 
     async def secrets_of(self, install: Document) -> dict[str, str]:
         """Org secrets, overridden by the install's own of the same name (spec)."""

@@ -67,9 +67,12 @@ class RunService:
             raise BadRequest(f"run is for managed (svc) installs; this install is on {install['platform']}")
         require_ready(install)
         run_id = tokens.new_id()
-        return await self._dispatch(
+        outcome = await self._dispatch(
             install_id, {"runId": run_id, "task": body.task, "source": "run"}, wait=True
         )
+        if "refused" in outcome:  # cancelled since the check above: the answer a later call gets
+            raise Conflict(outcome["errorMessage"]) if outcome["refused"] else NotFound("Install not found")
+        return outcome
 
     async def trigger(self, install_id: str, body: WebhookBody) -> dict[str, Any]:
         """Queue a run from the webhook; the result goes to `callbackUrl` when given."""

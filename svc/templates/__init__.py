@@ -1,5 +1,6 @@
 """Team templates: definitions and their schema, the lifecycle, versions and their classification."""
 
+from svc.templates.claims import backfill_install_counts, claim_install, release_install
 from svc.templates.definitions import (
     VARIABLE_REFERENCE,
     AccessPolicy,
@@ -48,12 +49,15 @@ __all__ = [
     "Templates",
     "UpdateTemplateBody",
     "VersionList",
+    "backfill_install_counts",
     "check_definition",
+    "claim_install",
     "diff_summary",
     "export_schema",
     "hierarchy_depth",
     "is_owner",
     "json_schema",
     "owner_of",
+    "release_install",
     "view",
 ]

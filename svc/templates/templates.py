@@ -33,6 +33,15 @@ from svc.core import (
     utcnow,
 )
 from svc.identity import Principal, require_unscoped
+from svc.templates.claims import (
+    COUNTER,
+    DRAFT_GUARD,
+    DRAFT_GUARD_UNSET,
+    clear_stale_draft_slot,
+    open_version_draft,
+    release_draft_slot,
+    require_live_owner,
+)
 from svc.templates.definitions import check_definition
 from svc.templates.resources import (
     ACTIVE_INSTALL,
@@ -174,6 +183,7 @@ class Templates:
             "priceUsdCents": body.priceUsdCents,
             "forkable": body.forkable,
             "owner": owner_of(principal),
+            COUNTER: 0,
             "createdAt": now,
             "updatedAt": now,
         }
@@ -181,6 +191,7 @@ class Templates:
             await self._templates.insert_one(doc)
         except DuplicateKeyError:
             raise Conflict(f"Slug {body.slug!r} is already taken") from None
+        await require_live_owner(self.store, doc)
         return view(doc)
 
     async def update_draft(
@@ -280,7 +291,7 @@ class Templates:
         # The conditional update is the arbiter: of two concurrent publishes, one matches.
         updated = await self._templates.find_one_and_update(
             {"_id": parent["_id"], "status": "published", "version": draft["version"] - 1},
-            {"$set": merged, "$inc": {"version": 1}},
+            {"$set": merged, "$inc": {"version": 1}, "$unset": DRAFT_GUARD_UNSET},
             return_document=ReturnDocument.AFTER,
         )
         if updated is None:
@@ -334,7 +345,7 @@ class Templates:
     async def new_version(self, principal: Principal, template_id: str) -> dict[str, Any]:
         """A version draft of a published template, inheriting everything."""
         parent = await self._published_parent(principal, template_id)
-        return view(await self._open_version_draft(parent, parent["definition"]))
+        return view(await open_version_draft(self.store, parent, parent["definition"]))
 
     async def rollback(self, principal: Principal, template_id: str, body: RollbackBody) -> dict[str, Any]:
         """A version draft preloaded with an earlier version's definition."""
@@ -342,7 +353,7 @@ class Templates:
         snapshot = await self._versions.find_one({"templateId": parent["_id"], "version": body.version})
         if snapshot is None:
             raise Unprocessable(f"No snapshot exists for version {body.version}")
-        draft = await self._open_version_draft(parent, snapshot["definition"])
+        draft = await open_version_draft(self.store, parent, snapshot["definition"])
         return view(draft, parentId=parent["_id"], rolledBackFrom=body.version)
 
     async def _published_parent(self, principal: Principal, template_id: str) -> Document:
@@ -352,39 +363,6 @@ class Templates:
         if parent["status"] != "published":
             raise Conflict(f"Template is {parent['status']}; only a published template gets new versions")
         return parent
-
-    async def _open_version_draft(self, parent: Document, definition: dict[str, Any]) -> Document:
-        # A draft at or below the parent's version is left over from an interrupted publish.
-        stale = {"$lte": parent["version"]}
-        await self._templates.delete_many(
-            {"kind": "version_draft", "parentTemplateId": parent["_id"], "version": stale}
-        )
-        now = utcnow()
-        draft = {
-            **{field: parent.get(field) for field in MERGED_FIELDS},
-            "_id": tokens.new_id(),
-            "kind": "version_draft",
-            "slug": parent["slug"],
-            "status": "draft",
-            "version": parent["version"] + 1,
-            "semver": parent.get("semver", FIRST_SEMVER),
-            "parentTemplateId": parent["_id"],
-            "definition": definition,
-            "changeLog": None,
-            "publishedAt": None,
-            "owner": parent["owner"],
-            "createdAt": now,
-            "updatedAt": now,
-        }
-        try:
-            await self._templates.insert_one(draft)
-        except DuplicateKeyError:
-            raise Conflict("An active version draft already exists for this template") from None
-        # A version published between our read of the parent and the insert makes this draft stale.
-        if not await self._templates.count_documents({"_id": parent["_id"], "version": parent["version"]}):
-            await self._templates.delete_one({"_id": draft["_id"]})
-            raise Conflict("The template changed while the draft was being opened; try again")
-        return draft
 
     async def fork(self, principal: Principal, template_id: str) -> dict[str, Any]:
         """A private copy (a `team` draft) of a published template."""
@@ -414,6 +392,7 @@ class Templates:
             "forkable": True,
             "forkedFromId": original["_id"],
             "owner": owner_of(principal),
+            COUNTER: 0,
             "createdAt": now,
             "updatedAt": now,
         }
@@ -422,9 +401,10 @@ class Templates:
             doc["slug"] = f"{original['slug'][: 63 - len(suffix)]}-{suffix}"
             try:
                 await self._templates.insert_one(doc)
-                return view(doc)
             except DuplicateKeyError:
                 continue
+            await require_live_owner(self.store, doc)
+            return view(doc)
         raise Conflict("Could not find a free slug for the fork; try again")
 
     # ---- archive and delete --------------------------------------------------------
@@ -442,19 +422,46 @@ class Templates:
         )
         if archived is None:
             raise Conflict("Template is already archived")
-        installs = await self.store.installs.count_documents({"templateId": doc["_id"], **ACTIVE_INSTALL})
-        return view(archived, installCount=installs)
+        return view(archived, installCount=max(int(archived.get(COUNTER) or 0), 0))
 
     async def delete(self, principal: Principal, template_id: str) -> None:
-        """Remove a draft at any time, a published or archived template only without active installs."""
+        """Remove a draft or version draft at any time; a published or archived template only
+        without active installs and without an open version draft.
+
+        One `find_one_and_delete` whose filter is the rule: installs claim a slot on the
+        template (`activeInstalls`, svc/templates/claims.py) and a version draft claims the
+        parent's draft slot before either exists, so a template with either taken cannot
+        match, and a deleted one gives neither (docs/consistency.md).
+        """
         doc = await self._owned(principal, template_id)
-        if doc["kind"] == "template" and doc["status"] != "draft":
-            active = await self.store.installs.count_documents({"templateId": doc["_id"], **ACTIVE_INSTALL})
-            if active:
+        removable: Document = {"_id": doc["_id"], "owner": doc["owner"]}
+        if doc["kind"] == "template":
+            removable["$or"] = [{"status": "draft"}, {COUNTER: {"$lte": 0}, DRAFT_GUARD: None}]
+        removed = await self._templates.find_one_and_delete(removable, {"_id": 1})
+        if (
+            removed is None
+            and doc["kind"] == "template"
+            and await clear_stale_draft_slot(self.store, doc["_id"])
+        ):
+            removed = await self._templates.find_one_and_delete(removable, {"_id": 1})
+        if removed is None:
+            now = await self._templates.find_one(
+                {"_id": doc["_id"]}, {COUNTER: 1, DRAFT_GUARD: 1, "owner": 1}
+            )
+            if now is None or now.get("owner") != doc["owner"]:
+                raise NotFound("Template not found")
+            active = int(now.get(COUNTER) or 0)
+            if active > 0:
                 raise Conflict(
                     f"Template has {active} active install(s); archive it instead", canArchive=True
                 )
-        await self._templates.delete_one({"_id": doc["_id"]})
-        if doc["kind"] == "template":
-            await self._templates.delete_many({"kind": "version_draft", "parentTemplateId": doc["_id"]})
-            await self._versions.delete_many({"templateId": doc["_id"]})
+            raise Conflict(
+                "Template has an open version draft; publish or delete it "
+                f"(DELETE /api/templates/{now.get(DRAFT_GUARD)}) first"
+            )
+        if doc["kind"] == "version_draft":
+            await release_draft_slot(self.store, doc["parentTemplateId"], doc["_id"])
+            return
+        # Leftovers of an interrupted publish (the slot was emptied by the publish itself).
+        await self._templates.delete_many({"kind": "version_draft", "parentTemplateId": doc["_id"]})
+        await self._versions.delete_many({"templateId": doc["_id"]})

@@ -159,3 +159,5 @@ async def seed_install(
             "deployerEmail": email,
         }
     )
+    if status != "cancelled":  # what the installs service's claim does (svc/templates/claims.py)
+        await store["templates"].update_one({"_id": template_id}, {"$inc": {"activeInstalls": 1}})
