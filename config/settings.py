@@ -80,6 +80,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_ACTOR_IDLE_SECONDS", "a positive number of seconds"),
     Variable("SVC_SCHEDULER", "`on` or `off`"),
     Variable("SVC_RUN_POLL_SECONDS", "a positive number of seconds"),
+    Variable("SVC_SHUTDOWN_GRACE_SECONDS", "a positive number of seconds"),
     Variable("SVC_DISABLED_PLUGINS", "comma-separated plugin names"),
     Variable("SVC_ORCHB_BASE_URL", "an http(s) URL (read by the orchB driver at call time)"),
     Variable("SVC_ORCHC_ENDPOINT_URL", "an http(s) URL (read by the orchC driver at call time)"),

@@ -36,6 +36,7 @@ OUT = Path(__file__).resolve().parent.parent / "tests" / "fakes" / "stripe_opena
 # (method, path as the spec names it, SDK params class, SDK resource class, component name)
 ENDPOINTS: tuple[tuple[str, str, str, str, str], ...] = (
     ("post", "/v1/customers", "CustomerCreateParams", "Customer", "customer"),
+    ("get", "/v1/balance", "BalanceRetrieveParams", "Balance", "balance"),
     ("post", "/v1/setup_intents", "SetupIntentCreateParams", "SetupIntent", "setup_intent"),
     ("post", "/v1/accounts", "AccountCreateParams", "Account", "account"),
     ("get", "/v1/accounts/{account}", "AccountRetrieveParams", "Account", "account"),

@@ -27,6 +27,9 @@ APP_SERVICES = ("api", "ray-head", "ray-worker")
 SETTING_NAME = re.compile(r"^(?:SVC|APP|BILLING)_[A-Z0-9_]+$")
 # Names the code writes into the environment of agents it provisions (orchA); it never reads them.
 SET_FOR_AGENTS = {"SVC_INSTALL_TOKEN", "SVC_INGEST_URL"}
+# Not the service's settings: markers the service sets on the processes it starts (so it can stop
+# them), and the `svc templates` command's client variables (docs/settings.md lists all four).
+NOT_SERVICE_SETTINGS = {"SVC_PROCESS_MARKER", "SVC_RAY_TOKEN", "SVC_URL", "SVC_API_KEY"}
 # Values that are secrets (or carry one): .env.example must leave them empty.
 SECRET = re.compile(r"_API_KEY$|SECRET|PASSWORD|TOKEN|^SVC_SMTP_URL$|^APP_API_KEYS$|^SVC_MONGODB_URI$")
 
@@ -119,7 +122,7 @@ def code_variables() -> tuple[set[str], list[re.Pattern[str]]]:
         Settings.from_env(recorder)
         names |= recorder.asked
     names |= pydantic_settings_names()
-    return names - SET_FOR_AGENTS, patterns
+    return names - SET_FOR_AGENTS - NOT_SERVICE_SETTINGS, patterns
 
 
 def pydantic_settings_names() -> set[str]:

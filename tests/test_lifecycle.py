@@ -27,6 +27,7 @@ import pytest
 import ray
 
 from svc.core.embedded import STATE_FILE, EmbeddedMongo
+from svc.core.vault import DEV_KEY_FILE
 from svc.core.embedded_child import SERVER_LOCK
 from svc.core.processes import MARKER_VARIABLE, ProcessInfo, alive, marked_processes
 
@@ -179,8 +180,11 @@ async def test_a_port_in_use_fails_before_anything_starts(tmp_path, secret_key):
 
 
 async def test_a_failed_start_up_stops_what_it_had_started(tmp_path, ray_session):
-    # The database starts, then the vault refuses the key: the database must be stopped again.
-    service = Service(tmp_path / "data", "not-a-fernet-key", local_ray=False)
+    # The database starts, then the vault refuses the development key kept in the data dir (a
+    # setting would be refused before anything starts): the database must be stopped again.
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / DEV_KEY_FILE).write_text("not-a-fernet-key\n")
+    service = Service(tmp_path / "data", "", local_ray=False)
     try:
         assert service.process is None
         service.process = await asyncio.create_subprocess_exec(

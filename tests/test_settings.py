@@ -180,8 +180,18 @@ def variables_in_code() -> set[str]:
             names |= set(LITERAL_RE.findall(text))
             if "SVC_PROVIDER{" in text:
                 names |= {f"SVC_PROVIDER{p}_{s}" for p in "ABC" for s in ("API_KEY", "BASE_URL")}
-    # Passed to orchA agents in their adapter environment, not read by the service.
-    return names - {"SVC_INSTALL_TOKEN", "SVC_INGEST_URL"}
+    # Passed to orchA agents in their adapter environment, not read by the service; markers the
+    # service puts on the processes it starts, so it can stop them (docs/lifecycle.md).
+    # `svc templates` (a client of a running service) reads SVC_URL and SVC_API_KEY; both are listed
+    # apart in docs/settings.md, not among the service's settings.
+    return names - {
+        "SVC_INSTALL_TOKEN",
+        "SVC_INGEST_URL",
+        "SVC_PROCESS_MARKER",
+        "SVC_RAY_TOKEN",
+        "SVC_URL",
+        "SVC_API_KEY",
+    }
 
 
 def test_docs_list_every_setting_the_code_reads():
