@@ -17,7 +17,7 @@ from actors.runtime import RayRuntime
 from actors.scheduler import SchedulerKeeper
 from api.auth import authenticate, bearer_token, optional_key
 from api.bodies import parse_body, parse_query
-from api.context import PRINCIPAL, ROUTE_TABLE, SERVICES, SETTINGS
+from api.context import PATH_REDACTOR, PRINCIPAL, ROUTE_TABLE, SERVICES, SETTINGS
 from api.handlers import (
     accounts,
     authoring,
@@ -31,6 +31,7 @@ from api.handlers import (
     runtime,
     templates,
 )
+from api.logs import PathRedactor
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config.settings import Settings
@@ -39,6 +40,7 @@ from svc.wiring import build_services
 
 log = logging.getLogger(__name__)
 SCHEDULER_CHECK_S = 30.0
+INVITATION_LINK = "/invitations/{token}"
 
 ROUTES: tuple[Route, ...] = (
     *health.routes,
@@ -65,6 +67,8 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
     app[ROUTE_TABLE] = (*ROUTES, *extra_routes)
     for route in app[ROUTE_TABLE]:
         app.router.add_route(route.method, route.path, guarded(route))
+    # The invitation mail's link is not a route but lands in the log when followed.
+    app[PATH_REDACTOR] = PathRedactor([*(route.path for route in app[ROUTE_TABLE]), INVITATION_LINK])
     app.cleanup_ctx.extend([database, ray_runtime, domain_services])
     return app
 
