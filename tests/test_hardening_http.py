@@ -21,7 +21,10 @@ SECRET = "svc_session_secret_value_0123456789"
 BAD_REQUESTS: list[tuple[str, bytes, str]] = [
     (
         "header too large",
-        b"GET /api/health HTTP/1.1\r\nHost: x\r\nCookie: svc_session=" + SECRET.encode() + b"S" * 9000 + b"\r\n\r\n",
+        b"GET /api/health HTTP/1.1\r\nHost: x\r\nCookie: svc_session="
+        + SECRET.encode()
+        + b"S" * 9000
+        + b"\r\n\r\n",
         "Request line or header too large",
     ),
     (
@@ -46,7 +49,9 @@ BAD_REQUESTS: list[tuple[str, bytes, str]] = [
 
 
 @pytest.fixture
-async def served(make_settings: Callable[..., Settings], store: Store, ray_session: None) -> AsyncIterator[int]:
+async def served(
+    make_settings: Callable[..., Settings], store: Store, ray_session: None
+) -> AsyncIterator[int]:
     """The real app served the way `svc serve` serves it; yields the port."""
     runner = ServiceRunner(create_app(make_settings()), access_log=None)
     await runner.setup()
@@ -86,6 +91,7 @@ async def test_parser_errors_are_json_and_echo_nothing(served, caplog, case, raw
 
 
 async def test_a_good_request_still_works(served):
-    status, headers, body = await exchange(served, b"GET /api/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    raw = b"GET /api/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    status, headers, _body = await exchange(served, raw)
     assert status == 200
     assert headers["content-type"].startswith("application/json")
