@@ -13,6 +13,8 @@ from svc.installs import CreateInstallBody
 from svc.runs import InvokeBody, SelfReportBody
 
 routes = RouteTable()
+# 500 names with values of a few hundred bytes fit easily; the app-wide cap is 2 MiB.
+SECRETS_BODY_MAX_BYTES = 1024 * 1024
 
 
 class KnownSecretsQuery(BaseModel):
@@ -98,7 +100,7 @@ async def set_secrets(request: web.Request) -> web.Response:
     """Merge install secrets (flat, or wrapped in `secrets`); stored encrypted."""
     install_id = request.match_info["installId"]
     updated = await services(request).installs.set_secrets(
-        principal(request), install_id, await read_json(request)
+        principal(request), install_id, await read_json(request, SECRETS_BODY_MAX_BYTES)
     )
     return web.json_response({"ok": True, "installId": install_id, "updatedKeys": updated})
 

@@ -14,6 +14,9 @@ from svc.core import BadRequest, RequestBody
 from svc.templates import VARIABLE_REFERENCE, hierarchy_depth
 
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Names an install may hold, as the org vault holds at most 500: each is a vault write and
+# is substituted into every prompt, so an unbounded map is a cost and a slow request.
+MAX_INSTALL_SECRETS = 500
 BILLING_FIELDS = ("deployerEmail", "payCustomerId", "payPaymentMethodId")
 # Credentials the spec lets the body carry at its top level (a platform's `top_level_credentials`).
 TOP_LEVEL_CREDENTIALS = ("orchABaseUrl", "orchAApiKey")
@@ -119,6 +122,8 @@ def check_variables(definition: dict[str, Any], variables: dict[str, str]) -> di
 
 
 def check_secret_names(values: dict[str, str]) -> dict[str, str]:
+    if len(values) > MAX_INSTALL_SECRETS:
+        raise BadRequest(f"secrets: at most {MAX_INSTALL_SECRETS} names per install (got {len(values)})")
     for name in values:
         if not SECRET_NAME.fullmatch(name):
             raise BadRequest(f"secrets.{name}: not a valid secret name (letters, digits, _)")

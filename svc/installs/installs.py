@@ -53,6 +53,7 @@ from svc.installs.fields import (
     unwrap,
 )
 from svc.installs.remembered import RememberedSecrets
+from svc.installs.secret_merge import merge_capped_secrets
 from svc.installs.summaries import managed_summaries
 from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
 from svc.templates import is_owner, owner_of
@@ -342,9 +343,7 @@ class Installs:
             raise BadRequest(f"secrets are not accepted for platform {doc['platform']}")
         values = check_secret_names(unwrap(body, "secrets"))
         encrypted = {f"secretsEncrypted.{k}": self.vault.encrypt(v) for k, v in values.items()}
-        await self.store.installs.update_one(
-            {"_id": install_id}, {"$set": {**encrypted, "updatedAt": utcnow()}}
-        )
+        await merge_capped_secrets(self.store, doc, encrypted)
         await self.remembered.remember(owner_of(principal), doc.get("companyId"), values)
         return sorted(values)
 
