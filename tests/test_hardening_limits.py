@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import pytest
+
+from api.app import ROUTES
 from svc.installs.fields import MAX_INSTALL_SECRETS
 from tests.conftest import bearer
 from tests.installs_helpers import published_team, svc_install
@@ -75,3 +79,89 @@ async def test_the_secrets_body_is_capped(make_client):
     response = await patch_secrets(client, key, install_id, big)
     assert response.status == 413
     assert await response.json() == {"error": "Request body too large"}
+
+
+# Free-form objects whose content is validated by a model of its own (named here) before use.
+FREE_FORM = {
+    ("AssistBody", "currentDefinition"): "validated as a TeamDefinition",
+    ("TestChatBody", "definition"): "validated as a TeamDefinition",
+}
+
+
+def unbounded(schema: dict[str, Any], defs: dict[str, Any], path: str, seen: set[str]) -> list[str]:
+    """Every field of a JSON schema that takes a list, map, number or string without a bound."""
+    if "$ref" in schema:
+        name = schema["$ref"].split("/")[-1]
+        if name in seen:
+            return []
+        return unbounded(defs[name], defs, path, seen | {name})
+    found: list[str] = []
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in schema.get(key, []):
+            found += unbounded(sub, defs, path, seen)
+    kind = schema.get("type")
+    if kind in ("integer", "number"):
+        if not {"maximum", "exclusiveMaximum"} & set(schema) or not {"minimum", "exclusiveMinimum"} & set(
+            schema
+        ):
+            found.append(f"{path}: number without both bounds")
+    if kind == "string" and not {"maxLength", "pattern", "enum", "const", "format"} & set(schema):
+        found.append(f"{path}: string without maxLength")
+    if kind == "array":
+        if "maxItems" not in schema:
+            found.append(f"{path}: list without maxItems")
+        found += unbounded(schema.get("items", {}), defs, f"{path}[]", seen)
+    for name, sub in schema.get("properties", {}).items():
+        found += unbounded(sub, defs, f"{path}.{name}" if path else name, seen)
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        if "maxProperties" not in schema:
+            found.append(f"{path}: map without maxProperties")
+        found += unbounded(extra, defs, f"{path}{{}}", seen)
+    return found
+
+
+def test_every_body_and_query_field_has_a_bound():
+    problems = []
+    for route in ROUTES:
+        for model in (route.body, route.query):
+            if model is None:
+                continue
+            schema = model.model_json_schema()
+            for name, field in schema.get("properties", {}).items():
+                if (model.__name__, name) in FREE_FORM:
+                    continue
+                for problem in unbounded(field, schema.get("$defs", {}), name, set()):
+                    problems.append(f"{route.method} {route.path} {model.__name__}.{problem}")
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    ("path_of", "body", "field"),
+    [
+        (lambda t, i: f"/api/templates/{t}/rollback", {"version": 9223372036854775808}, "version"),
+        (lambda t, i: f"/api/templates/{t}/rollback", {"version": 10**30}, "version"),
+        (lambda t, i: f"/api/installs/{i}/drafts/bulk", {"action": "approve", "ids": [2**64]}, "ids"),
+        (
+            lambda t, i: "/api/installs",
+            {"templateId": "x", "variables": {f"v{n}": "x" for n in range(101)}},
+            "variables",
+        ),
+        (
+            lambda t, i: "/api/installs",
+            {"templateId": "x", "credentials": {f"c{n}": "x" for n in range(51)}},
+            "credentials",
+        ),
+        (lambda t, i: "/api/installs", {"templateId": "x", "secrets": {"A": "x" * 70_000}}, "secrets.A"),
+    ],
+)
+async def test_out_of_range_numbers_and_long_lists_are_400s_naming_the_field(
+    make_client, path_of, body, field
+):
+    client = await make_client(rate_limit_multiplier=None)
+    _owner, key = await user_with_key(client)
+    template = await published_team(client, key)
+    install_id = (await svc_install(client, key, template["id"]))["installId"]
+    response = await client.post(path_of(template["id"], install_id), json=body, headers=bearer(key))
+    assert response.status == 400, await response.text()
+    assert (await response.json())["error"].startswith(f"{field}")

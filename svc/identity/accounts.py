@@ -58,7 +58,7 @@ class LoginBody(RequestBody):
 class HandleBody(RequestBody):
     """PATCH /api/auth/me."""
 
-    handle: str | None = None
+    handle: str | None = Field(default=None, max_length=200)
 
 
 def normalise_email(raw: str) -> str:

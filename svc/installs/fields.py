@@ -4,7 +4,7 @@ secret names and the team's depth. Pure functions: nothing here touches the stor
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -17,6 +17,8 @@ SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Names an install may hold, as the org vault holds at most 500: each is a vault write and
 # is substituted into every prompt, so an unbounded map is a cost and a slow request.
 MAX_INSTALL_SECRETS = 500
+# A credential, variable or secret value, as `unwrap` bounds the PATCH forms.
+FieldValue = Annotated[str, Field(max_length=65_536)]
 BILLING_FIELDS = ("deployerEmail", "payCustomerId", "payPaymentMethodId")
 # Credentials the spec lets the body carry at its top level (a platform's `top_level_credentials`).
 TOP_LEVEL_CREDENTIALS = ("orchABaseUrl", "orchAApiKey")
@@ -27,9 +29,9 @@ class CreateInstallBody(RequestBody):
 
     templateId: str = Field(min_length=1, max_length=64)
     platform: str = Field(default=DEFAULT_PLATFORM, max_length=64)
-    credentials: dict[str, str] | None = None
-    variables: dict[str, str] | None = None
-    secrets: dict[str, str] | None = None
+    credentials: dict[str, FieldValue] | None = Field(default=None, max_length=50)
+    variables: dict[str, FieldValue] | None = Field(default=None, max_length=100)
+    secrets: dict[str, FieldValue] | None = Field(default=None, max_length=MAX_INSTALL_SECRETS)
     model: str | None = Field(default=None, max_length=100)
     companyId: str | None = Field(default=None, max_length=200)
     companyName: str | None = Field(default=None, max_length=200)

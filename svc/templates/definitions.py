@@ -82,7 +82,9 @@ class Agent(Strict):
     model: AgentModel
     prompt: str = Field(default="", max_length=MAX_PROMPT)
     adapterType: str | None = Field(default=None, max_length=50)
-    reportsTo: str | None = Field(default=None, description="key of this agent's manager; none for the root")
+    reportsTo: str | None = Field(
+        default=None, max_length=64, description="key of this agent's manager; none for the root"
+    )
     accessPolicy: AccessPolicy | None = None
 
 
@@ -90,7 +92,7 @@ class Gate(Strict):
     """A human gate: the pipeline pauses after step `after` until a person decides."""
 
     name: str = Field(pattern=KEY_PATTERN)
-    after: str = Field(description="key of the agent whose step the gate follows")
+    after: str = Field(max_length=64, description="key of the agent whose step the gate follows")
     kind: GateKind = "approval"
     description: str | None = Field(default=None, max_length=1000)
 

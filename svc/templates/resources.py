@@ -88,7 +88,8 @@ class PublishBody(RequestBody):
 class RollbackBody(RequestBody):
     """POST /api/templates/:id/rollback."""
 
-    version: int = Field(ge=1)
+    # Versions count up from 1; the bound keeps 2**63 and beyond a 400 naming the field.
+    version: int = Field(ge=1, le=1_000_000_000)
 
 
 class PricingBody(Pricing):
