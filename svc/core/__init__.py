@@ -22,6 +22,7 @@ from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import Governance, Runtime, RuntimeFailure
 from svc.core.store import Document, Store
+from svc.core.text import DisplayName, DisplayText
 from svc.core.tokens import is_api_key
 from svc.core.vault import Vault
 
@@ -29,6 +30,8 @@ __all__ = [
     "BadGateway",
     "BadRequest",
     "Conflict",
+    "DisplayName",
+    "DisplayText",
     "Document",
     "EmbeddedMongo",
     "Forbidden",

@@ -20,6 +20,7 @@ from pymongo.errors import DuplicateKeyError
 from svc.core import (
     BadRequest,
     Conflict,
+    DisplayName,
     Document,
     Forbidden,
     RequestBody,
@@ -45,7 +46,7 @@ class SignupBody(RequestBody):
 
     email: str = Field(max_length=254)
     password: str = Field(min_length=8, max_length=1024)
-    name: str | None = Field(default=None, max_length=100)
+    name: DisplayName | None = Field(default=None, max_length=100)
 
 
 class LoginBody(RequestBody):

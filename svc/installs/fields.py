@@ -10,7 +10,7 @@ from pydantic import Field
 
 from config.catalogue import DEFAULT_PLATFORM
 from plugins.types import OPTIONAL_FIELDS, PlatformInfo
-from svc.core import BadRequest, RequestBody
+from svc.core import BadRequest, DisplayName, RequestBody
 from svc.templates import VARIABLE_REFERENCE, hierarchy_depth
 
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -34,7 +34,7 @@ class CreateInstallBody(RequestBody):
     secrets: dict[str, FieldValue] | None = Field(default=None, max_length=MAX_INSTALL_SECRETS)
     model: str | None = Field(default=None, max_length=100)
     companyId: str | None = Field(default=None, max_length=200)
-    companyName: str | None = Field(default=None, max_length=200)
+    companyName: DisplayName | None = Field(default=None, max_length=200)
     adapterType: str | None = Field(default=None, max_length=50)
     webhookUrl: str | None = Field(default=None, max_length=2048)
     cwd: str | None = Field(default=None, max_length=1024)
