@@ -274,7 +274,8 @@ class Installs:
 
     async def _installable_template(self, principal: Principal, template_id: str) -> Document:
         template = await self.store["templates"].find_one({"_id": template_id, "kind": "template"})
-        public = template is not None and template["visibility"] == "public" and template["status"] != "draft"
+        # Someone else's draft or archived template is "not there", as GET answers (404, not 409).
+        public = template is not None and template["visibility"] == "public" and template["status"] == "published"
         if template is None or not (public or is_owner(principal, template)):
             raise NotFound("Template not found")
         if template["status"] == "draft":
