@@ -23,6 +23,7 @@ __all__ = [
     "PlatformCapabilities",
     "PlatformError",
     "PlatformInfo",
+    "PlatformInputError",
     "PlatformTraits",
     "PollContext",
     "ProviderError",
@@ -323,3 +324,9 @@ class PlatformError(Exception):
         self.detail = detail
         self.upstream_status = upstream_status
         self.denied = denied
+
+
+class PlatformInputError(PlatformError):
+    """The caller's input cannot be used upstream (a base URL or region the egress guard
+    refuses or cannot resolve): the client gets a 400 with `detail`, not a 502. The detail
+    names the field, never how a host resolved."""

@@ -24,6 +24,7 @@ from plugins.types import (
     InvokeContext,
     PlatformError,
     PlatformInfo,
+    PlatformInputError,
     PlatformTraits,
     ProvisionContext,
 )
@@ -183,7 +184,7 @@ class Installs:
         except BaseException as exc:
             await self._forget(install_id)
             if isinstance(exc, PlatformError):
-                raise BadGateway(exc.detail, upstreamStatus=exc.upstream_status) from None
+                raise platform_failure(exc) from None
             raise
         if platform.traits.uses_secrets and install_secrets:
             await self.remembered.remember(
@@ -275,7 +276,9 @@ class Installs:
     async def _installable_template(self, principal: Principal, template_id: str) -> Document:
         template = await self.store["templates"].find_one({"_id": template_id, "kind": "template"})
         # Someone else's draft or archived template is "not there", as GET answers (404, not 409).
-        public = template is not None and template["visibility"] == "public" and template["status"] == "published"
+        public = (
+            template is not None and template["visibility"] == "public" and template["status"] == "published"
+        )
         if template is None or not (public or is_owner(principal, template)):
             raise NotFound("Template not found")
         if template["status"] == "draft":
@@ -369,6 +372,8 @@ class Installs:
         supervisor = next(iter(doc.get("deployedAgents") or []), {}).get("key")
         try:
             result = await self.plugins.invoke(doc["platform"], context)
+        except PlatformInputError as exc:
+            raise BadRequest(exc.detail) from None
         except PlatformError as exc:
             await self.runs.record(
                 doc, agent_key=supervisor, status="failed", source="invoke", error_message=exc.detail
@@ -447,7 +452,7 @@ class Installs:
             try:
                 result = await self.plugins.deprovision(doc["platform"], context)
             except PlatformError as exc:
-                raise BadGateway(exc.detail, upstreamStatus=exc.upstream_status) from None
+                raise platform_failure(exc) from None
             deleted, warnings = result.deleted_agents, tuple(result.warnings)
         return deleted, warnings
 
@@ -487,3 +492,10 @@ class Installs:
 
     def _decrypt_json(self, token: str | None) -> dict[str, Any]:
         return json.loads(self.vault.decrypt(token)) if token else {}
+
+
+def platform_failure(exc: PlatformError) -> BadRequest | BadGateway:
+    """The caller's input refused is a 400; anything else upstream is the spec's 502."""
+    if isinstance(exc, PlatformInputError):
+        return BadRequest(exc.detail)
+    return BadGateway(exc.detail, upstreamStatus=exc.upstream_status)
