@@ -21,6 +21,7 @@ from svc.core.errors import (
 from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import Governance, Runtime, RuntimeFailure
+from svc.core.slots import Slots
 from svc.core.store import Document, Store
 from svc.core.text import DisplayName, DisplayText
 from svc.core.tokens import is_api_key
@@ -45,6 +46,7 @@ __all__ = [
     "Runtime",
     "RuntimeFailure",
     "ServiceError",
+    "Slots",
     "Store",
     "TTLCache",
     "Timestamp",
