@@ -87,3 +87,40 @@ async def test_racing_org_secret_creates_cannot_pass_the_cap(client):
         )
     )
     assert sorted(response.status for response in answers) == [200, 409, 409]
+
+
+async def owners_of(client, team) -> tuple[list[str], str]:
+    """The members with role owner, and the org's ownerId."""
+    store = app_store(client)
+    members = await store.org_members.find({"orgId": team.org["id"], "role": "owner"}).to_list(None)
+    org = await store.orgs.find_one({"_id": team.org["id"]})
+    return sorted(m["userId"] for m in members), org["ownerId"]
+
+
+async def test_racing_transfers_leave_exactly_one_owner(client):
+    for _ in range(3):
+        team = await world(client)
+        body = {"confirmation": team.org["name"]}
+        path = f"{team.base}/transfer"
+        answers = await asyncio.gather(
+            send(client, team.owner, "PATCH", path, {**body, "newOwnerId": team.admin.id}),
+            send(client, team.owner, "PATCH", path, {**body, "newOwnerId": team.member.id}),
+        )
+        statuses = sorted(response.status for response in answers)
+        assert statuses[0] == 200 and statuses[1] in (200, 403, 409), statuses
+        owners, owner_id = await owners_of(client, team)
+        assert owners == [owner_id], (owners, owner_id)
+
+
+async def test_a_target_leaving_mid_transfer_leaves_the_org_owned(client):
+    for _ in range(3):
+        team = await world(client)
+        body = {"confirmation": team.org["name"], "newOwnerId": team.member.id}
+        await asyncio.gather(
+            send(client, team.member, "DELETE", f"{team.base}/members/{team.member.id}"),
+            send(client, team.owner, "PATCH", f"{team.base}/transfer", body),
+        )
+        owners, owner_id = await owners_of(client, team)
+        assert owners == [owner_id], (owners, owner_id)
+        member = await app_store(client).org_members.find_one({"orgId": team.org["id"], "userId": owner_id})
+        assert member is not None
