@@ -105,6 +105,14 @@ async def set_secrets(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "installId": install_id, "updatedKeys": updated})
 
 
+@routes.post("/api/installs/{id}/callback-secret", auth="K/S", status=201)
+async def rotate_callback_secret(request: web.Request) -> web.Response:
+    """Make (or replace) the secret that signs this install's callbacks; shown once."""
+    installs = services(request).installs
+    result = await installs.rotate_callback_secret(principal(request), request.match_info["id"])
+    return web.json_response(result, status=201)
+
+
 @routes.delete("/api/installs/{installId}", auth="K", query=DeleteQuery)
 async def delete_install(request: web.Request, query: DeleteQuery) -> web.Response:
     """Cancel an install (orchC: delete its agents and aliases and forget its credentials)."""

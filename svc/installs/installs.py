@@ -43,6 +43,7 @@ from svc.core import (
 )
 from svc.identity import Credentials, Principal, require_unscoped
 from svc.installs import reach
+from svc.installs.callback_secret import rotate_callback_secret
 from svc.installs.fields import (
     BILLING_FIELDS,
     CreateInstallBody,
@@ -295,6 +296,10 @@ class Installs:
         """The subset of `keys` the vault holds for this company (and this owner)."""
         require_unscoped(principal)
         return await self.remembered.known(owner_of(principal), company_id, keys)
+
+    async def rotate_callback_secret(self, principal: Principal, install_id: str) -> dict[str, str]:
+        """A new callback signing secret for an install the principal reaches; shown only here."""
+        return await rotate_callback_secret(self.store, self.vault, await self.owned(principal, install_id))
 
     async def owned(self, principal: Principal, install_id: str) -> Document:
         """The install, if the principal reaches it (svc.installs.reach); else 404."""
