@@ -475,6 +475,20 @@ class Installs:
             )
         await self.store.installs.update_many(as_org, {"$set": {"owner": owner, "updatedAt": utcnow()}})
 
+    async def retire_user_installs(self, user_id: str) -> int:
+        """Cancel every personal install of a deleted account (tokens stop at once); how many.
+
+        Upstream agents are left where they are, as `DELETE` without `removeUpstream` leaves them.
+        """
+        cursor = self.store.installs.find(
+            {"owner.kind": "user", "owner.id": user_id, "status": {"$ne": "cancelled"}}, {"platform": 1}
+        )
+        retired = 0
+        async for doc in cursor:
+            await self.retire(doc)
+            retired += 1
+        return retired
+
     async def retire(self, doc: Document) -> None:
         """Mark the install cancelled: its webhook and install tokens stop working at once."""
         install_id = doc["_id"]

@@ -8,6 +8,7 @@ from svc.templates.definitions import (
     hierarchy_depth,
     json_schema,
 )
+from svc.templates.owner_archive import archive_user_templates
 from svc.templates.resources import (
     LIST_DEFAULT,
     LIST_MAX,
@@ -45,6 +46,7 @@ __all__ = [
     "Templates",
     "UpdateTemplateBody",
     "VersionList",
+    "archive_user_templates",
     "check_definition",
     "diff_summary",
     "hierarchy_depth",
