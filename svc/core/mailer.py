@@ -50,7 +50,10 @@ class Mailer:
             log.warning("mail delivery failed: %s", type(exc).__name__, extra={"mailKind": kind})
             await self.store["outbox"].update_one({"_id": message_id}, {"$set": {"status": "failed"}})
             return
-        await self.store["outbox"].update_one({"_id": message_id}, {"$set": {"status": "sent"}})
+        # Once delivered the body is dropped: it may carry a credential (an invitation link).
+        await self.store["outbox"].update_one(
+            {"_id": message_id}, {"$set": {"status": "sent", "sentAt": utcnow()}, "$unset": {"body": ""}}
+        )
 
     def _deliver(self, to: str, subject: str, body: str) -> None:
         assert self.smtp_url is not None
