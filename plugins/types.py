@@ -7,6 +7,7 @@ a 502 carrying the upstream status and a short detail (never credentials).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -141,6 +142,9 @@ class ProvisionContext:
     webhook_secret: str
     ingest_url: str
     allow_private: bool = False
+    # Awaited by a driver right after each upstream agent exists, before provisioning finishes:
+    # the service records it first, so a crash or a cancelled request cannot orphan it.
+    on_created: Callable[[DeployedAgent], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True)

@@ -239,6 +239,8 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
                 if not isinstance(agent_id, str) or not agent_id:
                     raise PlatformError("orchB agents/upsert returned no agent_id", response.status_code)
                 created.append(DeployedAgent(key=agent["key"], externalId=agent_id, name=agent["name"]))
+                if context.on_created is not None:
+                    await context.on_created(created[-1])
         except PlatformError as exc:
             left = await _rollback(client, base, created, credentials)
             log.warning(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets as random
+from datetime import timedelta
 from typing import Any
 
 from pymongo import DESCENDING
@@ -27,6 +28,7 @@ from plugins.types import (
     PlatformInputError,
     PlatformTraits,
     ProvisionContext,
+    ProvisionResult,
 )
 from svc.core import (
     BadGateway,
@@ -61,6 +63,9 @@ from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
 from svc.templates import is_owner, owner_of
 
 log = logging.getLogger(__name__)
+# A provisioning still pending after this long was left by a crashed process (drivers time out
+# well within it); its recorded upstream agents are removed by `sweep_abandoned`.
+ABANDONED_AFTER = timedelta(minutes=30)
 
 MAX_LISTED = 500
 
@@ -179,6 +184,7 @@ class Installs:
             webhook_secret=webhook_secret,
             ingest_url=f"{self.settings.public_url}/api/runs/ingest",
             allow_private=self.settings.egress_allow_private,
+            on_created=lambda agent: self._record_upstream(install_id, agent),
         )
         try:
             result = await self.plugins.provision(platform.id, context)
@@ -187,6 +193,61 @@ class Installs:
             if isinstance(exc, PlatformError):
                 raise platform_failure(exc) from None
             raise
+        try:
+            return await self._finish_install(principal, platform, doc, result, install_secrets, company_id)
+        except BaseException:
+            # Provisioned upstream but not recorded here (a failed write, a cancelled request):
+            # remove what was made rather than leave it running and the install invisible.
+            await self._abandon(doc, result.deployed_agents)
+            raise
+
+    async def _record_upstream(self, install_id: str, agent: DeployedAgent) -> None:
+        """Persist an upstream agent the moment it exists (the sweeper's record after a crash)."""
+        await self.store.installs.update_one({"_id": install_id}, {"$push": {"upstreamCreated": vars(agent)}})
+
+    async def _abandon(self, doc: Document, agents: tuple[DeployedAgent, ...] | list[DeployedAgent]) -> None:
+        """Delete an unfinished install's upstream agents (best effort), then the install."""
+        if agents:
+            context = DeprovisionContext(
+                install_id=doc["_id"],
+                platform=doc["platform"],
+                credentials=self._decrypt_json(doc.get("credentialsEncrypted")),
+                deployed_agents=tuple(agents),
+                state={},
+                options=doc.get("options") or {},
+                allow_private=self.settings.egress_allow_private,
+            )
+            try:
+                await self.plugins.deprovision(doc["platform"], context)
+            except Exception as exc:  # the original failure is what the caller hears of
+                log.warning("could not remove an abandoned install's agents: %s", type(exc).__name__)
+        await self._forget(doc["_id"])
+
+    async def sweep_abandoned(self, older_than: timedelta = ABANDONED_AFTER) -> int:
+        """Installs a crashed process left mid-provisioning: their recorded upstream agents are
+        deleted and the install removed; how many. Run periodically and at start-up."""
+        cutoff = utcnow() - older_than
+        stuck = self.store.installs.find(
+            {"status": "pending", "deployedAgents": {"$exists": False}, "createdAt": {"$lt": cutoff}}
+        )
+        swept = 0
+        async for doc in stuck:
+            agents = [DeployedAgent(**a) for a in doc.get("upstreamCreated") or []]
+            await self._abandon(doc, agents)
+            swept += 1
+        return swept
+
+    async def _finish_install(
+        self,
+        principal: Principal,
+        platform: PlatformInfo,
+        doc: Document,
+        result: ProvisionResult,
+        install_secrets: dict[str, str],
+        company_id: str | None,
+    ) -> dict[str, Any]:
+        """Record what provisioning made: the steps after the upstream call."""
+        install_id = doc["_id"]
         if platform.traits.uses_secrets and install_secrets:
             await self.remembered.remember(
                 owner_of(principal), company_id or result.company_id, install_secrets
