@@ -41,12 +41,15 @@ async def request_context(request: web.Request, handler: web.Handler) -> web.Str
         except Exception as exc:
             known = known_error(exc)
             if known is None:
-                error_log.error(
-                    "unhandled error on %s %s",
-                    request.method,
-                    path,
-                    extra={"exc": scrubbed_traceback(exc, request)},
-                )
+                if path == request.path:
+                    error_log.exception("unhandled error on %s %s", request.method, path)
+                else:  # a credential in the path: its value may be quoted in the traceback
+                    error_log.error(
+                        "unhandled error on %s %s",
+                        request.method,
+                        path,
+                        extra={"exc": scrubbed_traceback(exc, request)},
+                    )
                 known = error_response(500, "Internal server error", requestId=request_id)
             elif known.status >= 500:
                 error_log.warning("%s on %s %s", type(exc).__name__, request.method, path)
