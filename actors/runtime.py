@@ -81,6 +81,20 @@ class RayRuntime:
             return False
         return bool(resources)
 
+    async def active_actors(self) -> int:
+        """How many install actors are alive now (GET /metrics): one control-plane call."""
+        if not ray.is_initialized():
+            return 0
+        named = await asyncio.wait_for(
+            asyncio.to_thread(ray.util.list_named_actors, all_namespaces=True), PING_TIMEOUT_S
+        )
+        prefix = actor_name("")
+        return sum(
+            1
+            for entry in named
+            if entry.get("namespace") == NAMESPACE and entry.get("name", "").startswith(prefix)
+        )
+
     def _actor(self, install_id: str) -> Any:
         assert self.settings is not None, "the runtime needs settings to start actors"
         return InstallActor.options(  # type: ignore[attr-defined]

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from actors.runtime import RayRuntime
 from actors.scheduler import SchedulerKeeper
+from api import metrics
 from api.auth import authenticate, bearer_token, optional_key
 from api.bodies import parse_body, parse_query
 from api.context import PATH_REDACTOR, PRINCIPAL, ROUTE_TABLE, SERVICES, SETTINGS
@@ -34,6 +35,7 @@ from api.handlers import (
 from api.logs import PathRedactor
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
+from config import catalogue
 from config.settings import Settings
 from svc.core import EmbeddedMongo, Store, Vault, is_api_key
 from svc.wiring import build_services
@@ -62,13 +64,19 @@ VAULT = web.AppKey("vault", Vault)
 
 def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web.Application:
     """Build the application; nothing connects until it starts."""
-    app = web.Application(middlewares=[request_context, rate_limit], client_max_size=settings.max_body_bytes)
+    # The deployment's model names (SVC_MODELS_FILE) are the ones this process calls with.
+    catalogue.use(settings.upstream_models, settings.bedrock_models, settings.orch_a_models)
+    app = web.Application(
+        middlewares=[metrics.measure, request_context, rate_limit], client_max_size=settings.max_body_bytes
+    )
     app[SETTINGS] = settings
     app[ROUTE_TABLE] = (*ROUTES, *extra_routes)
     for route in app[ROUTE_TABLE]:
         app.router.add_route(route.method, route.path, guarded(route))
     # The invitation mail's link is not a route but lands in the log when followed.
     app[PATH_REDACTOR] = PathRedactor([*(route.path for route in app[ROUTE_TABLE]), INVITATION_LINK])
+    app.router.add_routes(openapi.pages)
+    metrics.setup(app)
     app.cleanup_ctx.extend([database, ray_runtime, domain_services])
     return app
 

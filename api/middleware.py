@@ -14,6 +14,7 @@ from api.clientip import client_ip
 from api.context import PATH_REDACTOR, REQUEST_ID, services
 from api.errors import error_response, from_http_exception, known_error
 from api.logs import CREDENTIAL_PARAMS, request_id_var
+from api.metrics import PATH as METRICS_PATH
 
 log = logging.getLogger("svc.access")
 error_log = logging.getLogger("svc.errors")
@@ -84,9 +85,13 @@ def scrubbed_traceback(exc: BaseException, request: web.Request) -> str:
 
 @web.middleware
 async def rate_limit(request: web.Request, handler: web.Handler) -> web.StreamResponse:
-    """Count the request against the client's limits before anything else runs."""
+    """Count the request against the client's limits before anything else runs.
+
+    Metric scrapes are not counted: a scraper behind the same address as users must not be
+    refused, nor use up their allowance (protect /metrics with SVC_METRICS_TOKEN instead).
+    """
     svc = services(request)
     limiter = svc.rate_limiter
-    if limiter is not None:
+    if limiter is not None and request.path != METRICS_PATH:
         await limiter.hit(client_ip(request, svc.settings.trusted_proxies), request.method, request.path)
     return await handler(request)

@@ -1,21 +1,93 @@
-"""One pydantic model for every setting, read from the environment.
+"""One pydantic model for every setting, read from the environment and a `.env` file.
 
 Every variable is optional; the defaults give a working local service (embedded
-database, local Ray). The table in docs/settings.md mirrors this module.
+database, local Ray). `Environment` (pydantic-settings) reads the raw strings
+from the process environment and `.env`; `Settings.from_env` turns each into a
+typed value. A value that cannot be used raises `SettingsError`, whose one line
+names the variable, what is wrong and the accepted form, so start-up can stop
+without a traceback (`settings_or_exit`). The table in docs/settings.md lists
+every variable (`VARIABLES` below); a test keeps the two in step.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from croniter import croniter
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from config import catalogue
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+ENV_FILE_VARIABLE = "SVC_ENV_FILE"
+DEFAULT_SENDER = "svc <no-reply@localhost>"
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message is one line naming the variable."""
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable: what it means and the form it accepts (docs/settings.md)."""
+
+    name: str
+    accepted: str
+
+
+# Every variable the service reads, in the order of docs/settings.md.
+VARIABLES: tuple[Variable, ...] = (
+    Variable("SVC_ENV_FILE", "a path to a dotenv file (default `.env` in the current directory)"),
+    Variable("SVC_MONGODB_URI", "a mongodb:// or mongodb+srv:// connection string"),
+    Variable("SVC_DATA_DIR", "a directory path (relative paths are taken from the current directory)"),
+    Variable("SVC_RAY_ADDRESS", "`auto`, `host:port` or `ray://host:10001`"),
+    Variable("SVC_SECRET_KEYS", "comma-separated Fernet keys (32 url-safe base64 bytes), newest first"),
+    Variable("SVC_PUBLIC_URL", "an http:// or https:// origin, e.g. https://svc.example.com"),
+    *(
+        Variable(f"SVC_PROVIDER{letter}_{suffix}", form)
+        for letter in "ABC"
+        for suffix, form in (("API_KEY", "the provider's API key"), ("BASE_URL", "an http(s) URL"))
+    ),
+    Variable(
+        "SVC_MODELS_FILE", "a JSON or TOML file of `upstream`, `bedrock` and `orchA` names (docs/models.md)"
+    ),
+    Variable("SVC_JUDGE_MODEL", "a catalogue model id such as `providerA:small`"),
+    Variable("SVC_RATE_LIMITS", "`on`, `off` or a positive multiplier such as `10`"),
+    Variable("SVC_TRUSTED_PROXIES", "comma-separated CIDRs or addresses, e.g. `10.0.0.0/8,192.0.2.1`"),
+    Variable("SVC_EGRESS_ALLOW_PRIVATE", "`true` or `false` (also 1/0, yes/no, on/off)"),
+    Variable("SVC_STRIPE_API_KEY", "a Stripe secret key"),
+    Variable("SVC_STRIPE_API_BASE", "an http(s) URL"),
+    Variable("SVC_STRIPE_WEBHOOK_SECRET", "the webhook endpoint's signing secret"),
+    Variable("SVC_STRIPE_PRO_PRICE_ID", "a Stripe price id"),
+    Variable("SVC_PRO_PRICE_CENTS", "a whole number of cents, at least 50"),
+    Variable(
+        "SVC_SMTP_URL",
+        "`smtp://user:pass@host:587` (STARTTLS when offered), `smtp+starttls://` (STARTTLS required) "
+        "or `smtps://user:pass@host:465` (implicit TLS); `?cafile=/path/ca.pem` for a private CA",
+    ),
+    Variable("SVC_MAIL_FROM", "an address, optionally with a name: `svc <no-reply@example.com>`"),
+    Variable("SVC_METRICS_TOKEN", "any string; GET /metrics then needs `Authorization: Bearer <token>`"),
+    Variable("APP_API_KEYS", "comma-separated `<installId>:<key>` pairs or bare `<key>`s"),
+    Variable("BILLING_CRON_SCHEDULE", "a 5-field cron expression (UTC), e.g. `0 0 1 * *`"),
+    Variable("SVC_ACTOR_IDLE_SECONDS", "a positive number of seconds"),
+    Variable("SVC_SCHEDULER", "`on` or `off`"),
+    Variable("SVC_RUN_POLL_SECONDS", "a positive number of seconds"),
+    Variable("SVC_DISABLED_PLUGINS", "comma-separated plugin names"),
+    Variable("SVC_ORCHB_BASE_URL", "an http(s) URL (read by the orchB driver at call time)"),
+    Variable("SVC_ORCHC_ENDPOINT_URL", "an http(s) URL (read by the orchC driver at call time)"),
+)
+ACCEPTED = {variable.name: variable.accepted for variable in VARIABLES}
+# Read from the process environment by the platform drivers at call time: a value from `.env`
+# is exported to the environment so that the file can set them too.
+EXPORTED = ("SVC_ORCHB_BASE_URL", "SVC_ORCHC_ENDPOINT_URL")
 
 
 class AppKey(BaseModel):
@@ -36,17 +108,68 @@ class ProviderSettings(BaseModel):
     base_url: str | None = None
 
 
+class Environment(BaseSettings):
+    """The raw strings of every variable, from the environment and the dotenv file.
+
+    Unknown variables are ignored; the environment wins over the file.
+    """
+
+    model_config = SettingsConfigDict(extra="allow", case_sensitive=True, env_ignore_empty=True)
+
+    @classmethod
+    def read(cls, env_file: str | None = None) -> dict[str, str]:
+        """Every known variable that is set, as a string."""
+        named = env_file or os.environ.get(ENV_FILE_VARIABLE, "").strip() or None
+        path = named or ".env"
+        if named is not None:
+            if not Path(path).is_file():
+                accepted = ACCEPTED[ENV_FILE_VARIABLE]
+                raise SettingsError(f"{ENV_FILE_VARIABLE}={path}: no such file; accepted: {accepted}")
+        from_file = cls(_env_file=path if Path(path).is_file() else None)  # type: ignore[call-arg]
+        values = {name: str(value) for name, value in (from_file.model_extra or {}).items()}
+        known = {variable.name for variable in VARIABLES}
+        found = {name: value for name, value in values.items() if name in known}
+        for name in known:
+            if os.environ.get(name, "").strip():
+                found[name] = os.environ[name]
+        for name in EXPORTED:
+            if name in found and not os.environ.get(name):
+                os.environ[name] = found[name]
+        return found
+
+
+def _default_data_dir() -> Path:
+    """`<checkout>/.svc-data` when running from a source checkout, else the XDG data directory.
+
+    Absolute either way, so `svc serve` and `svc users create` find the same database from
+    any working directory.
+    """
+    root = Path(__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file():
+        return root / ".svc-data"
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "svc"
+
+
+DEFAULT_DATA_DIR = _default_data_dir()
+
+
 class Settings(BaseModel):
     """The service's configuration. Build it with `Settings.from_env()`."""
 
     model_config = ConfigDict(frozen=True)
 
     mongodb_uri: str | None = None
-    data_dir: Path = Path("./.svc-data")
+    data_dir: Path = DEFAULT_DATA_DIR
     ray_address: str | None = None
     secret_keys: tuple[str, ...] = ()
     public_url: str = "http://127.0.0.1:8080"
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    # The upstream model name behind each catalogue id, and the Bedrock id orchC provisions with.
+    models_file: Path | None = None
+    upstream_models: dict[str, str] = Field(default_factory=lambda: dict(catalogue.DEFAULT_UPSTREAM))
+    bedrock_models: dict[str, str] = Field(default_factory=lambda: dict(catalogue.DEFAULT_BEDROCK))
+    orch_a_models: dict[str, str] = Field(default_factory=lambda: dict(catalogue.DEFAULT_ORCH_A))
     judge_model: str = "providerA:small"
     # None means rate limiting is off; otherwise the spec's limits are multiplied by it.
     rate_limit_multiplier: float | None = 1.0
@@ -59,6 +182,8 @@ class Settings(BaseModel):
     stripe_pro_price_id: str | None = None
     pro_price_cents: int = Field(default=4900, ge=50)
     smtp_url: str | None = None
+    mail_from: str = DEFAULT_SENDER
+    metrics_token: str | None = None
     app_api_keys: tuple[AppKey, ...] = ()
     billing_cron_schedule: str = "0 0 1 * *"
     max_body_bytes: int = 2 * 1024 * 1024
@@ -71,9 +196,7 @@ class Settings(BaseModel):
     @field_validator("billing_cron_schedule")
     @classmethod
     def _cron(cls, value: str) -> str:
-        if not croniter.is_valid(value) or len(value.split()) != 5:
-            raise ValueError(f"BILLING_CRON_SCHEDULE is not a 5-field cron expression: {value!r}")
-        return value
+        return parse_cron(value)
 
     @property
     def cookie_secure(self) -> bool:
@@ -88,47 +211,128 @@ class Settings(BaseModel):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-        """Read the SVC_* variables (and the spec's APP_API_KEYS, BILLING_CRON_SCHEDULE)."""
-        env = os.environ if env is None else env
+        """Read the SVC_* variables (and the spec's APP_API_KEYS, BILLING_CRON_SCHEDULE).
+
+        With `env` None, the process environment and the dotenv file are read; a given mapping
+        is used alone (tests). Keyword arguments replace parsed values. Raises `SettingsError`.
+        """
+        raw: Mapping[str, str] = Environment.read() if env is None else env
 
         def get(name: str) -> str | None:
-            value = env.get(name, "").strip()
+            value = (raw.get(name) or "").strip()
             return value or None
 
+        def parsed(name: str, parse: Callable[[str], Any], default: Any) -> Any:
+            value = get(name)
+            if value is None:
+                return default
+            try:
+                return parse(value)
+            except (ValueError, TypeError) as exc:
+                problem = str(exc) or "not a valid value"
+                if isinstance(exc, catalogue.ModelsFileError):
+                    raise SettingsError(f"{name}: {problem}") from None
+                shown = _shown(name, value)
+                raise SettingsError(f"{name}={shown}: {problem}; accepted: {ACCEPTED[name]}") from None
+
+        models_file = parsed("SVC_MODELS_FILE", Path, None)
+        names = (
+            parsed("SVC_MODELS_FILE", lambda value: catalogue.load_models_file(Path(value)), None)
+            if models_file is not None
+            else {section: dict(defaults) for section, defaults in catalogue.DEFAULTS.items()}
+        )
         values: dict[str, object] = {
-            "mongodb_uri": get("SVC_MONGODB_URI"),
-            "data_dir": Path(get("SVC_DATA_DIR") or "./.svc-data"),
+            "mongodb_uri": parsed("SVC_MONGODB_URI", parse_mongodb_uri, None),
+            "data_dir": parsed("SVC_DATA_DIR", parse_directory, DEFAULT_DATA_DIR),
             "ray_address": get("SVC_RAY_ADDRESS"),
-            "secret_keys": tuple(k.strip() for k in (get("SVC_SECRET_KEYS") or "").split(",") if k.strip()),
-            "public_url": (get("SVC_PUBLIC_URL") or "http://127.0.0.1:8080").rstrip("/"),
+            "secret_keys": parsed("SVC_SECRET_KEYS", parse_fernet_keys, ()),
+            "public_url": parsed("SVC_PUBLIC_URL", parse_http_url, "http://127.0.0.1:8080"),
             "providers": {
                 name: ProviderSettings(
                     api_key=get(f"SVC_PROVIDER{name[-1]}_API_KEY"),
-                    base_url=get(f"SVC_PROVIDER{name[-1]}_BASE_URL"),
+                    base_url=parsed(f"SVC_PROVIDER{name[-1]}_BASE_URL", parse_http_url, None),
                 )
                 for name in ("providerA", "providerB", "providerC")
             },
-            "judge_model": get("SVC_JUDGE_MODEL") or "providerA:small",
-            "rate_limit_multiplier": parse_rate_limits(get("SVC_RATE_LIMITS")),
-            "trusted_proxies": parse_networks(get("SVC_TRUSTED_PROXIES")),
-            "egress_allow_private": parse_bool(get("SVC_EGRESS_ALLOW_PRIVATE")),
+            "models_file": models_file,
+            "upstream_models": names["upstream"],
+            "bedrock_models": names["bedrock"],
+            "orch_a_models": names["orchA"],
+            "judge_model": parsed("SVC_JUDGE_MODEL", parse_model_id, "providerA:small"),
+            "rate_limit_multiplier": parsed("SVC_RATE_LIMITS", parse_rate_limits, 1.0),
+            "trusted_proxies": parsed("SVC_TRUSTED_PROXIES", parse_networks, ()),
+            "egress_allow_private": parsed("SVC_EGRESS_ALLOW_PRIVATE", parse_strict_bool, False),
             "stripe_api_key": get("SVC_STRIPE_API_KEY"),
-            "stripe_api_base": get("SVC_STRIPE_API_BASE"),
+            "stripe_api_base": parsed("SVC_STRIPE_API_BASE", parse_http_url, None),
             "stripe_webhook_secret": get("SVC_STRIPE_WEBHOOK_SECRET"),
             "stripe_pro_price_id": get("SVC_STRIPE_PRO_PRICE_ID"),
-            "pro_price_cents": int(get("SVC_PRO_PRICE_CENTS") or 4900),
-            "smtp_url": get("SVC_SMTP_URL"),
-            "app_api_keys": parse_app_keys(get("APP_API_KEYS")),
-            "billing_cron_schedule": get("BILLING_CRON_SCHEDULE") or "0 0 1 * *",
-            "actor_idle_seconds": float(get("SVC_ACTOR_IDLE_SECONDS") or 300),
-            "scheduler_enabled": (get("SVC_SCHEDULER") or "on").lower() != "off",
-            "run_poll_seconds": parse_seconds("SVC_RUN_POLL_SECONDS", get("SVC_RUN_POLL_SECONDS"), 300.0),
-            "disabled_plugins": tuple(
-                name.strip() for name in (get("SVC_DISABLED_PLUGINS") or "").split(",") if name.strip()
-            ),
+            "pro_price_cents": parsed("SVC_PRO_PRICE_CENTS", parse_price_cents, 4900),
+            "smtp_url": parsed("SVC_SMTP_URL", parse_smtp_url, None),
+            "mail_from": parsed("SVC_MAIL_FROM", parse_sender, DEFAULT_SENDER),
+            "metrics_token": get("SVC_METRICS_TOKEN"),
+            "app_api_keys": parsed("APP_API_KEYS", parse_app_keys, ()),
+            "billing_cron_schedule": parsed("BILLING_CRON_SCHEDULE", parse_cron, "0 0 1 * *"),
+            "actor_idle_seconds": parsed("SVC_ACTOR_IDLE_SECONDS", positive_seconds, 300.0),
+            "scheduler_enabled": parsed("SVC_SCHEDULER", parse_on_off, True),
+            "run_poll_seconds": parsed("SVC_RUN_POLL_SECONDS", positive_seconds, 300.0),
+            "disabled_plugins": parsed("SVC_DISABLED_PLUGINS", parse_names, ()),
         }
+        for name in EXPORTED:
+            parsed(name, parse_http_url, None)
         values.update(overrides)
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            raise SettingsError(f"setting {field}: {first['msg']}") from None
+
+
+def settings_or_exit(env: Mapping[str, str] | None = None) -> Settings:
+    """The settings, or one line on stderr and exit status 2 (start-up: no traceback)."""
+    try:
+        return Settings.from_env(env)
+    except SettingsError as exc:
+        _exit(f"error: {exc}")
+
+
+def _exit(message: str) -> NoReturn:
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _shown(name: str, value: str) -> str:
+    """The value as an error may show it: never a secret."""
+    secret = ("KEY" in name and "PROVIDER" in name) or name in {
+        "SVC_SECRET_KEYS",
+        "SVC_STRIPE_API_KEY",
+        "SVC_STRIPE_WEBHOOK_SECRET",
+        "SVC_METRICS_TOKEN",
+        "APP_API_KEYS",
+    }
+    if secret:
+        return "<hidden>"
+    if name in {"SVC_MONGODB_URI", "SVC_SMTP_URL"}:
+        parts = urlsplit(value)
+        if parts.password:
+            return repr(value.replace(parts.password, "***"))
+    return repr(value)
+
+
+def parse_directory(raw: str) -> Path:
+    """A directory path made absolute once, at start-up."""
+    return Path(raw).expanduser().absolute()
+
+
+def positive_seconds(raw: str) -> float:
+    """A positive number of seconds."""
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not seconds > 0:
+        raise ValueError("must be positive")
+    return seconds
 
 
 def parse_seconds(name: str, raw: str | None, default: float) -> float:
@@ -136,12 +340,9 @@ def parse_seconds(name: str, raw: str | None, default: float) -> float:
     if raw is None or not raw.strip():
         return default
     try:
-        seconds = float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a positive number of seconds, not {raw!r}") from None
-    if not seconds > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, not {raw!r}")
-    return seconds
+        return positive_seconds(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{name}={raw!r}: {exc}; accepted: a positive number of seconds") from None
 
 
 def parse_rate_limits(raw: str | None) -> float | None:
@@ -153,9 +354,9 @@ def parse_rate_limits(raw: str | None) -> float | None:
     try:
         multiplier = float(raw)
     except ValueError:
-        raise ValueError(f"SVC_RATE_LIMITS must be on, off or a positive number, not {raw!r}") from None
-    if multiplier <= 0:
-        raise ValueError("SVC_RATE_LIMITS multiplier must be positive")
+        raise ValueError("neither on, off nor a number") from None
+    if not multiplier > 0:
+        raise ValueError("the multiplier must be positive")
     return multiplier
 
 
@@ -163,12 +364,115 @@ def parse_networks(raw: str | None) -> tuple[IPNetwork, ...]:
     """Comma-separated CIDRs (a bare address is a /32 or /128)."""
     if not raw:
         return ()
-    return tuple(ipaddress.ip_network(part.strip(), strict=False) for part in raw.split(",") if part.strip())
+    networks = []
+    for part in raw.split(","):
+        if part.strip():
+            try:
+                networks.append(ipaddress.ip_network(part.strip(), strict=False))
+            except ValueError:
+                raise ValueError(f"{part.strip()!r} is not an address or CIDR") from None
+    return tuple(networks)
 
 
 def parse_bool(raw: str | None) -> bool:
     """`1`, `true`, `yes`, `on` (any case) are true; anything else is false."""
     return (raw or "").lower() in {"1", "true", "yes", "on"}
+
+
+def parse_strict_bool(raw: str) -> bool:
+    """A yes/no value; anything unrecognised is refused rather than read as false."""
+    if raw.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if raw.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError("not a yes/no value")
+
+
+def parse_on_off(raw: str) -> bool:
+    """`on` or `off` (any case)."""
+    if raw.lower() in {"on", "off"}:
+        return raw.lower() == "on"
+    raise ValueError("neither on nor off")
+
+
+def parse_names(raw: str) -> tuple[str, ...]:
+    """Comma-separated names, blanks dropped."""
+    return tuple(name.strip() for name in raw.split(",") if name.strip())
+
+
+def parse_http_url(raw: str) -> str:
+    """An absolute http(s) URL, without a trailing slash."""
+    parts = urlsplit(raw)
+    if parts.scheme not in {"http", "https"} or not parts.netloc:
+        raise ValueError("not an absolute http:// or https:// URL")
+    return raw.rstrip("/")
+
+
+def parse_mongodb_uri(raw: str) -> str:
+    """A MongoDB connection string."""
+    if urlsplit(raw).scheme not in {"mongodb", "mongodb+srv"}:
+        raise ValueError("not a mongodb:// or mongodb+srv:// URI")
+    return raw
+
+
+def parse_smtp_url(raw: str) -> str:
+    """`smtp://`, `smtp+starttls://` or `smtps://` with a host; the port defaults to 587 or 465."""
+    parts = urlsplit(raw)
+    if parts.scheme not in {"smtp", "smtp+starttls", "smtps"} or not parts.hostname:
+        raise ValueError("not an smtp:// or smtps:// URL with a host")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a port out of range
+    except ValueError:
+        raise ValueError("the port is not a number from 1 to 65535") from None
+    return raw
+
+
+def parse_sender(raw: str) -> str:
+    """An address with an `@`, optionally `Name <address>`."""
+    from email.utils import parseaddr
+
+    _, address = parseaddr(raw)
+    if "@" not in address or address.startswith("@") or address.endswith("@"):
+        raise ValueError("no email address in it")
+    return raw
+
+
+def parse_fernet_keys(raw: str) -> tuple[str, ...]:
+    """Comma-separated Fernet keys, each checked (the vault would refuse them later anyway)."""
+    from cryptography.fernet import Fernet
+
+    keys = tuple(key.strip() for key in raw.split(",") if key.strip())
+    for number, key in enumerate(keys, 1):
+        try:
+            Fernet(key.encode())
+        except (ValueError, TypeError):
+            raise ValueError(f"key {number} is not a Fernet key") from None
+    return keys
+
+
+def parse_model_id(raw: str) -> str:
+    """A catalogue model id that has an upstream name."""
+    if raw not in catalogue.DEFAULT_UPSTREAM:
+        raise ValueError("not a catalogue model id")
+    return raw
+
+
+def parse_price_cents(raw: str) -> int:
+    """A whole number of cents, at least 50 (the provider's minimum charge)."""
+    try:
+        cents = int(raw)
+    except ValueError:
+        raise ValueError("not a whole number") from None
+    if cents < 50:
+        raise ValueError("below 50")
+    return cents
+
+
+def parse_cron(raw: str) -> str:
+    """A 5-field cron expression."""
+    if len(raw.split()) != 5 or not croniter.is_valid(raw):
+        raise ValueError("not a 5-field cron expression")
+    return raw
 
 
 def parse_app_keys(raw: str | None) -> tuple[AppKey, ...]:
@@ -181,5 +485,7 @@ def parse_app_keys(raw: str | None) -> tuple[AppKey, ...]:
         if not entry:
             continue
         install_id, sep, key = entry.partition(":")
+        if sep and not (install_id and key):
+            raise ValueError("an entry has an empty install id or key")
         keys.append(AppKey(key=key, install_id=install_id) if sep else AppKey(key=install_id))
     return tuple(keys)

@@ -22,6 +22,8 @@ from plugins.types import (
     CompletionResponse,
     DeprovisionContext,
     DeprovisionResult,
+    HeartbeatContext,
+    HeartbeatTask,
     InvokeContext,
     InvokeResult,
     PlatformInfo,
@@ -84,6 +86,17 @@ def svc_invoke(platform: str, context: InvokeContext) -> InvokeResult | None:
 @hookspec(firstresult=True)
 def svc_poll_runs(platform: str, context: PollContext) -> list[RunReport] | None:
     """Called by the run poller for platforms without push reporting: runs since `context.since`."""
+
+
+@hookspec(firstresult=True)
+def svc_heartbeat_task(platform: str, context: HeartbeatContext) -> HeartbeatTask | None:
+    """Called on POST /api/runtime/webhook before the run: the task the heartbeat carries."""
+
+
+@hookspec(firstresult=True)
+def svc_heartbeat_finished(platform: str, context: HeartbeatContext) -> list[str] | None:
+    """Called after a heartbeat's run, before answering the platform: write the outcome back
+    upstream (a comment, a status). Returns problems worth logging (empty when all went well)."""
 
 
 # ---------------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from plugins.types import (
     CompletionResponse,
     DeprovisionContext,
     DeprovisionResult,
+    HeartbeatContext,
+    HeartbeatTask,
     InvokeContext,
     InvokeResult,
     PlatformInfo,
@@ -118,6 +120,14 @@ class Plugins:
     async def poll_runs(self, platform: str, context: PollContext) -> list[RunReport]:
         """Runs found upstream since a time (empty when the platform pushes its runs)."""
         return list(await self._driver("svc_poll_runs", platform=platform, context=context) or [])
+
+    async def heartbeat_task(self, platform: str, context: HeartbeatContext) -> HeartbeatTask | None:
+        """The task a heartbeat carries, as the platform's driver reads it (None: no reader)."""
+        return await self._driver("svc_heartbeat_task", platform=platform, context=context)
+
+    async def heartbeat_finished(self, platform: str, context: HeartbeatContext) -> list[str]:
+        """Write a heartbeat's outcome back upstream; the problems met (empty when none)."""
+        return list(await self._driver("svc_heartbeat_finished", platform=platform, context=context) or [])
 
     # ---- LLM providers ---------------------------------------------------------------
 

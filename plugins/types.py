@@ -19,6 +19,8 @@ __all__ = [
     "DeployedAgent",
     "DeprovisionContext",
     "DeprovisionResult",
+    "HeartbeatContext",
+    "HeartbeatTask",
     "InvokeContext",
     "InvokeResult",
     "PlatformCapabilities",
@@ -213,6 +215,35 @@ class PollContext:
     deployed_agents: tuple[DeployedAgent, ...]
     since: str | None
     allow_private: bool = False
+
+
+@dataclass(frozen=True)
+class HeartbeatContext:
+    """One heartbeat of a platform's `http` agent, after the managed runtime ran it.
+
+    `payload` is the heartbeat body exactly as the platform sent it; `state` and
+    `credentials` are the install's (decrypted); `outcome` is the run's result
+    (`status`, `response`, `errorMessage`, token counts) and is None before the run.
+    """
+
+    install_id: str
+    platform: str
+    agent_key: str
+    platform_agent_id: str
+    credentials: dict[str, str]
+    state: dict[str, Any]
+    payload: dict[str, Any]
+    outcome: dict[str, Any] | None = None
+    allow_private: bool = False
+
+
+@dataclass(frozen=True)
+class HeartbeatTask:
+    """What a heartbeat asks the agent to do, and the upstream ids the run record keeps."""
+
+    task: str
+    platform_run_id: str | None = None
+    platform_task_id: str | None = None
 
 
 @dataclass(frozen=True)

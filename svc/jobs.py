@@ -1,4 +1,4 @@
-"""Periodic service jobs: the monthly billing cycle and the run poller.
+"""Periodic service jobs: the monthly billing cycle, the run poller and mail retries.
 
 Each job is one document in `jobs`. A fire is claimed with a conditional update of
 `nextRunAt` (as schedules are), so any number of schedulers run it once. The billing
@@ -18,7 +18,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
 from svc.billing import Charges
-from svc.core import Document, Store, aware, iso, tokens, utcnow
+from svc.core import Document, Mailer, Store, aware, iso, tokens, utcnow
 from svc.runtime import next_fire
 
 if TYPE_CHECKING:
@@ -48,8 +48,10 @@ class Jobs:
         charges: Charges | None,
         poll: Poll | None,
         poll_seconds: float,
+        mailer: Mailer | None = None,
     ) -> None:
         self.store = store
+        self.mailer = mailer
         self.billing_cron = billing_cron
         self.charges = charges
         self.poll = poll
@@ -71,6 +73,7 @@ class Jobs:
             charges=services.charges,
             poll=poll_and_sweep,
             poll_seconds=services.settings.run_poll_seconds,
+            mailer=services.mailer,
         )
 
     @property
@@ -90,6 +93,11 @@ class Jobs:
                 await self._run_poll(now)
             except Exception:
                 log.exception("run poll failed")
+        if self.mailer is not None:
+            try:
+                await self.mailer.retry_due(now)
+            except Exception:
+                log.exception("mail retry failed")
 
     async def _ensure(self, name: str, first_run: datetime) -> Document:
         doc = await self._jobs.find_one({"_id": name})

@@ -31,7 +31,7 @@ from svc.orgs import (
 )
 from svc.runs import RunAnalytics, Runs
 from svc.runtime import LLM, InstallRunner, Outreach, RunService, Schedules, SecurityLog
-from svc.templates import Templates, archive_user_templates
+from svc.templates import Portability, Templates, archive_user_templates
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class Services:
     credentials: Credentials
     rate_limiter: RateLimiter | None
     templates: Templates
+    portability: Portability
     runs: Runs
     run_analytics: RunAnalytics
     run_poller: RunPoller
@@ -100,7 +101,7 @@ def build_services(
 ) -> Services:
     """Wire every service for one process (the API, the scheduler actor, the CLI, tests)."""
     plugins = plugins if plugins is not None else Plugins(settings.disabled_plugins)
-    mailer = Mailer(store, settings.smtp_url)
+    mailer = Mailer(store, settings.smtp_url, settings.mail_from)
     accounts = Accounts(store)
     key_cache: TTLCache[str, Principal] = TTLCache()
     credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
@@ -112,7 +113,7 @@ def build_services(
     org_access = OrgAccess(store, accounts)
     governance = Governance(store, org_access, audit, mailer, settings.public_url)
     installs = Installs(store, vault, plugins, credentials, settings, runs, governance)
-    llm = LLM(plugins, settings)
+    llm = LLM(plugins, settings, store)
     invitations = Invitations(store, org_access, audit, mailer, settings.public_url)
     approvals = Approvals(store, org_access, audit, mailer, governance, installs)
     org_secrets = OrgSecrets(store, org_access, audit, vault)
@@ -122,7 +123,7 @@ def build_services(
         if settings.stripe_api_key
         else None
     )
-    charges = Charges(store, mailer, provider)
+    charges = Charges(store, mailer, provider, installs)
     org_billing = OrgBilling(store, org_access, audit, plans, provider, settings)
     multiplier = settings.rate_limit_multiplier
     return Services(
@@ -138,6 +139,7 @@ def build_services(
         credentials=credentials,
         rate_limiter=RateLimiter(store, multiplier) if multiplier is not None else None,
         templates=templates,
+        portability=Portability(store, templates),
         runs=runs,
         run_analytics=RunAnalytics(store),
         run_poller=RunPoller(store, vault, plugins, runs, settings),
@@ -159,7 +161,7 @@ def build_services(
         org_secrets=org_secrets,
         usage=UsageReport(store),
         charges=charges,
-        payouts=Payouts(store, charges, provider, org_billing.handle_event),
+        payouts=Payouts(store, accounts, charges, provider, org_billing.handle_event),
         org_billing=org_billing,
     )
 
@@ -171,8 +173,8 @@ def build_install_runner(settings: Settings, store: Store, vault: Vault) -> Inst
     return InstallRunner(
         store,
         vault,
-        LLM(plugins, settings),
+        LLM(plugins, settings, store),
         settings.judge_model,
         settings.egress_allow_private,
-        Mailer(store, settings.smtp_url),
+        Mailer(store, settings.smtp_url, settings.mail_from),
     )

@@ -1,12 +1,11 @@
 """Test fixtures: one embedded database and one local Ray per session, a fresh
-database name per test, and helpers that act like a real client over HTTP."""
+database name per test. Helpers shared by the test modules live in tests/support/."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from aiohttp.test_utils import TestClient
 from cryptography.fernet import Fernet
 
 from actors.runtime import RayRuntime
-from api.app import STORE, create_app
+from api.app import create_app
 from api.routing import Route
 from config.settings import Settings
 from svc.core.embedded import EmbeddedMongo, uri_for
@@ -106,52 +105,3 @@ def make_client(
 async def client(make_client: ClientFactory) -> TestClient[web.Request, web.Application]:
     """An app with default test settings."""
     return await make_client()
-
-
-@dataclass
-class Caller:
-    """A signed-up user: the session cookie and helpers to send it, or a key."""
-
-    id: str
-    email: str
-    password: str
-    session: str
-
-    @property
-    def cookie(self) -> dict[str, str]:
-        """Headers that carry the session cookie."""
-        return {"Cookie": f"svc_session={self.session}"}
-
-
-def bearer(token: str) -> dict[str, str]:
-    """Headers that carry a bearer credential."""
-    return {"Authorization": f"Bearer {token}"}
-
-
-async def signup(
-    client: TestClient[web.Request, web.Application],
-    email: str | None = None,
-    password: str = "correct horse battery",
-    name: str = "Test User",
-) -> Caller:
-    """Sign a new user up over HTTP; the client's cookie jar is left empty."""
-    email = email or f"user-{uuid.uuid4().hex[:10]}@example.com"
-    body = {"email": email, "password": password, "name": name}
-    response = await client.post("/api/auth/signup", json=body)
-    assert response.status == 201, await response.text()
-    user = await response.json()
-    session = response.cookies["svc_session"].value
-    client.session.cookie_jar.clear()
-    return Caller(user["user"]["id"], email, password, session)
-
-
-async def create_key(client: TestClient[web.Request, web.Application], caller: Caller, **body: Any) -> str:
-    """A new personal key for the caller, over HTTP."""
-    response = await client.post("/api/auth/keys", json=body, headers=caller.cookie)
-    assert response.status == 201, await response.text()
-    return str((await response.json())["key"])
-
-
-def app_store(client: TestClient[web.Request, web.Application]) -> Store:
-    """The store the running app uses."""
-    return client.server.app[STORE]

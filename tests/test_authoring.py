@@ -6,8 +6,9 @@ import asyncio
 import json
 import time
 
-from tests.conftest import bearer, create_key, signup
+from config.catalogue import UPSTREAM
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
+from tests.support.accounts import bearer, create_key, signup
 
 VALID = {
     "version": "v1",
@@ -72,7 +73,8 @@ async def test_generate_streams_chunks_as_they_come(aiohttp_server, make_client)
     chunks = [e["chunk"] for e in events if "chunk" in e]
     assert len(chunks) > 5 and json.loads("".join(chunks)) == VALID
     assert events[-1]["done"] is True and events[-1]["definition"]["agents"][1]["key"] == "helper"
-    assert upstream.requests[0].body["model"] == "providerB-mini", "generate defaults to providerB:mini"
+    sent_model = upstream.requests[0].body["model"]
+    assert sent_model == UPSTREAM["providerB:mini"], "generate defaults to providerB:mini"
     assert '"$schema"' in upstream.requests[0].body["messages"][0]["content"], "the schema is in the prompt"
 
 
@@ -141,7 +143,7 @@ async def test_assist_apply_and_discuss(aiohttp_server, make_client):
     assert done["diffSummary"]["bump"] == "MAJOR"
     assert done["diffSummary"]["removedAgents"] == ["helper"] and done["diffSummary"]["breaking"]
     sent = upstream.requests[0].body
-    assert sent["model"] == "providerA-middle" and [m["role"] for m in sent["messages"]] == [
+    assert sent["model"] == UPSTREAM["providerA:middle"] and [m["role"] for m in sent["messages"]] == [
         "user",
         "assistant",
         "user",
@@ -177,7 +179,8 @@ async def test_test_chat_uses_the_root_agent_as_written(aiohttp_server, make_cli
     events = await events_of(await client.post("/api/templates/test-chat", json=body, headers=key))
     assert "".join(e.get("chunk", "") for e in events) == "Hello there" and events[-1] == {"done": True}
     sent = fakes["providerA"].requests[0].body
-    assert sent["system"] == "Work for {{company}} with ${CRM}." and sent["model"] == "providerA-small"
+    assert sent["system"] == "Work for {{company}} with ${CRM}."
+    assert sent["model"] == UPSTREAM["providerA:small"]
     assert sent["messages"][-1]["content"] == "Say hello" and len(sent["messages"]) == 3
 
 
@@ -217,7 +220,7 @@ async def test_public_generate_uses_the_small_model_and_is_rate_limited(aiohttp_
         )
         assert response.status == 200
         assert (await events_of(response))[-1]["done"] is True
-    assert {r.body["model"] for r in fakes["providerA"].requests} == {"providerA-small"}
+    assert {r.body["model"] for r in fakes["providerA"].requests} == {UPSTREAM["providerA:small"]}
     response = await client.post("/api/templates/generate/public", json={"description": "x"})
     assert response.status == 429 and int(response.headers["Retry-After"]) > 0
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.billing_helpers import paid_install, payment_settings
-from tests.conftest import bearer
-from tests.orgs_helpers import make_pro, send, world
+from tests.support.accounts import bearer
+from tests.support.billing import paid_install, payment_settings
+from tests.support.orgs import make_pro, send, world
 
 
 async def test_huge_token_counts_are_refused(make_client: Any) -> None:

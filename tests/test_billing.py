@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from svc.billing.usage import amount_cents, money, price_display, projected_monthly, split_fee
-from tests.billing_helpers import billing, paid_install, payment_settings, report
-from tests.conftest import create_key, signup
+from tests.support.accounts import create_key, signup
+from tests.support.billing import billing, paid_install, payment_settings, self_report
 
 # ---- the maths ---------------------------------------------------------------------------
 
@@ -61,7 +61,7 @@ async def test_per_run_billing_counts_only_completed_runs(make_client: Any) -> N
     client = await make_client(**payment_settings(None))
     deal = await paid_install(client, None, model="per_run", price=25)
     for status in ("completed", "completed", "completed", "failed"):
-        await report(client, deal, status=status, input_tokens=100, output_tokens=50)
+        await self_report(client, deal, status=status, input_tokens=100, output_tokens=50)
     response = await billing(client, deal.builder_key, templateId=deal.template["id"])
     assert response.status == 200, await response.text()
     body = await response.json()
@@ -92,9 +92,9 @@ async def test_per_k_tokens_billing_rounds_up_per_install(make_client: Any) -> N
     second = await paid_install(
         client, None, builder=(first.builder, first.builder_key), template=first.template
     )
-    await report(client, first, input_tokens=1000, output_tokens=1)  # 1001 tokens: 3.003 -> 4 cents
-    await report(client, first, status="failed", input_tokens=5000, output_tokens=0)  # not billed
-    await report(client, second, input_tokens=2000, output_tokens=0)  # 6 cents exactly
+    await self_report(client, first, input_tokens=1000, output_tokens=1)  # 1001 tokens: 3.003 -> 4 cents
+    await self_report(client, first, status="failed", input_tokens=5000, output_tokens=0)  # not billed
+    await self_report(client, second, input_tokens=2000, output_tokens=0)  # 6 cents exactly
     body = await (await billing(client, first.builder_key, templateSlug=first.template["slug"])).json()
     assert body["usage"] == {"totalRuns": 3, "completedRuns": 2, "totalTokens": 8001, "billedTokens": 3001}
     amounts = {row["installId"]: row["amountCents"] for row in body["byInstall"]}
@@ -107,7 +107,7 @@ async def test_per_k_tokens_billing_rounds_up_per_install(make_client: Any) -> N
 async def test_period_days_scales_the_projection_and_is_bounded(make_client: Any) -> None:
     client = await make_client(**payment_settings(None))
     deal = await paid_install(client, None, model="per_run", price=100)
-    await report(client, deal)
+    await self_report(client, deal)
     body = await (
         await billing(client, deal.builder_key, templateId=deal.template["id"], periodDays=7)
     ).json()
@@ -140,30 +140,28 @@ async def test_a_deployer_sees_their_own_install_only(make_client: Any) -> None:
     client = await make_client(**payment_settings(None))
     deal = await paid_install(client, None, model="per_run", price=10)
     other = await paid_install(client, None, builder=(deal.builder, deal.builder_key), template=deal.template)
-    await report(client, deal)
-    await report(client, other)
-    await report(client, other)
-    # The key that created the svc install is scoped to it: that install only.
-    response = await billing(client, deal.deployer_key, templateId=deal.template["id"])
+    await self_report(client, deal)
+    await self_report(client, other)
+    await self_report(client, other)
+    # A key created scoped to the install (the pipeline's key): that install only.
+    scoped = await create_key(client, deal.deployer, installId=deal.install_id)
+    response = await billing(client, scoped, templateId=deal.template["id"])
     assert response.status == 403
-    response = await billing(
-        client, deal.deployer_key, templateId=deal.template["id"], installId=deal.install_id
-    )
+    response = await billing(client, scoped, templateId=deal.template["id"], installId=deal.install_id)
     assert response.status == 200
     body = await response.json()
     assert [row["installId"] for row in body["byInstall"]] == [deal.install_id]
     assert body["usage"]["totalRuns"] == 1
-    response = await billing(
-        client, deal.deployer_key, templateId=deal.template["id"], installId=other.install_id
-    )
+    response = await billing(client, scoped, templateId=deal.template["id"], installId=other.install_id)
     assert response.status == 403
-    # An unscoped key of the deployer: must name an install of theirs; another's is unknown to them.
-    unscoped = await create_key(client, deal.deployer)
-    assert (await billing(client, unscoped, templateId=deal.template["id"])).status == 404
-    response = await billing(client, unscoped, templateId=deal.template["id"], installId=other.install_id)
-    assert response.status == 404
-    response = await billing(client, unscoped, templateId=deal.template["id"], installId=deal.install_id)
-    assert response.status == 200
+    # An unscoped key of the deployer (the creating key stays unscoped): must name an install of
+    # theirs; another's is unknown to them.
+    for unscoped in (deal.deployer_key, await create_key(client, deal.deployer)):
+        assert (await billing(client, unscoped, templateId=deal.template["id"])).status == 404
+        response = await billing(client, unscoped, templateId=deal.template["id"], installId=other.install_id)
+        assert response.status == 404
+        response = await billing(client, unscoped, templateId=deal.template["id"], installId=deal.install_id)
+        assert response.status == 200
     # The builder naming an install of another template learns nothing either.
     stranger_deal = await paid_install(client, None)
     response = await billing(

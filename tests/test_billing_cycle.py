@@ -12,8 +12,15 @@ from typing import Any
 
 from api.context import SERVICES
 from svc.jobs import BILLING, LEASE, Jobs
-from tests.billing_helpers import APP_KEY, Deal, paid_install, payment_settings, report, start_fake_stripe
-from tests.conftest import app_store, bearer
+from tests.support.accounts import app_store, bearer
+from tests.support.billing import (
+    APP_KEY,
+    Deal,
+    paid_install,
+    payment_settings,
+    self_report,
+    start_fake_stripe,
+)
 
 
 def first_of_next_month(moment: datetime) -> datetime:
@@ -41,7 +48,7 @@ async def deals_with_usage(client: Any, fake: Any, count: int) -> list[Deal]:
             )
         )
     for deal in deals:
-        await report(client, deal)
+        await self_report(client, deal)
     return deals
 
 
@@ -57,9 +64,9 @@ async def test_monthly_cycle_charges_each_paid_install_once(make_client: Any, ai
     client = await make_client(**payment_settings(fake))
     deals = await deals_with_usage(client, fake, 3)
     unpaid = await paid_install(client, fake, card=None)  # no saved payment method: left alone
-    await report(client, unpaid)
+    await self_report(client, unpaid)
     free = await paid_install(client, fake, model="free", price=None)
-    await report(client, free)
+    await self_report(client, free)
     jobs = jobs_of(client)
     await arm(jobs)
     await jobs.tick(CYCLE_END - timedelta(seconds=1))
@@ -133,12 +140,12 @@ async def test_small_amounts_carry_over_to_the_next_cycle(make_client: Any, aioh
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
     deal = await paid_install(client, fake, model="per_run", price=30)
-    await report(client, deal)  # 30 cents: under the 50-cent minimum
+    await self_report(client, deal)  # 30 cents: under the 50-cent minimum
     jobs = jobs_of(client)
     await arm(jobs)
     await jobs.tick(CYCLE_END + timedelta(seconds=1))
     assert fake.succeeded_charges() == []
-    await report(client, deal)  # another 30 cents, still before the next cycle end
+    await self_report(client, deal)  # another 30 cents, still before the next cycle end
     await app_store(client)["jobs"].update_one({"_id": BILLING}, {"$set": {"nextRunAt": CYCLE_END}})
     await jobs.tick(CYCLE_END + timedelta(seconds=2))
     [intent] = fake.succeeded_charges()

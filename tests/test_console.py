@@ -5,18 +5,12 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from tests.conftest import bearer, create_key
-from tests.runtime_helpers import member, provider_settings, start_llm, svc_install
-
-
-async def make(make_client, aiohttp_server):
-    llm, url = await start_llm(aiohttp_server)
-    client = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
-    return client, llm
+from tests.support.accounts import bearer, create_key
+from tests.support.runtime import managed_client, member, svc_install
 
 
 async def test_feeds_after_a_run(make_client, aiohttp_server, store):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     caller, key, install_id = await svc_install(client, [member("lead"), member("helper", reportsTo="lead")])
     llm.script(tool_calls=[{"name": "delegate_helper", "arguments": {"task": "t"}}])
     llm.script(text="h")
@@ -53,7 +47,7 @@ async def test_feeds_after_a_run(make_client, aiohttp_server, store):
 
 
 async def test_feed_queries_are_bounded(make_client, aiohttp_server):
-    client, _ = await make(make_client, aiohttp_server)
+    client, _ = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, [member("lead")])
     for path in (
         "run-log?days=0",
@@ -68,7 +62,7 @@ async def test_feed_queries_are_bounded(make_client, aiohttp_server):
 
 
 async def test_feeds_are_the_owners_only(make_client, aiohttp_server):
-    client, _ = await make(make_client, aiohttp_server)
+    client, _ = await managed_client(make_client, aiohttp_server)
     _, _, install_id = await svc_install(client, [member("lead")])
     stranger, _, _ = await svc_install(client, [member("lead")])
     other_key = bearer(await create_key(client, stranger))
@@ -78,7 +72,7 @@ async def test_feeds_are_the_owners_only(make_client, aiohttp_server):
 
 
 async def test_cancel_run_during_a_slow_step(make_client, aiohttp_server, store):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, [member("lead")])
     response = await client.post(f"/api/installs/{install_id}/cancel-run", headers=key)
     assert response.status == 404

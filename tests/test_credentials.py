@@ -10,7 +10,7 @@ from aiohttp import web
 from api.context import ROUTE_TABLE, SERVICES, principal
 from api.routing import AuthCode, Route
 from svc.core import tokens
-from tests.conftest import app_store, bearer, create_key, signup
+from tests.support.accounts import app_store, bearer, create_key, signup
 
 APP_KEY = "app-key-for-tests-0123456789"
 SCOPED_APP_KEY = "scoped-app-key-0123456789"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import bearer
-from tests.templates_helpers import agent, definition, template_body, user_with_key
+from tests.support.accounts import bearer
+from tests.support.templates import agent, definition, template_body, user_with_key
 
 
 def with_policy(policy=None, **rule):

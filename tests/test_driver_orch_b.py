@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from config.catalogue import UPSTREAM
 from plugins.manager import Plugins
 from plugins.types import (
     DeprovisionContext,
@@ -191,7 +192,9 @@ async def test_provision_creates_one_upstream_agent_per_team_agent(fake):
             "metadata": {"svcInstallId": "inst-1", "svcAgentKey": a["key"], "svcIngestUrl": INGEST_URL},
         }
         for a, model in zip(
-            DEFINITION["agents"], ["providerB-standard", "providerA-small", "providerC-flash"], strict=True
+            DEFINITION["agents"],
+            [UPSTREAM["providerB:standard"], UPSTREAM["providerA:small"], UPSTREAM["providerC:flash"]],
+            strict=True,
         )
     ]
     assert "svc_install_tok" not in json.dumps([r.body for r in fake.requests])
@@ -213,7 +216,7 @@ async def test_provision_creates_one_upstream_agent_per_team_agent(fake):
 
 async def test_install_model_overrides_every_agent_model(fake):
     await make_plugins().provision("orchB", provision_context(fake, model="providerB:reasoning-small"))
-    assert {a["model"] for a in fake.agents.values()} == {"providerB-reasoning-small"}
+    assert {a["model"] for a in fake.agents.values()} == {UPSTREAM["providerB:reasoning-small"]}
 
 
 async def test_a_mid_way_failure_rolls_back_and_hides_the_api_key(fake, caplog):

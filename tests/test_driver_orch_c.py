@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from config.catalogue import BEDROCK
 from plugins.builtin import orch_c, orch_c_bedrock
 from plugins.manager import Plugins
 from plugins.types import (
@@ -211,10 +212,10 @@ async def test_provision_order_and_shapes(plugins: Plugins, fake: FakeBedrockAge
     creates = [r.body for r in fake.writes() if r.operation == "CreateAgent"]
     assert [c["agentName"] for c in creates] == [f"svc-inst-0123abcd-{k}" for k in [*names, "boss"]]
     assert [c["foundationModel"] for c in creates] == [
-        "providerA-middle",
-        "providerA-middle",
-        "providerA-small",
-        "providerB-standard",
+        BEDROCK["providerA:middle"],
+        BEDROCK["providerA:middle"],
+        BEDROCK["providerA:small"],
+        BEDROCK["providerB:standard"],
     ]
     assert {c["agentResourceRoleArn"] for c in creates} == {fake.role_arn}
     assert [c["agentCollaboration"] for c in creates] == ["DISABLED"] * 3 + ["SUPERVISOR"]
@@ -269,7 +270,7 @@ async def test_model_override_and_a_single_agent(
     context = provision_context(fake, [agent("solo")], model="providerB:code-small")
     result = await plugins.provision("orchC", context)
     (created,) = fake.agents.values()
-    assert created["foundationModel"] == "providerB-code-small"
+    assert created["foundationModel"] == BEDROCK["providerB:code-small"]
     assert created["agentCollaboration"] == "DISABLED"
     assert result.state["agents"] == [] and result.state["supervisor"]["key"] == "solo"
 

@@ -14,7 +14,7 @@ from plugins.manager import PluginError
 from plugins.types import PlatformError, ProviderError
 from svc.core import RuntimeFailure, errors
 from svc.runtime import ProviderNotConfigured
-from tests.conftest import signup
+from tests.support.accounts import signup
 
 
 async def explode(request: web.Request) -> web.Response:

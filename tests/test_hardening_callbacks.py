@@ -9,8 +9,8 @@ import time
 from aiohttp import web
 
 from svc.runtime.execution import sign
-from tests.conftest import app_store, signup
-from tests.runtime_helpers import member, provider_settings, start_llm, svc_install
+from tests.support.accounts import app_store, signup
+from tests.support.runtime import member, provider_settings, start_llm, svc_install
 
 
 async def make(make_client, aiohttp_server):

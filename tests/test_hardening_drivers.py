@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.installs_helpers import install, orch_b_credentials, published_team, start_fake_orch_b
-from tests.templates_helpers import user_with_key
+from tests.support.installs import install, orch_b_credentials, published_team, start_fake_orch_b
+from tests.support.templates import user_with_key
 
 pytestmark = pytest.mark.usefixtures("store")
 

@@ -9,9 +9,10 @@ import pytest
 
 from api.app import ROUTES
 from svc.installs.fields import MAX_INSTALL_SECRETS
-from tests.conftest import bearer
-from tests.installs_helpers import published_team, svc_install
-from tests.templates_helpers import user_with_key
+from tests.support.accounts import bearer
+from tests.support.installs import managed_install as svc_install
+from tests.support.installs import published_team
+from tests.support.templates import user_with_key
 
 
 async def patch_secrets(client, key, install_id, body):

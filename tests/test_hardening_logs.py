@@ -11,7 +11,7 @@ from aiohttp import web
 
 from api.logs import JsonFormatter, PathRedactor
 from api.routing import RouteTable
-from tests.conftest import signup
+from tests.support.accounts import signup
 
 
 def log_text(caplog: pytest.LogCaptureFixture) -> str:

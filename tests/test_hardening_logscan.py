@@ -16,11 +16,11 @@ import ray
 from aiohttp import web
 
 from api.logs import JsonFormatter
-from tests.conftest import app_store, bearer, create_key, signup
-from tests.orgs_helpers import LINK, create_org, make_pro, send
-from tests.runtime_helpers import member, provider_settings, start_llm
-from tests.smtp_sink import SmtpSink
-from tests.templates_helpers import publish_template
+from tests.fakes.smtp import SmtpSink
+from tests.support.accounts import app_store, bearer, create_key, signup
+from tests.support.orgs import LINK, create_org, make_pro, send
+from tests.support.runtime import member, provider_settings, start_llm
+from tests.support.templates import publish_template
 
 
 async def wait_until(predicate, timeout_s: float = 60.0) -> bool:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from tests.conftest import bearer, create_key
-from tests.installs_helpers import published_team, svc_install
-from tests.templates_helpers import create_template, unique_slug, user_with_key
+from tests.support.accounts import bearer, create_key
+from tests.support.installs import managed_install as svc_install
+from tests.support.installs import published_team
+from tests.support.templates import create_template, unique_slug, user_with_key
 
 
 async def answer(response) -> tuple[int, str]:

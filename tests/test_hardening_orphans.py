@@ -11,9 +11,9 @@ import pytest
 from api.context import SERVICES
 from svc.core import tokens, utcnow
 from svc.installs import CreateInstallBody
-from tests.conftest import app_store
-from tests.installs_helpers import orch_b_credentials, published_team, start_fake_orch_b
-from tests.templates_helpers import user_with_key
+from tests.support.accounts import app_store
+from tests.support.installs import orch_b_credentials, published_team, start_fake_orch_b
+from tests.support.templates import user_with_key
 
 
 async def test_a_request_killed_mid_provisioning_leaves_no_agent_and_no_install(

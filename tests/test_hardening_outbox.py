@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import app_store, signup
-from tests.orgs_helpers import LINK, create_org, send
-from tests.smtp_sink import SmtpSink
+from tests.fakes.smtp import SmtpSink
+from tests.support.accounts import app_store, signup
+from tests.support.orgs import LINK, create_org, send
 
 
 async def test_a_delivered_invitation_leaves_no_token_in_the_database(make_client):

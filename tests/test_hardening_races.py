@@ -7,8 +7,8 @@ import asyncio
 from svc.core import tokens, utcnow
 from svc.orgs.access import MAX_LISTED
 from svc.orgs.org_keys import MAX_ORG_KEYS
-from tests.conftest import app_store
-from tests.orgs_helpers import send, world
+from tests.support.accounts import app_store
+from tests.support.orgs import send, world
 
 RACERS = 8
 

@@ -12,9 +12,10 @@ from collections import Counter
 from typing import Any
 
 from api.context import ROUTE_TABLE
-from tests.conftest import app_store, bearer, create_key, signup
-from tests.installs_helpers import published_team, svc_install
-from tests.orgs_helpers import create_org, make_pro, send
+from tests.support.accounts import app_store, bearer, create_key, signup
+from tests.support.installs import managed_install as svc_install
+from tests.support.installs import published_team
+from tests.support.orgs import create_org, make_pro, send
 
 # A body that would be accepted were the caller allowed, so refusals come from the reach check.
 BODIES: dict[str, Any] = {
@@ -95,6 +96,8 @@ async def test_no_credential_of_another_tenant_reaches_or_changes_anything(make_
         "draftId": "1",
         "key": "API_TOKEN",
         "installId": install_id,
+        "a": "1",
+        "b": "1",
     }
 
     def concrete(path: str) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from svc.core.text import check_multi_line, check_single_line
-from tests.conftest import bearer, signup
-from tests.orgs_helpers import create_org
-from tests.templates_helpers import agent, definition, template_body, user_with_key
+from tests.support.accounts import bearer, signup
+from tests.support.orgs import create_org
+from tests.support.templates import agent, definition, template_body, user_with_key
 
 REFUSED = [
     "\x00",

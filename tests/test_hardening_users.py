@@ -7,9 +7,10 @@ import pytest
 
 from api.context import SERVICES
 from svc.core import Conflict
-from tests.conftest import app_store, bearer, create_key, signup
-from tests.installs_helpers import published_team, svc_install
-from tests.orgs_helpers import create_org
+from tests.support.accounts import app_store, bearer, create_key, signup
+from tests.support.installs import managed_install as svc_install
+from tests.support.installs import published_team
+from tests.support.orgs import create_org
 
 
 async def works(client, caller, key) -> tuple[int, int]:

@@ -13,24 +13,24 @@ from cryptography.fernet import Fernet
 
 from svc.core import tokens
 from svc.core.clock import utcnow
-from tests.conftest import bearer, create_key
 from tests.fakes.orch_b import FakeOrchB
-from tests.installs_helpers import (
+from tests.support.accounts import bearer, create_key
+from tests.support.installs import (
     SECRETS,
     VARIABLES,
     install,
     install_ok,
     list_installs,
+    managed_install,
     mine,
     nothing_written,
     orch_b_credentials,
     published_team,
     start_fake_orch_b,
     summary,
-    svc_install,
     team_definition,
 )
-from tests.templates_helpers import create_template, release, user_with_key
+from tests.support.templates import create_template, release, user_with_key
 
 LIST_FIELDS = {
     "id",
@@ -131,44 +131,48 @@ async def test_svc_install_is_created_linked_and_listed_with_its_pinned_version(
     assert (listed["platform"], listed["status"], listed["companyId"]) == ("svc", "completed", None)
 
     # A new version of the template does not move the install (spec: never migrated automatically).
-    # The creating key now reaches only its install, so the template is managed with another key.
-    builder = await create_key(client, owner)
-    parent = await release(client, builder, template["id"], team_definition(description="v2"))
+    # The creating key keeps every right it had (docs/auth.md): it releases and installs again.
+    parent = await release(client, key, template["id"], team_definition(description="v2"))
     assert parent["version"] == 2
-    second = await svc_install(client, other_key, template["id"])
-    newest, oldest = await list_installs(client, await create_key(client, owner))
+    second = await managed_install(client, key, template["id"])
+    newest, oldest = await list_installs(client, key)
     assert (newest["id"], newest["templateVersion"]) == (second["installId"], 2)
     assert (oldest["id"], oldest["templateVersion"]) == (install_id, 1)
     doc = await store.installs.find_one({"_id": install_id})
     assert doc["templateVersion"] == 1 and doc["definition"].get("description") != "v2"
 
 
-async def test_a_linked_key_acts_only_on_its_install(make_client):
+async def test_a_linked_key_keeps_every_right(make_client):
     """Spec "Installs", svc: "the API key used to create the install is immediately linked to the new
-    installId (so whoami resolves)". From then on the key reaches that install only: it may not create
-    installs, manage templates or read the secret vault (docs/auth.md)."""
+    installId (so whoami resolves)". The link takes no right away: the key still creates installs,
+    manages templates, lists runs and billing and reads the secret vault (docs/auth.md). whoami
+    follows the newest svc install the key created."""
     client = await make_client(rate_limit_multiplier=None)
     _, key = await user_with_key(client)
     template = await published_team(client, key)
-    first = (await svc_install(client, key, template["id"]))["installId"]
+    first = (await managed_install(client, key, template["id"]))["installId"]
     assert await (await whoami(client, key)).json() == {"installId": first}
     await patch_ok(client, key, first, "variables", {"company": "Acme"})
 
-    body = {"templateId": template["id"], "platform": "svc"}
-    refused = await client.post("/api/installs", json=body, headers=bearer(key))
-    assert refused.status == 403 and first in (await refused.json())["error"]
-    refused = await client.post(f"/api/templates/{template['id']}/new-version", headers=bearer(key))
-    assert refused.status == 403
-    refused = await client.get("/api/secrets/known?companyId=c&keys=A", headers=bearer(key))
-    assert refused.status == 403
-    assert await (await whoami(client, key)).json() == {"installId": first}
+    second = (await managed_install(client, key, template["id"]))["installId"]
+    assert await (await whoami(client, key)).json() == {"installId": second}
+    await patch_ok(client, key, first, "variables", {"company": "Acme"})
+    assert {i["id"] for i in await list_installs(client, key)} == {first, second}
+    response = await client.post(f"/api/templates/{template['id']}/new-version", headers=bearer(key))
+    assert response.status in (200, 201), await response.text()
+    response = await client.get("/api/secrets/known?companyId=c&keys=A", headers=bearer(key))
+    assert response.status == 200, await response.text()
+    response = await client.get(f"/api/runs?templateId={template['id']}", headers=bearer(key))
+    assert response.status == 200, await response.text()
+    response = await client.get(f"/api/billing?templateId={template['id']}", headers=bearer(key))
+    assert response.status == 200, await response.text()
 
 
 async def test_managed_installs_summary_variables_and_secrets(make_client, store):
     client = await make_client(rate_limit_multiplier=None)
     owner, key = await user_with_key(client)
     template = await published_team(client, key, name="Outreach")
-    install_id = (await svc_install(client, key, template["id"], company="Acme"))["installId"]
+    install_id = (await managed_install(client, key, template["id"], company="Acme"))["installId"]
 
     item = await summary(client, owner, install_id)
     assert set(item) == SUMMARY_FIELDS
@@ -226,7 +230,7 @@ async def test_delete_svc_install_cancels_it_and_removes_its_tokens(make_client,
     client = await make_client(rate_limit_multiplier=None)
     owner, key = await user_with_key(client)
     template = await published_team(client, key)
-    install_id = (await svc_install(client, key, template["id"]))["installId"]
+    install_id = (await managed_install(client, key, template["id"]))["installId"]
     token = (await summary(client, owner, install_id))["webhookToken"]
     assert await store.install_tokens.count_documents({"installId": install_id}) == 1
 
@@ -281,7 +285,7 @@ async def test_managed_installs_reach_members_through_their_org(make_client, sto
     outsider, _ = await user_with_key(client)
     org_key = await seed_org_with_key(store, secret_key, member.id)
     template = await published_team(client, org_key, name="Org Pipeline")
-    install_id = (await svc_install(client, org_key, template["id"], tone="warm"))["installId"]
+    install_id = (await managed_install(client, org_key, template["id"], tone="warm"))["installId"]
     await store["org_secrets"].insert_one({"_id": "os-1", "orgId": "org-1", "key": "CRM_KEY"})
 
     item = await summary(client, member, install_id)
@@ -399,7 +403,7 @@ async def test_only_published_templates_the_caller_may_see_can_be_installed(make
         assert set(await response.json()) == {"error"}
     await nothing_written(store)
     # The owner of the team template may install it.
-    await svc_install(client, other_key, others_team["id"])
+    await managed_install(client, other_key, others_team["id"])
 
 
 # ---- ownership and key scoping --------------------------------------------------------------------
@@ -410,7 +414,7 @@ async def test_another_user_cannot_reach_an_install(make_client, store):
     owner, key = await user_with_key(client)
     intruder, intruder_key = await user_with_key(client)
     template = await published_team(client, key)
-    install_id = (await svc_install(client, key, template["id"], company="Acme"))["installId"]
+    install_id = (await managed_install(client, key, template["id"], company="Acme"))["installId"]
     before = await store.installs.find_one({"_id": install_id})
 
     for what, body in (("variables", {"tone": "rude"}), ("secrets", {"API_TOKEN": "stolen"})):
@@ -431,8 +435,8 @@ async def test_install_scoped_key_reaches_only_its_install(make_client):
     client = await make_client(rate_limit_multiplier=None)
     owner, key = await user_with_key(client)
     template = await published_team(client, key)
-    first = (await svc_install(client, key, template["id"]))["installId"]
-    second = (await svc_install(client, await create_key(client, owner), template["id"]))["installId"]
+    first = (await managed_install(client, key, template["id"]))["installId"]
+    second = (await managed_install(client, await create_key(client, owner), template["id"]))["installId"]
 
     scoped = await create_key(client, owner, installId=first)
 
@@ -443,6 +447,14 @@ async def test_install_scoped_key_reaches_only_its_install(make_client):
         assert response.status == 404, (what, await response.text())
         await patch_ok(client, scoped, first, what, body)
     assert (await delete_install(client, scoped, second)).status == 404
+    # A key created with installId may not create installs, change templates or read the vault.
+    body = {"templateId": template["id"], "platform": "svc"}
+    refused = await client.post("/api/installs", json=body, headers=bearer(scoped))
+    assert refused.status == 403 and first in (await refused.json())["error"]
+    refused = await client.post(f"/api/templates/{template['id']}/new-version", headers=bearer(scoped))
+    assert refused.status == 403
+    refused = await client.get("/api/secrets/known?companyId=c&keys=A", headers=bearer(scoped))
+    assert refused.status == 403
     unscoped = await create_key(client, owner)
     assert {i["id"] for i in await list_installs(client, unscoped)} == {first, second}
     assert {i["status"] for i in await list_installs(client, unscoped)} == {"completed"}
@@ -463,7 +475,7 @@ async def test_secret_vault_is_keyed_by_owner_and_company(make_client, store):
     owner, key = await user_with_key(client)
     stranger, stranger_key = await user_with_key(client)
     template = await published_team(client, key)
-    install_id = (await svc_install(client, key, template["id"]))["installId"]
+    install_id = (await managed_install(client, key, template["id"]))["installId"]
     await patch_ok(client, key, install_id, "secrets", {"API_TOKEN": "vault-raw-value-42"})
 
     entries = await store["vault_secrets"].find().to_list(None)
@@ -477,9 +489,9 @@ async def test_secret_vault_is_keyed_by_owner_and_company(make_client, store):
     assert response.status == 200 and await response.json() == {"known": []}
 
     # Re-install by the same owner: the vault's secret is pre-filled. Another owner gets nothing.
-    again = (await svc_install(client, lookup_key, template["id"]))["installId"]
+    again = (await managed_install(client, lookup_key, template["id"]))["installId"]
     assert (await summary(client, owner, again))["missingSecrets"] == ["CRM_KEY"]
-    theirs = (await svc_install(client, stranger_key, template["id"]))["installId"]
+    theirs = (await managed_install(client, stranger_key, template["id"]))["installId"]
     assert (await summary(client, stranger, theirs))["missingSecrets"] == SECRETS
 
     entry = {**entries[0], "_id": "vault-entry-company-1", "companyId": "company-1"}

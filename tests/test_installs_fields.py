@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from config.catalogue import UPSTREAM
-from tests.conftest import bearer
 from tests.fakes.orch_b import FakeOrchB
-from tests.installs_helpers import (
+from tests.support.accounts import bearer
+from tests.support.installs import (
     ORCH_A_CREDENTIALS,
     ORCH_C_CREDENTIALS,
     PLATFORMS,
@@ -29,7 +29,7 @@ from tests.installs_helpers import (
     published_team,
     start_fake_orch_b,
 )
-from tests.templates_helpers import user_with_key
+from tests.support.templates import user_with_key
 
 ORCH_B_CREDENTIALS = orch_b_credentials(FakeOrchB())
 CREDENTIALS: dict[str, dict[str, str] | None] = {

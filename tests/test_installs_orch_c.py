@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from plugins.builtin import orch_c_bedrock
-from tests.conftest import bearer, create_key, signup
 from tests.fakes.orch_c import FakeBedrockAgents, create_app
-from tests.templates_helpers import agent, definition, publish_template
+from tests.support.accounts import bearer, create_key, signup
+from tests.support.templates import agent, definition, publish_template
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.conftest import bearer, create_key, signup
+from tests.support.accounts import bearer, create_key, signup
 
 KEY_PATTERN = re.compile(r"svc_live_[0-9a-f]{32}")
 ISO_Z = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")

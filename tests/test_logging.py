@@ -6,7 +6,7 @@ import json
 import logging
 
 from api.logs import JsonFormatter
-from tests.conftest import create_key, signup
+from tests.support.accounts import create_key, signup
 
 
 def test_formatter_writes_one_json_object_with_extras():

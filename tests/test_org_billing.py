@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.billing_helpers import payment_settings, post_event, start_fake_stripe
-from tests.conftest import app_store
 from tests.fakes.stripe import start_subscription
-from tests.orgs_helpers import audit_actions, ok, send, world
+from tests.support.accounts import app_store
+from tests.support.billing import payment_settings, post_event, start_fake_stripe
+from tests.support.orgs import audit_actions, ok, send, world
 
 
 async def event(client: Any, fake: Any, kind: str, obj: dict[str, Any]) -> None:
@@ -46,7 +46,7 @@ async def test_checkout_trial_portal_and_cancel(make_client: Any, aiohttp_server
     assert session["mode"] == "subscription"
     assert session["client_reference_id"] == w.org["id"]
     assert session["payment_method_collection"] == "always"  # card required
-    assert session["subscription_data"]["trial_period_days"] == "14"
+    assert fake.checkout_params[session["id"]]["subscription_data"]["trial_period_days"] == "14"
 
     # The customer completes the checkout; the provider tells us.
     subscription = start_subscription(fake, session["id"])
@@ -109,7 +109,7 @@ async def test_late_events_of_a_replaced_subscription_change_nothing(
     # A new checkout: no second trial, a new subscription.
     await ok(await send(client, w.owner, "POST", f"{w.base}/billing/checkout"))
     second_session = list(fake.checkout_sessions.values())[-1]
-    assert "trial_period_days" not in second_session["subscription_data"]
+    assert "trial_period_days" not in fake.checkout_params[second_session["id"]]["subscription_data"]
     second = start_subscription(fake, second_session["id"], trial_days=0)
     fake.subscriptions[second["id"]]["status"] = "active"
     await event(client, fake, "checkout.session.completed", second_session)

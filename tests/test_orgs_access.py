@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import app_store, bearer, create_key
-from tests.orgs_helpers import World, invite, join, make_pro, ok, org_key, send, world
+from tests.support.accounts import app_store, bearer, create_key
+from tests.support.orgs import World, invite, join, make_pro, ok, org_key, send, world
 
 EVERYONE = frozenset({"owner", "admin", "member"})
 MANAGERS = frozenset({"owner", "admin"})

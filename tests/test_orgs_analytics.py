@@ -7,10 +7,10 @@ from typing import Any
 
 from svc.core.clock import iso, utcnow
 from svc.runs.runs import Runs
-from tests.conftest import app_store, bearer
-from tests.orgs_helpers import make_pro, ok, org_key, send, world
-from tests.runtime_helpers import member
-from tests.templates_helpers import publish_template
+from tests.support.accounts import app_store, bearer
+from tests.support.orgs import make_pro, ok, org_key, send, world
+from tests.support.runtime import member
+from tests.support.templates import publish_template
 
 
 def parse(value: str) -> datetime:

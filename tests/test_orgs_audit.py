@@ -6,8 +6,8 @@ from datetime import timedelta
 
 from api.context import ROUTE_TABLE
 from svc.core.clock import iso, utcnow
-from tests.conftest import app_store
-from tests.orgs_helpers import invite, join, make_pro, ok, send, world
+from tests.support.accounts import app_store
+from tests.support.orgs import invite, join, make_pro, ok, send, world
 
 
 def seed_install(org_id: str, install_id: str) -> dict:
@@ -124,5 +124,9 @@ async def test_paging_limits_and_windows(make_client):
 async def test_no_route_changes_audit_events(make_client):
     client = await make_client()
     routes = client.server.app[ROUTE_TABLE]
-    audit_routes = [(r.method, r.path) for r in routes if "audit" in r.path]
-    assert audit_routes == [("GET", "/api/orgs/{slug}/audit-log")]
+    audit_routes = sorted((r.method, r.path) for r in routes if "audit" in r.path)
+    assert audit_routes == [
+        ("GET", "/api/installs/{id}/audit"),
+        ("GET", "/api/orgs/{slug}/audit-log"),
+        ("GET", "/api/orgs/{slug}/audit/timeline"),
+    ], "the audit log and the timelines are read-only"

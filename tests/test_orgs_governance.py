@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.conftest import app_store, bearer
-from tests.installs_helpers import (
+from tests.support.accounts import app_store, bearer
+from tests.support.installs import (
     list_installs,
+    managed_install,
     mine,
     orch_b_credentials,
     published_team,
     start_fake_orch_b,
-    svc_install,
 )
-from tests.orgs_helpers import World, audit_actions, last_mail, make_pro, ok, org_key, send, world
-from tests.runtime_helpers import provider_settings, start_llm
+from tests.support.orgs import World, audit_actions, last_mail, make_pro, ok, org_key, send, world
+from tests.support.runtime import provider_settings, start_llm, webhook_token
 
 
 async def governed(make_client: Any, aiohttp_server: Any) -> tuple[Any, World, str, Any]:
@@ -26,15 +26,10 @@ async def governed(make_client: Any, aiohttp_server: Any) -> tuple[Any, World, s
     return client, w, key, llm
 
 
-async def webhook_token(client: Any, caller: Any, install_id: str) -> str:
-    (item,) = [i for i in await mine(client, caller) if i["id"] == install_id]
-    return str(item["webhookToken"])
-
-
 async def test_approved_install_becomes_ready(make_client, aiohttp_server):
     client, w, key, llm = await governed(make_client, aiohttp_server)
     template = await published_team(client, key, name="Gated Team")
-    created = await svc_install(client, key, template["id"], company="Acme", tone="dry")
+    created = await managed_install(client, key, template["id"], company="Acme", tone="dry")
     install_id = created["installId"]
     assert created["status"] == "pending" and created["approvalId"]
 
@@ -97,7 +92,7 @@ async def test_approved_install_becomes_ready(make_client, aiohttp_server):
 async def test_rejected_install_is_cancelled(make_client, aiohttp_server):
     client, w, key, _ = await governed(make_client, aiohttp_server)
     template = await published_team(client, key, name="Rejected Team")
-    install_id = (await svc_install(client, key, template["id"]))["installId"]
+    install_id = (await managed_install(client, key, template["id"]))["installId"]
     token = await webhook_token(client, w.owner, install_id)
     (approval,) = (await ok(await send(client, w.owner, "GET", f"{w.base}/approvals")))["approvals"]
     body = {"status": "rejected", "note": "not this quarter"}
@@ -113,7 +108,7 @@ async def test_without_governance_or_pro_installs_are_ready_at_once(make_client,
     client, w, key, _ = await governed(make_client, aiohttp_server)
     await ok(await send(client, w.owner, "PATCH", f"{w.base}/settings/governance", {"enabled": False}))
     template = await published_team(client, key)
-    created = await svc_install(client, key, template["id"])
+    created = await managed_install(client, key, template["id"])
     assert "status" not in created
     assert [i["status"] for i in await list_installs(client, key)] == ["completed"]
     # Personal installs of a member never wait for the org.
@@ -124,7 +119,7 @@ async def test_manual_approval_requests(make_client, aiohttp_server):
     client, w, key, _ = await governed(make_client, aiohttp_server)
     await ok(await send(client, w.owner, "PATCH", f"{w.base}/settings/governance", {"enabled": False}))
     template = await published_team(client, key, name="Manual")
-    install_id = (await svc_install(client, key, template["id"]))["installId"]
+    install_id = (await managed_install(client, key, template["id"]))["installId"]
     body = {"installId": install_id, "templateId": template["id"], "templateName": "Manual"}
     created = await ok(await send(client, w.member, "POST", f"{w.base}/approvals", body))
     approval = created["approval"]
@@ -147,7 +142,7 @@ async def test_manual_approval_requests(make_client, aiohttp_server):
     other = await world(client, pro=True)
     other_key = await org_key(client, other.owner, other.slug)
     foreign = await published_team(client, other_key)
-    foreign_install = (await svc_install(client, other_key, foreign["id"]))["installId"]
+    foreign_install = (await managed_install(client, other_key, foreign["id"]))["installId"]
     body = {"installId": foreign_install, "templateId": foreign["id"], "templateName": "x"}
     assert (await send(client, w.member, "POST", f"{w.base}/approvals", body)).status == 404
     # A decision on another org's request is 404.
@@ -161,7 +156,7 @@ async def test_manual_approval_requests(make_client, aiohttp_server):
 async def test_waiting_installs_are_approved_when_the_plan_lapses(make_client, aiohttp_server):
     client, w, key, _ = await governed(make_client, aiohttp_server)
     template = await published_team(client, key, name="Lapsing")
-    install_id = (await svc_install(client, key, template["id"], company="Acme", tone="dry"))["installId"]
+    install_id = (await managed_install(client, key, template["id"], company="Acme", tone="dry"))["installId"]
     assert [i["status"] for i in await list_installs(client, key)] == ["pending"]
     await make_pro(client, w.org["id"], status="cancelled")  # the provider ended the subscription
     assert [i["status"] for i in await list_installs(client, key)] == ["completed"]

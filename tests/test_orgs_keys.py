@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from svc.core import tokens
-from tests.conftest import app_store, bearer, create_key
-from tests.installs_helpers import list_installs, mine, published_team, svc_install
-from tests.orgs_helpers import ok, org_key, send, world
-from tests.templates_helpers import create_template, get_template, patch
+from tests.support.accounts import app_store, bearer, create_key
+from tests.support.installs import list_installs, managed_install, mine, published_team
+from tests.support.orgs import ok, org_key, send, world
+from tests.support.templates import create_template, get_template, patch
 
 
 async def test_org_keys_are_shown_once_and_stored_as_a_hash(make_client):
@@ -92,7 +92,7 @@ async def test_org_installs_are_reached_by_org_keys_only(make_client):
     w = await world(client)
     key = await org_key(client, w.owner, w.slug)
     template = await published_team(client, key, name="Org Pipeline")
-    install_id = (await svc_install(client, key, template["id"], company="Acme"))["installId"]
+    install_id = (await managed_install(client, key, template["id"], company="Acme"))["installId"]
     # The org key stays unscoped: it still manages templates and sees the install.
     assert (await create_template(client, key, name="After install"))["name"] == "After install"
     assert [i["id"] for i in await list_installs(client, key)] == [install_id]
@@ -138,7 +138,7 @@ async def test_a_member_who_left_reaches_no_org_install(make_client):
     w = await world(client)
     key = await org_key(client, w.owner, w.slug)
     template = await published_team(client, key, name="Left Behind")
-    install_id = (await svc_install(client, key, template["id"], company="Acme"))["installId"]
+    install_id = (await managed_install(client, key, template["id"], company="Acme"))["installId"]
     path = f"/api/installs/{install_id}/events"
     assert (await send(client, w.member, "GET", path)).status == 200
     await ok(await send(client, w.member, "DELETE", f"{w.base}/members/{w.member.id}"))

@@ -12,10 +12,10 @@ from datetime import timedelta
 from api.context import SERVICES
 from svc.core.clock import utcnow
 from svc.core.store import Store
-from tests.conftest import app_store, bearer, create_key, signup
-from tests.installs_helpers import list_installs, published_team, svc_install
-from tests.orgs_helpers import audit_actions, create_org, invite, make_pro, ok, org_key, send, world
-from tests.templates_helpers import create_template, patch
+from tests.support.accounts import app_store, bearer, create_key, signup
+from tests.support.installs import list_installs, managed_install, published_team
+from tests.support.orgs import audit_actions, create_org, invite, make_pro, ok, org_key, send, world
+from tests.support.templates import create_template, patch
 
 
 async def test_delete_reverts_templates_and_removes_everything_reachable(make_client):
@@ -26,7 +26,7 @@ async def test_delete_reverts_templates_and_removes_everything_reachable(make_cl
     assert (await client.get("/api/installs", headers=bearer(key))).status == 200  # cached
     draft = await create_template(client, key, name="Org Draft")
     template = await published_team(client, key, name="Org Team")
-    install_id = (await svc_install(client, key, template["id"]))["installId"]
+    install_id = (await managed_install(client, key, template["id"]))["installId"]
     await ok(await send(client, w.owner, "POST", f"{w.base}/secrets", {"key": "TOKEN", "value": "v"}))
     await invite(client, w.owner, w.slug, "pending@example.com")
 

@@ -7,10 +7,10 @@ from datetime import datetime, timedelta
 import pytest
 
 from svc.core.clock import utcnow
-from tests.conftest import app_store, signup
-from tests.orgs_helpers import create_org, invitation_token, invite, join, last_mail, ok, org_key, send, world
-from tests.smtp_sink import SmtpSink
-from tests.templates_helpers import create_template, user_with_key
+from tests.fakes.smtp import SmtpSink
+from tests.support.accounts import app_store, signup
+from tests.support.orgs import create_org, invitation_token, invite, join, last_mail, ok, org_key, send, world
+from tests.support.templates import create_template, user_with_key
 
 
 @pytest.fixture

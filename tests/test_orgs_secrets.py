@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import app_store, bearer
-from tests.orgs_helpers import audit_actions, ok, org_key, send, world
-from tests.runtime_helpers import member, provider_settings, start_llm, start_target
-from tests.templates_helpers import publish_template
+from tests.support.accounts import app_store, bearer
+from tests.support.orgs import audit_actions, ok, org_key, send, world
+from tests.support.runtime import member, provider_settings, start_llm, start_target
+from tests.support.templates import publish_template
 
 
 async def test_keys_are_normalised_values_encrypted_and_never_returned(make_client):

@@ -7,18 +7,18 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.billing_helpers import (
+from tests.support.accounts import app_store, bearer, create_key, signup
+from tests.support.billing import (
     APP_KEY,
     CARD,
     charge_cycle,
     paid_install,
     payment_settings,
     post_event,
-    report,
+    self_report,
     setup_intent,
     start_fake_stripe,
 )
-from tests.conftest import app_store, bearer, create_key, signup
 
 # ---- not configured ----------------------------------------------------------------------------
 
@@ -154,7 +154,7 @@ async def test_charge_cycle_charges_once_with_the_fee_split(make_client: Any, ai
     assert intent["customer"] == deal.customer_id and intent["payment_method"] == CARD
     assert intent["application_fee_amount"] == 100  # 10% of 10.01, rounded
     assert intent["transfer_data"] == {"destination": account_id}
-    assert intent["idempotency_key"]
+    assert fake.intent_keys[intent["id"]]
     again = await charge_cycle(client, installId=deal.install_id, amountCents=1001, **period)
     assert await again.json() == {"status": "already_paid", "invoiceId": body["invoiceId"]}
     assert len(fake.succeeded_charges()) == 1
@@ -266,6 +266,8 @@ async def test_declined_card_then_retry_with_a_new_attempt(make_client: Any, aio
     assert "declined" in body["error"] and body["code"] == "payment_declined"
     invoice = await app_store(client)["invoices"].find_one({"installId": deal.install_id})
     assert invoice["status"] == "failed" and invoice["attempt"] == 1
+    failures = await app_store(client)["metric_counters"].find_one({"name": "payment_failures"})
+    assert (failures["labels"], failures["value"]) == ({"reason": "declined"}, 1), "counted for /metrics"
     # The deployer saves a working card; the same period is retried with a new idempotency key.
     await app_store(client).installs.update_one(
         {"_id": deal.install_id}, {"$set": {"payPaymentMethodId": CARD}}
@@ -297,8 +299,8 @@ async def test_cancel_bills_usage_since_the_last_paid_period(make_client: Any, a
     client = await make_client(**payment_settings(fake))
     deal = await paid_install(client, fake, model="per_run", price=30)
     for _ in range(2):
-        await report(client, deal)
-    await report(client, deal, status="failed")
+        await self_report(client, deal)
+    await self_report(client, deal, status="failed")
     response = await client.patch(
         f"/api/stripe/installs/{deal.install_id}/cancel", headers=deal.deployer.cookie
     )
@@ -325,8 +327,8 @@ async def test_cancel_under_fifty_cents_is_free_but_sends_a_receipt(
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
     deal = await paid_install(client, fake, model="per_run", price=20)
-    await report(client, deal)
-    await report(client, deal)
+    await self_report(client, deal)
+    await self_report(client, deal)
     response = await client.patch(
         f"/api/stripe/installs/{deal.install_id}/cancel", headers=deal.deployer.cookie
     )
@@ -345,13 +347,13 @@ async def test_cancel_counts_only_runs_after_the_last_paid_invoice(
     client = await make_client(**payment_settings(fake))
     deal = await paid_install(client, fake, model="per_run", price=40)
     for _ in range(3):
-        await report(client, deal)
+        await self_report(client, deal)
     now = datetime.now(UTC)
     period = {"periodStart": "2026-01-01T00:00:00Z", "periodEnd": now.isoformat()}
     paid = await charge_cycle(client, installId=deal.install_id, amountCents=120, **period)
     assert (await paid.json())["status"] == "succeeded"
-    await report(client, deal)
-    await report(client, deal)
+    await self_report(client, deal)
+    await self_report(client, deal)
     response = await client.patch(
         f"/api/stripe/installs/{deal.install_id}/cancel", headers=deal.deployer.cookie
     )
@@ -496,7 +498,7 @@ async def test_a_double_cancel_bills_and_mails_once(make_client: Any, aiohttp_se
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
     deal = await paid_install(client, fake, model="per_run", price=100)
-    await report(client, deal)
+    await self_report(client, deal)
     path = f"/api/stripe/installs/{deal.install_id}/cancel"
     first, second = await asyncio.gather(
         client.patch(path, headers=deal.deployer.cookie), client.patch(path, headers=deal.deployer.cookie)
@@ -569,7 +571,9 @@ async def test_held_builder_shares_are_paid_out_once_onboarding_completes(
     body = await (await charge_cycle(client, installId=deal.install_id, amountCents=1000, **september)).json()
     invoice = await app_store(client)["invoices"].find_one({"_id": body["invoiceId"]})
     assert invoice["payout"] == "held" and fake.transfers == {}
-    account_id = await onboarded(client, fake, deal.builder)  # the status call sees it active
+    account_id = await onboarded(client, fake, deal.builder)  # the status call sees it active...
+    assert fake.transfers == {}  # ...and, a read, moves no money
+    await post_event(client, fake, fake.event("account.updated", fake.accounts[account_id]))
     [transfer] = fake.transfers.values()
     assert (transfer["amount"], transfer["destination"]) == (900, account_id)
     invoice = await app_store(client)["invoices"].find_one({"_id": body["invoiceId"]})

@@ -4,27 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import ray
 
-from tests.runtime_helpers import member, provider_settings, start_llm, svc_install
-
-
-async def make(make_client, aiohttp_server):
-    llm, url = await start_llm(aiohttp_server)
-    client = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
-    return client, llm
-
-
-async def wait_status(store, run_id, status, timeout_s=30.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        run = await store["pipeline_runs"].find_one({"_id": run_id})
-        if run is not None and run["status"] == status:
-            return run
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"run {run_id} never reached {status}")
+from tests.support.runtime import managed_client, member, provider_settings, start_llm, svc_install
+from tests.support.waiting import wait_status
 
 
 async def start(client, key, install_id, task="Begin"):
@@ -34,7 +18,7 @@ async def start(client, key, install_id, task="Begin"):
 
 
 async def test_three_steps_pause_continue_and_bypass(make_client, aiohttp_server, store):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     gates = [{"name": "review", "after": "a"}, {"name": "check", "after": "b"}]
     _, key, install_id = await svc_install(client, [member("a"), member("b"), member("c")], gates=gates)
     llm.script(text="A out")
@@ -62,7 +46,7 @@ async def test_three_steps_pause_continue_and_bypass(make_client, aiohttp_server
 
 
 async def test_a_gate_after_the_last_step_leaves_nothing_to_continue(make_client, aiohttp_server):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, [member("only")], gates=[{"name": "end", "after": "only"}])
     llm.script(text="done")
     assert (await start(client, key, install_id))["status"] == "paused"
@@ -71,7 +55,7 @@ async def test_a_gate_after_the_last_step_leaves_nothing_to_continue(make_client
 
 
 async def test_a_paused_pipeline_survives_its_actor_and_continues(make_client, aiohttp_server, store):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(
         client, [member("a"), member("b")], gates=[{"name": "g", "after": "a"}]
     )
@@ -99,7 +83,7 @@ OUTREACH_GATES = [
 
 
 async def test_outreach_targets_drafts_and_the_sender(make_client, aiohttp_server, store):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, OUTREACH, gates=OUTREACH_GATES)
     base = f"/api/installs/{install_id}"
     targets = {
@@ -192,7 +176,7 @@ async def test_outreach_targets_drafts_and_the_sender(make_client, aiohttp_serve
 
 
 async def test_bulk_and_draft_errors(make_client, aiohttp_server, store):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, OUTREACH[1:], gates=[OUTREACH_GATES[1]])
     base = f"/api/installs/{install_id}"
     drafts_out = {
@@ -252,7 +236,7 @@ async def test_a_paused_pipeline_continues_from_another_api_process(make_client,
 
 
 async def test_bulk_approve_by_filter(make_client, aiohttp_server):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, OUTREACH[1:], gates=[OUTREACH_GATES[1]])
     drafts_out = {
         "drafts": [{"recipientEmail": f"p{n}@example.com", "subject": f"S{n}", "body": "B"} for n in range(2)]

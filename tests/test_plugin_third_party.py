@@ -11,8 +11,8 @@ import pytest
 
 from api.context import SERVICES
 from plugins.manager import Plugins
-from tests.conftest import app_store, bearer, create_key, signup
-from tests.templates_helpers import agent, definition, publish_template
+from tests.support.accounts import app_store, bearer, create_key, signup
+from tests.support.templates import agent, definition, publish_template
 
 PACKAGE = Path(__file__).parent / "plugin_example"
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]

@@ -585,7 +585,7 @@ def test_read_back_of_no_policy_is_none() -> None:
     ],
 )
 def test_read_back_has_the_spec_shape(stored: dict[str, Any], expected: dict[str, Any]) -> None:
-    assert read_back(stored) == expected
+    assert read_back(stored) == {**expected, "mode": "enforce"}
 
 
 def test_read_back_drops_unknown_fields_and_keeps_explicit_nulls_out() -> None:
@@ -599,7 +599,11 @@ def test_read_back_drops_unknown_fields_and_keeps_explicit_nulls_out() -> None:
         }
     ]
     stored["owner"] = "someone"
-    assert read_back(stored) == {"defaultAction": "ALLOW", "rules": [{"hosts": ["a.org"], "action": "BLOCK"}]}
+    assert read_back(stored) == {
+        "defaultAction": "ALLOW",
+        "rules": [{"hosts": ["a.org"], "action": "BLOCK"}],
+        "mode": "enforce",
+    }
 
 
 def test_read_back_keeps_rule_order_and_method_order() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import signup
+from tests.support.accounts import signup
 
 USER_FIELDS = {"id", "email", "name", "avatarUrl", "githubConnected", "handle", "handleLocked"}
 

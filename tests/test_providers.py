@@ -217,7 +217,7 @@ async def test_plain_text_answer_with_tokens(up: Upstream) -> None:
         assert sent.headers["x-api-key"] == up.fake.api_key
         assert sent.headers["anthropic-version"] == "2023-06-01"
         assert sent.body == {
-            "model": "providerA-small",
+            "model": UPSTREAM["providerA:small"],
             "max_tokens": 256,
             "system": SYSTEM,
             "temperature": 0.3,
@@ -228,14 +228,14 @@ async def test_plain_text_answer_with_tokens(up: Upstream) -> None:
         assert sent.path == "/v1/chat/completions"
         assert sent.headers["authorization"] == f"Bearer {up.fake.api_key}"
         assert sent.body == {
-            "model": "providerB-mini",
+            "model": UPSTREAM["providerB:mini"],
             "max_tokens": 256,
             "temperature": 0.3,
             "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": hi.content}],
         }
         assert response.stop_reason == "stop"
     else:
-        assert sent.path == "/v1beta/models/providerC-flash:generateContent"
+        assert sent.path == f"/v1beta/models/{UPSTREAM['providerC:flash']}:generateContent"
         assert sent.headers["x-goog-api-key"] == up.fake.api_key
         assert sent.body == {
             "systemInstruction": {"parts": [{"text": SYSTEM}]},
@@ -337,7 +337,7 @@ async def test_stream_yields_text_then_done(up: Upstream) -> None:
     elif up.provider == "providerB":
         assert sent.body["stream"] is True and sent.body["stream_options"] == {"include_usage": True}
     else:
-        assert sent.path == "/v1beta/models/providerC-flash:streamGenerateContent"
+        assert sent.path == f"/v1beta/models/{UPSTREAM['providerC:flash']}:streamGenerateContent"
         assert sent.query == {"alt": "sse"}
 
 

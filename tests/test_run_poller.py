@@ -12,10 +12,10 @@ from api.context import SERVICES
 from config.settings import Settings
 from svc.core.clock import aware
 from svc.installs.run_poller import RunPoller
-from tests.conftest import bearer
-from tests.installs_helpers import install_ok, orch_b_credentials, start_fake_orch_b
-from tests.runs_helpers import paid_template
-from tests.templates_helpers import user_with_key
+from tests.support.accounts import bearer
+from tests.support.installs import install_ok, orch_b_credentials, start_fake_orch_b
+from tests.support.runs import orch_b_install, paid_template
+from tests.support.templates import user_with_key
 
 
 @pytest.fixture
@@ -31,13 +31,6 @@ async def fake(aiohttp_server, monkeypatch):
 def poller(client) -> RunPoller:
     """The app's own poller."""
     return client.server.app[SERVICES].run_poller
-
-
-async def orch_b_install(client, key, fake, template_id):
-    """An orchB install; (install id, {agentKey: upstream agent id})."""
-    body = {"templateId": template_id, "platform": "orchB", "credentials": orch_b_credentials(fake)}
-    install = await install_ok(client, key, **body)
-    return install["installId"], {a["key"]: a["externalId"] for a in install["deployedAgents"]}
 
 
 async def test_each_finished_conversation_is_counted_once(client, fake, store):

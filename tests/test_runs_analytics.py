@@ -11,9 +11,9 @@ import pytest
 from svc.runs import run_stats
 from svc.runs.run_analytics import RunsReport
 from svc.runtime.security_log import RequestRecord, SecurityLog
-from tests.conftest import bearer
-from tests.runs_helpers import ingest, orch_a_install, paid_template, report, start_paperclip
-from tests.templates_helpers import user_with_key
+from tests.support.accounts import bearer
+from tests.support.runs import ingest, ingest_body, orch_a_install, paid_template, start_paperclip
+from tests.support.templates import user_with_key
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -184,8 +184,8 @@ async def test_reported_runs_show_up(client, aiohttp_server):
     install, token = await orch_a_install(client, key, paperclip, template["id"])
     lead = install["deployedAgents"][0]["externalId"]
     for i, status in enumerate(["completed", "failed", "completed"]):
-        assert (await ingest(client, token, report(lead, runId=f"r{i}", status=status))).status == 200
-    assert (await ingest(client, token, report(lead, runId="r0"))).status == 200  # a repeat
+        assert (await ingest(client, token, ingest_body(lead, runId=f"r{i}", status=status))).status == 200
+    assert (await ingest(client, token, ingest_body(lead, runId="r0"))).status == 200  # a repeat
 
     body = await runs_ok(client, key, templateSlug=template["slug"])
     assert body["summary"]["totalRuns"] == 3 and body["summary"]["failedRuns"] == 1

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import bearer
-from tests.runs_helpers import (
+from tests.support.accounts import bearer
+from tests.support.installs import start_fake_orch_b
+from tests.support.runs import (
     ingest,
+    ingest_body,
     issue_token,
     orch_a_install,
     orch_b_install,
     paid_template,
-    report,
     start_paperclip,
 )
-from tests.templates_helpers import user_with_key
+from tests.support.templates import user_with_key
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ async def setup_orch_a(client, paperclip, pricing="free"):
 
 async def test_ingest_records_once_and_answers_repeats_the_same(client, paperclip, store):
     _, install, token, agents = await setup_orch_a(client, paperclip)
-    body = report(agents["writer"], runId="task-42", inputTokens=120, outputTokens=30)
+    body = ingest_body(agents["writer"], runId="task-42", inputTokens=120, outputTokens=30)
 
     first = await ingest(client, token, body)
     assert first.status == 200, await first.text()
@@ -58,7 +59,7 @@ async def test_ingest_records_once_and_answers_repeats_the_same(client, papercli
 
 async def test_failed_run_keeps_its_error_message(client, paperclip, store):
     _, install, token, agents = await setup_orch_a(client, paperclip)
-    body = report(agents["lead"], runId="r-f", status="failed", errorMessage="tool crashed")
+    body = ingest_body(agents["lead"], runId="r-f", status="failed", errorMessage="tool crashed")
     assert (await ingest(client, token, body)).status == 200
     run = await store["runs"].find_one({"installId": install["installId"]})
     assert (run["status"], run["errorMessage"], run["agentKey"]) == ("failed", "tool crashed", "lead")
@@ -66,7 +67,7 @@ async def test_failed_run_keeps_its_error_message(client, paperclip, store):
 
 async def test_agent_can_be_named_by_key(client, paperclip, store):
     _, _, token, agents = await setup_orch_a(client, paperclip)
-    body = report(agents["lead"], runId="by-key")
+    body = ingest_body(agents["lead"], runId="by-key")
     del body["platformAgentId"]
     body["agentKey"] = "writer"
     assert (await ingest(client, token, body)).status == 200
@@ -79,7 +80,7 @@ async def test_only_an_install_token_is_accepted(client, paperclip, store):
     caller, key = await user_with_key(client)
     template = await paid_template(client, key)
     install, token = await orch_a_install(client, key, paperclip, template["id"])
-    body = report(install["deployedAgents"][0]["externalId"])
+    body = ingest_body(install["deployedAgents"][0]["externalId"])
 
     personal_key = await ingest(client, key, body)
     assert personal_key.status == 401
@@ -96,7 +97,7 @@ async def test_only_an_install_token_is_accepted(client, paperclip, store):
 async def test_a_token_reaches_only_its_own_install(client, paperclip, store):
     _, _, first_token, _ = await setup_orch_a(client, paperclip)
     _, _, _, second_agents = await setup_orch_a(client, paperclip)
-    response = await ingest(client, first_token, report(second_agents["lead"]))
+    response = await ingest(client, first_token, ingest_body(second_agents["lead"]))
     assert response.status == 400 and "platformAgentId" in (await response.json())["error"]
     assert await store["runs"].count_documents({}) == 0
 
@@ -122,7 +123,7 @@ async def test_a_token_reaches_only_its_own_install(client, paperclip, store):
 )
 async def test_invalid_reports_are_400(client, paperclip, store, change, mentions):
     _, _, token, agents = await setup_orch_a(client, paperclip)
-    response = await ingest(client, token, {**report(agents["lead"]), **change})
+    response = await ingest(client, token, {**ingest_body(agents["lead"]), **change})
     assert response.status == 400, await response.text()
     assert mentions in (await response.json())["error"]
     assert await store["runs"].count_documents({}) == 0
@@ -138,7 +139,7 @@ async def test_malformed_body_is_400(client, paperclip):
 
 async def test_per_k_tokens_needs_token_counts(client, paperclip, store):
     _, install, token, agents = await setup_orch_a(client, paperclip, pricing="per_k_tokens")
-    without = report(agents["lead"], runId="no-tokens")
+    without = ingest_body(agents["lead"], runId="no-tokens")
     del without["inputTokens"], without["outputTokens"]
 
     refused = await ingest(client, token, without)
@@ -157,7 +158,7 @@ async def test_per_k_tokens_needs_token_counts(client, paperclip, store):
 async def test_other_pricing_models_take_runs_without_tokens(client, paperclip):
     for pricing in ("free", "per_run"):
         _, _, token, agents = await setup_orch_a(client, paperclip, pricing=pricing)
-        body = report(agents["lead"], runId=f"r-{pricing}")
+        body = ingest_body(agents["lead"], runId=f"r-{pricing}")
         del body["inputTokens"], body["outputTokens"]
         assert (await ingest(client, token, body)).status == 200
 
@@ -165,13 +166,14 @@ async def test_other_pricing_models_take_runs_without_tokens(client, paperclip):
 async def test_orch_b_is_exempt_from_the_token_rule(client, aiohttp_server, monkeypatch, store):
     _, key = await user_with_key(client)
     template = await paid_template(client, key, "per_k_tokens")
-    install, _ = await orch_b_install(client, key, aiohttp_server, monkeypatch, template["id"])
-    token = await issue_token(client, install["installId"])
-    agent_id = install["deployedAgents"][0]["externalId"]
+    fake = await start_fake_orch_b(aiohttp_server, monkeypatch)
+    install_id, agents = await orch_b_install(client, key, fake, template["id"])
+    token = await issue_token(client, install_id)
+    agent_id = next(iter(agents.values()))
     body = {"platformAgentId": agent_id, "platform": "orchB", "runId": "conv-1", "status": "completed"}
     response = await ingest(client, token, body)
     assert response.status == 200, await response.text()
-    run = await store["runs"].find_one({"installId": install["installId"]})
+    run = await store["runs"].find_one({"installId": install_id})
     assert run["inputTokens"] is None and run["outputTokens"] is None
 
 
@@ -197,12 +199,12 @@ async def test_self_report_follows_the_token_rule(client):
 
 async def test_cancelled_install_refuses_reports_but_repeats_still_answer(client, paperclip, store):
     _, install, token, agents = await setup_orch_a(client, paperclip)
-    recorded = report(agents["lead"], runId="before-cancel")
+    recorded = ingest_body(agents["lead"], runId="before-cancel")
     assert (await ingest(client, token, recorded)).status == 200
     # A cancel that keeps the token (billing's cancel marks the install cancelled).
     await store.installs.update_one({"_id": install["installId"]}, {"$set": {"status": "cancelled"}})
 
-    refused = await ingest(client, token, report(agents["lead"], runId="after-cancel"))
+    refused = await ingest(client, token, ingest_body(agents["lead"], runId="after-cancel"))
     assert refused.status == 409 and "cancelled" in (await refused.json())["error"]
     repeat = await ingest(client, token, recorded)
     assert repeat.status == 200 and await repeat.json() == {"ok": True, "runId": "before-cancel"}
@@ -213,4 +215,4 @@ async def test_deleted_install_token_no_longer_works(client, paperclip):
     key, install, token, agents = await setup_orch_a(client, paperclip)
     deleted = await client.delete(f"/api/installs/{install['installId']}", headers=bearer(key))
     assert deleted.status == 200
-    assert (await ingest(client, token, report(agents["lead"]))).status == 401
+    assert (await ingest(client, token, ingest_body(agents["lead"]))).status == 401

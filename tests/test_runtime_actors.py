@@ -4,40 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import ray
 from aiohttp import web
 
 from svc.runtime.execution import sign
-from tests.conftest import bearer, create_key, signup
 from tests.fakes.orch_a import FakePaperclip
-from tests.runtime_helpers import member, provider_settings, start_llm, svc_install
-from tests.templates_helpers import publish_template
-
-
-async def make(make_client, aiohttp_server, **overrides):
-    llm, url = await start_llm(aiohttp_server)
-    client = await make_client(rate_limit_multiplier=None, providers=provider_settings(url), **overrides)
-    return client, llm
-
-
-async def webhook_token(client, caller):
-    mine = await (await client.get("/api/installs/mine", headers=caller.cookie)).json()
-    return mine[0]["webhookToken"]
-
-
-async def wait_for(predicate, timeout_s=30.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.1)
-    return False
+from tests.support.accounts import bearer, create_key, signup
+from tests.support.runtime import (
+    managed_client,
+    member,
+    svc_install,
+    webhook_token,
+)
+from tests.support.templates import publish_template
+from tests.support.waiting import wait_for
 
 
 async def test_webhook_queues_runs_and_posts_a_signed_callback(make_client, aiohttp_server, store):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     received: list[tuple[bytes, str]] = []
 
     async def callback(request: web.Request) -> web.Response:
@@ -78,7 +63,7 @@ async def test_webhook_queues_runs_and_posts_a_signed_callback(make_client, aioh
 
 
 async def test_webhook_errors(make_client, aiohttp_server, store):
-    client, _ = await make(make_client, aiohttp_server)
+    client, _ = await managed_client(make_client, aiohttp_server)
     response = await client.post("/api/webhook/not-a-token", json={})
     assert response.status == 404 and await response.json() == {"error": "Webhook token not found"}
     caller, _, install_id = await svc_install(client, [member("lead")])
@@ -91,7 +76,7 @@ async def test_webhook_errors(make_client, aiohttp_server, store):
 
 
 async def test_orch_a_heartbeat_runs_the_http_agent(make_client, aiohttp_server):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     paperclip = FakePaperclip()
     server = await aiohttp_server(paperclip.app())
     caller = await signup(client)
@@ -135,7 +120,7 @@ async def test_orch_a_heartbeat_runs_the_http_agent(make_client, aiohttp_server)
 
 
 async def test_a_run_survives_its_actor_being_killed(make_client, aiohttp_server, store):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, [member("lead")])
     llm.script(text="warm")
     await client.post(f"/api/installs/{install_id}/run", json={"task": "warm up"}, headers=key)
@@ -162,7 +147,7 @@ async def test_a_run_survives_its_actor_being_killed(make_client, aiohttp_server
 
 
 async def test_idle_actors_exit(make_client, aiohttp_server):
-    client, llm = await make(make_client, aiohttp_server, actor_idle_seconds=1.0)
+    client, llm = await managed_client(make_client, aiohttp_server, actor_idle_seconds=1.0)
     _, key, install_id = await svc_install(client, [member("lead")])
     await client.post(f"/api/installs/{install_id}/run", json={"task": "once"}, headers=key)
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 from tests.fakes.llm import DEFAULT_KEY
-from tests.runtime_helpers import member, provider_settings, start_llm, start_target, svc_install
-
-
-async def make(make_client, aiohttp_server, **overrides):
-    llm, url = await start_llm(aiohttp_server)
-    client = await make_client(rate_limit_multiplier=None, providers=provider_settings(url), **overrides)
-    return client, llm
+from tests.support.runtime import (
+    managed_client,
+    member,
+    start_target,
+    svc_install,
+)
 
 
 async def run(client, key, install_id, task="Do the thing"):
@@ -25,7 +24,7 @@ def http_call(url, method="GET", **extra):
 
 
 async def test_supervisor_delegates_and_tokens_are_summed(make_client, aiohttp_server, store):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, [member("lead"), member("helper", reportsTo="lead")])
     llm.script(
         tool_calls=[{"name": "delegate_helper", "arguments": {"task": "research it"}}],
@@ -55,7 +54,7 @@ async def test_supervisor_delegates_and_tokens_are_summed(make_client, aiohttp_s
 
 
 async def test_variables_are_baked_into_prompts(make_client, aiohttp_server):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(
         client, [member("lead", prompt="Work for {{company}}.")], requiredVariables=["company"]
     )
@@ -65,7 +64,7 @@ async def test_variables_are_baked_into_prompts(make_client, aiohttp_server):
 
 
 async def test_an_agent_looping_past_ten_iterations_fails_the_run(make_client, aiohttp_server, store):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, [member("lead")])
     for _ in range(11):
         llm.script(tool_calls=[{"name": "no_such_tool", "arguments": {}}])
@@ -76,7 +75,7 @@ async def test_an_agent_looping_past_ten_iterations_fails_the_run(make_client, a
 
 
 async def test_a_provider_failure_fails_the_run_without_the_key(make_client, aiohttp_server):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, [member("lead")])
     llm.fail_next(10, status=503)
     result = await run(client, key, install_id)
@@ -85,7 +84,7 @@ async def test_a_provider_failure_fails_the_run_without_the_key(make_client, aio
 
 
 async def test_run_needs_a_task_and_an_owned_svc_install(make_client, aiohttp_server):
-    client, _ = await make(make_client, aiohttp_server)
+    client, _ = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, [member("lead")])
     response = await client.post(f"/api/installs/{install_id}/run", json={}, headers=key)
     assert response.status == 400 and "task" in (await response.json())["error"]
@@ -97,7 +96,7 @@ async def test_run_needs_a_task_and_an_owned_svc_install(make_client, aiohttp_se
 
 
 async def test_every_policy_decision_is_enforced_and_logged(make_client, aiohttp_server):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     target = await start_target(aiohttp_server)
     policy = {
         "accessPolicyVersion": "1",
@@ -154,7 +153,7 @@ async def test_every_policy_decision_is_enforced_and_logged(make_client, aiohttp
 
 
 async def test_the_judge_fails_closed(make_client, aiohttp_server):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     target = await start_target(aiohttp_server)
     policy = {"accessPolicyVersion": "1", "rules": [{"action": "require_approval"}]}
     _, key, install_id = await svc_install(client, [member("lead", accessPolicy=policy)])
@@ -169,7 +168,7 @@ async def test_the_judge_fails_closed(make_client, aiohttp_server):
 
 async def test_an_unreachable_judge_blocks(make_client, aiohttp_server):
     # The judge's provider is not configured at all: the request is blocked, the run goes on.
-    client, llm = await make(make_client, aiohttp_server, judge_model="providerB:mini")
+    client, llm = await managed_client(make_client, aiohttp_server, judge_model="providerB:mini")
     target = await start_target(aiohttp_server)
     policy = {"accessPolicyVersion": "1", "rules": [{"action": "require_approval"}]}
     _, key, install_id = await svc_install(client, [member("lead", accessPolicy=policy)])
@@ -184,7 +183,7 @@ async def test_an_unreachable_judge_blocks(make_client, aiohttp_server):
 
 
 async def test_no_policy_is_passthrough_and_secrets_stay_out_of_the_log(make_client, aiohttp_server):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     target = await start_target(aiohttp_server)
     _, key, install_id = await svc_install(client, [member("lead")], requiredSecrets=["API_TOKEN"])
     await client.patch(f"/api/installs/{install_id}/secrets", json={"API_TOKEN": "tok-777"}, headers=key)
@@ -212,7 +211,7 @@ async def test_no_policy_is_passthrough_and_secrets_stay_out_of_the_log(make_cli
 
 
 async def test_internal_addresses_are_refused_unless_allowed(make_client, aiohttp_server):
-    client, llm = await make(make_client, aiohttp_server, egress_allow_private=False)
+    client, llm = await managed_client(make_client, aiohttp_server, egress_allow_private=False)
     target = await start_target(aiohttp_server)
     _, key, install_id = await svc_install(client, [member("lead")])
     llm.script(tool_calls=[http_call(f"{target.base}/secret"), http_call("http://169.254.169.254/latest")])
@@ -224,7 +223,7 @@ async def test_internal_addresses_are_refused_unless_allowed(make_client, aiohtt
 
 
 async def test_policies_read_back(make_client, aiohttp_server):
-    client, _ = await make(make_client, aiohttp_server)
+    client, _ = await managed_client(make_client, aiohttp_server)
     policy = {
         "accessPolicyVersion": "1",
         "defaultAction": "deny",
@@ -242,7 +241,7 @@ async def test_policies_read_back(make_client, aiohttp_server):
 
 
 async def test_runtime_webhook_test_endpoint(make_client, aiohttp_server):
-    client, llm = await make(make_client, aiohttp_server)
+    client, llm = await managed_client(make_client, aiohttp_server)
     llm.script(text="hello from the test agent")
     response = await client.post(
         "/api/runtime/webhook/test", json={"systemPrompt": "Be brief.", "task": "Hi"}
@@ -255,7 +254,7 @@ async def test_runtime_webhook_test_endpoint(make_client, aiohttp_server):
 async def test_malformed_tool_calls_never_crash_a_run_nor_leak_secrets(
     make_client, aiohttp_server, store, caplog
 ):
-    client, llm = await make(make_client, aiohttp_server, egress_allow_private=False)
+    client, llm = await managed_client(make_client, aiohttp_server, egress_allow_private=False)
     _, key, install_id = await svc_install(client, [member("lead")], requiredSecrets=["TOK"])
     await client.patch(f"/api/installs/{install_id}/secrets", json={"TOK": "s3cr3t-value"}, headers=key)
     llm.script(
@@ -276,7 +275,7 @@ async def test_malformed_tool_calls_never_crash_a_run_nor_leak_secrets(
 
 
 async def test_a_callback_url_that_cannot_be_parsed_is_400(make_client, aiohttp_server):
-    client, _ = await make(make_client, aiohttp_server)
+    client, _ = await managed_client(make_client, aiohttp_server)
     caller, _, _ = await svc_install(client, [member("lead")])
     mine = await (await client.get("/api/installs/mine", headers=caller.cookie)).json()
     token = mine[0]["webhookToken"]

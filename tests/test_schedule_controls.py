@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,17 +10,8 @@ from actors.runtime import RayRuntime
 from api.app import VAULT
 from api.context import SETTINGS
 from svc.runtime.schedules import SchedulerCore, next_fire
-from tests.runtime_helpers import member, provider_settings, start_llm, svc_install
-
-
-async def until(predicate, timeout_s: float = 60.0) -> bool:
-    """Poll a condition with a deadline."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.1)
-    return False
+from tests.support.runtime import member, provider_settings, start_llm, svc_install
+from tests.support.waiting import wait_for
 
 
 def core_for(client, store) -> SchedulerCore:
@@ -56,10 +45,11 @@ async def test_trigger_runs_the_scheduled_task_now_counted_once_as_a_schedule_ru
         run = await store["pipeline_runs"].find_one({"_id": body["runId"]})
         return run is not None and run["status"] == "completed"
 
-    assert await until(done)
+    assert await wait_for(done)
     assert await store["pipeline_runs"].count_documents({"installId": install_id, "source": "schedule"}) == 1
     record = await store["runs"].find_one({"installId": install_id, "runId": body["runId"]})
-    assert record is not None and record["source"] == "schedule"
+    # The install's actor was cold: its recovery must not take the handed-over run for an interrupted one.
+    assert record is not None and (record["source"], record["status"]) == ("schedule", "completed")
     event = await store["pipeline_events"].find_one({"installId": install_id, "eventType": "scheduler_run"})
     assert event["meta"]["manual"] is True and event["meta"]["runId"] == body["runId"]
     # The schedule's own next fire is untouched by a manual trigger.
@@ -132,14 +122,14 @@ async def test_consecutive_failures_pause_the_schedule_and_turning_it_on_clears_
             run = await store["pipeline_runs"].find_one({"_id": run_id})
             return run is not None and run["status"] == "failed"
 
-        assert await until(failed), f"scheduled run {attempt} fails"
+        assert await wait_for(failed), f"scheduled run {attempt} fails"
     url_schedule = f"/api/installs/{install_id}/schedule"
 
     async def paused() -> bool:
         schedule = (await (await client.get(url_schedule, headers=key)).json())["schedule"]
         return schedule["enabled"] is False and bool(schedule["pausedNote"])
 
-    assert await until(paused, timeout_s=10)
+    assert await wait_for(paused, timeout_s=10)
     schedule = (await (await client.get(url_schedule, headers=key)).json())["schedule"]
     assert "2 failed scheduled runs in a row" in schedule["pausedNote"]
     event = await store["pipeline_events"].find_one({"installId": install_id, "eventType": "schedule_paused"})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,16 +11,8 @@ from actors.runtime import RayRuntime
 from api.app import VAULT
 from api.context import SETTINGS
 from svc.runtime.schedules import SchedulerCore, next_fire
-from tests.runtime_helpers import member, provider_settings, start_llm, svc_install
-
-
-async def wait_for(predicate, timeout_s=30.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.1)
-    return False
+from tests.support.runtime import member, provider_settings, start_llm, svc_install
+from tests.support.waiting import wait_for
 
 
 async def test_schedule_api(make_client):
@@ -157,6 +148,8 @@ async def test_backlog_skip_and_queue(make_client, store):
 
     await make_due(store, install_id, onBacklog="skip")
     assert await core.tick() == 1
+    lag = await store["metric_counters"].find_one({"name": "scheduler_lag_seconds"})
+    assert lag["count"] == 1 and lag["sum"] >= 0, "the fire's delay is counted for /metrics"
     assert await store["pipeline_runs"].count_documents({"source": "schedule"}) == 0
     event = await store["pipeline_events"].find_one({"installId": install_id, "eventType": "scheduler_run"})
     assert event["meta"]["skipped"] is True

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
+from pathlib import Path
 
 import jsonschema
 import pytest
 
 from api.context import ROUTE_TABLE
 from svc.templates.resources import PricingOut, TemplateList, TemplateOut, VersionList
-from tests.conftest import bearer, create_key, signup
+from tests.support.accounts import bearer, create_key, signup
 
 VALID = {
     "version": "v1",
@@ -165,3 +167,163 @@ async def test_responses_fit_their_declared_models(make_client):
     PricingOut.model_validate(await priced.json())
     archived = await (await client.post(f"/api/templates/{template_id}/archive", headers=key)).json()
     assert TemplateOut.model_validate(archived).installCount == 0
+
+
+async def test_every_operation_declares_its_success_answer(client):
+    document = await (await client.get("/api/openapi.json")).json()
+    for route in client.server.app[ROUTE_TABLE]:
+        operation = document["paths"][route.path][route.method.lower()]
+        success = operation["responses"][str(route.status)]
+        where = f"{route.method} {route.path}"
+        if route.status == 204:
+            assert "content" not in success, where
+            continue
+        assert route.response is not None, f"{where} has no response model"
+        (media_type, body), *_ = success["content"].items()
+        assert body["schema"], where
+        if media_type == "text/event-stream":
+            data = body["schema"]["properties"]["data"]
+            assert data["contentMediaType"] == "application/json", where
+            assert data["contentSchema"]["oneOf"], where
+        else:
+            assert body["schema"]["$ref"].rsplit("/", 1)[1] in document["components"]["schemas"], where
+        assert "4XX" in operation["responses"] and "429" in operation["responses"], where
+
+
+async def test_streams_are_documented_as_event_streams(client):
+    document = await (await client.get("/api/openapi.json")).json()
+    streamed = {
+        path
+        for path, operations in document["paths"].items()
+        for operation in operations.values()
+        if "text/event-stream" in operation["responses"].get("200", {}).get("content", {})
+    }
+    assert streamed == {
+        "/api/templates/generate",
+        "/api/templates/generate/public",
+        "/api/templates/assist",
+        "/api/templates/test-chat",
+    }
+
+
+async def test_auth_codes_are_security_schemes(client):
+    document = await (await client.get("/api/openapi.json")).json()
+    schemes = document["components"]["securitySchemes"]
+    assert schemes["apiKey"]["scheme"] == "bearer"
+    session = schemes["session"]
+    assert (session["type"], session["in"], session["name"]) == ("apiKey", "cookie", "svc_session")
+    expected = {
+        "K": [{"apiKey": []}],
+        "S": [{"session": []}],
+        "K/S": [{"apiKey": []}, {"session": []}],
+        "I": [{"installToken": []}],
+        "AK": [{"appKey": []}],
+    }
+    for route in client.server.app[ROUTE_TABLE]:
+        operation = document["paths"][route.path][route.method.lower()]
+        for requirement in operation["security"]:
+            assert set(requirement) <= set(schemes), f"{route.method} {route.path}"
+        if route.auth in expected and not route.key_fallback:
+            assert operation["security"] == expected[route.auth], f"{route.method} {route.path}"
+        if route.optional_key:
+            assert operation["security"] == [{}, {"apiKey": []}]
+        if route.auth != "P":
+            assert "401" in operation["responses"], f"{route.method} {route.path}"
+    whoami = document["paths"]["/api/installs/whoami"]["get"]["security"]
+    assert whoami == [{"appKey": []}, {"apiKey": []}]
+    heartbeat = document["paths"]["/api/runtime/webhook"]["post"]["security"]
+    assert heartbeat == [{"runtimeSecret": []}]
+
+
+async def test_docs_page_is_served_from_here_under_a_strict_policy(client):
+    response = await client.get("/docs")
+    assert response.status == 200
+    assert response.headers["Content-Type"].startswith("text/html")
+    policy = response.headers["Content-Security-Policy"]
+    script_src = next(part for part in policy.split(";") if part.strip().startswith("script-src"))
+    assert script_src.split() == ["script-src", "'self'"]
+    assert "'unsafe-inline'" not in policy and "'unsafe-eval'" not in policy
+    assert "frame-ancestors 'none'" in policy
+    assert response.headers["X-Frame-Options"] == "DENY"
+    page = await response.text()
+    assert "<script>" not in page and "http://" not in page and "https://" not in page
+    assets = re.findall(r'(?:src|href)="(/docs/assets/[^"]+)"', page)
+    assert len(assets) == 4
+    assert any("/swagger-ui-dist/5.35.0/" in url for url in assets)
+    for url in assets:
+        asset = await client.get(url, headers={"Accept-Encoding": "gzip"})
+        assert asset.status == 200, url
+        assert asset.headers["Cache-Control"] == "public, max-age=31536000, immutable"
+        assert asset.headers["Content-Encoding"] == "gzip"
+        assert asset.headers["Content-Type"].split(";")[0] in ("application/javascript", "text/css")
+        again = await client.get(url, headers={"If-None-Match": asset.headers["ETag"]})
+        assert again.status == 304
+    missing = await client.get("/docs/assets/swagger-ui-dist/5.35.0/index.html")
+    assert missing.status == 404
+    assert "error" in await missing.json()
+
+
+def test_vendored_viewer_is_the_published_package():
+    folder = Path(__file__).resolve().parent.parent / "api/reference/vendor/swagger-ui-dist/5.35.0"
+    for line in (folder / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split()
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
+
+
+async def test_rollback_to_a_version_beyond_any_integer_the_store_holds_is_a_400(client):
+    caller = await signup(client)
+    key = bearer(await create_key(client, caller))
+    body = {"slug": "huge", "name": "Huge", "definition": VALID}
+    created = await (await client.post("/api/templates", json=body, headers=key)).json()
+    await client.post(f"/api/templates/{created['id']}/publish", json={}, headers=key)
+    for version in (2**31, 2**63, 59153391114137660030976):
+        response = await client.post(
+            f"/api/templates/{created['id']}/rollback", json={"version": version}, headers=key
+        )
+        assert response.status == 400, await response.text()
+        assert "version" in (await response.json())["error"]
+
+
+def test_operation_ids_are_unique_and_every_per_operation_table_names_a_real_one():
+    from api import openapi
+    from api.app import ROUTES
+
+    names = [route.handler.__name__ for route in ROUTES]
+    assert len(names) == len(set(names))
+    for table in (openapi.UPSTREAM, openapi.RAW_BODIES, openapi.EXTRA_SECURITY):
+        assert set(table) <= set(names)
+    document = openapi.build(ROUTES)
+    for name in openapi.RAW_BODIES:
+        route = next(route for route in ROUTES if route.handler.__name__ == name)
+        assert document["paths"][route.path][route.method.lower()]["requestBody"]["required"]
+
+
+async def test_export_diff_and_schedule_answers_fit_their_declared_models(make_client):
+    from api.schemas import ScheduleTriggered, ScheduleView, TemplateExportDocument, VersionDiff
+
+    client = await make_client(rate_limit_multiplier=None)
+    caller = await signup(client)
+    key = bearer(await create_key(client, caller))
+    body = {"slug": "shapes", "name": "Shapes", "visibility": "public", "definition": VALID}
+    created = await (await client.post("/api/templates", json=body, headers=key)).json()
+    await client.post(f"/api/templates/{created['id']}/publish", json={}, headers=key)
+    exported = await client.get(f"/api/templates/{created['id']}/export?history=true", headers=key)
+    TemplateExportDocument.model_validate(await exported.json())
+    diff = await client.get(f"/api/templates/{created['id']}/versions/1/diff/1", headers=key)
+    assert diff.status == 200, await diff.text()
+    VersionDiff.model_validate(await diff.json())
+    pipeline_key = bearer(await create_key(client, caller))
+    installed = await client.post(
+        "/api/installs",
+        json={"templateId": created["id"], "platform": "svc", "variables": {"company": "Acme"}},
+        headers=pipeline_key,
+    )
+    install_id = (await installed.json())["installId"]
+    schedule = {"cronExpression": "0 9 * * 1", "timezone": "Europe/Paris"}
+    saved = await client.patch(f"/api/installs/{install_id}/schedule", json=schedule, headers=key)
+    assert saved.status == 200, await saved.text()
+    view = await client.get(f"/api/installs/{install_id}/schedule", headers=key)
+    assert ScheduleView.model_validate(await view.json()).schedule is not None
+    triggered = await client.post(f"/api/installs/{install_id}/schedule/trigger", headers=key)
+    assert triggered.status == 200, await triggered.text()
+    ScheduleTriggered.model_validate(await triggered.json())

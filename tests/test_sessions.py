@@ -10,7 +10,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tests.conftest import bearer, create_key, signup
+from tests.support.accounts import bearer, create_key, signup
 
 USER_FIELDS = {"id", "email", "name", "avatarUrl", "githubConnected", "handle", "handleLocked"}
 PASSWORD = "correct horse battery"

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import ipaddress
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
+from cryptography.fernet import Fernet
 
-from config.settings import AppKey, Settings
+from config.settings import DEFAULT_DATA_DIR, AppKey, Settings, SettingsError
+
+KEY_ONE, KEY_TWO = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 
 
 def test_defaults_need_no_environment():
     settings = Settings.from_env({})
     assert settings.mongodb_uri is None
-    assert settings.data_dir == Path("./.svc-data")
+    assert settings.data_dir.is_absolute() and settings.data_dir == DEFAULT_DATA_DIR
     assert settings.rate_limit_multiplier == 1.0
     assert settings.public_url == "http://127.0.0.1:8080"
     assert settings.billing_cron_schedule == "0 0 1 * *"
@@ -28,7 +34,7 @@ def test_every_variable_is_read():
             "SVC_MONGODB_URI": "mongodb://db:27017/prod",
             "SVC_DATA_DIR": "/var/lib/svc",
             "SVC_RAY_ADDRESS": "auto",
-            "SVC_SECRET_KEYS": "k1, k2",
+            "SVC_SECRET_KEYS": f"{KEY_ONE}, {KEY_TWO}",
             "SVC_PUBLIC_URL": "https://svc.example.com/",
             "SVC_PROVIDERB_API_KEY": "b-key",
             "SVC_PROVIDERB_BASE_URL": "http://127.0.0.1:9000/v1",
@@ -43,7 +49,7 @@ def test_every_variable_is_read():
         }
     )
     assert settings.mongodb_uri == "mongodb://db:27017/prod"
-    assert settings.secret_keys == ("k1", "k2")
+    assert settings.secret_keys == (KEY_ONE, KEY_TWO)
     assert settings.cookie_secure and settings.public_origin == "https://svc.example.com"
     assert settings.providers["providerB"].api_key == "b-key"
     assert settings.providers["providerA"].api_key is None
@@ -61,5 +67,151 @@ def test_rate_limit_values(raw, expected):
 
 @pytest.mark.parametrize("raw", ["fast", "-1", "0"])
 def test_bad_rate_limit_values_are_refused(raw):
-    with pytest.raises((ValueError, ValidationError)):
+    with pytest.raises(SettingsError, match=r"^SVC_RATE_LIMITS=.*accepted: `on`, `off`"):
         Settings.from_env({"SVC_RATE_LIMITS": raw})
+
+
+# ---- values that stop start-up ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "words"),
+    [
+        ("SVC_PUBLIC_URL", "svc.example.com", "http:// or https://"),
+        ("SVC_MONGODB_URI", "postgres://db", "mongodb://"),
+        ("SVC_SMTP_URL", "mail.example.com:25", "smtp://"),
+        ("SVC_SMTP_URL", "smtp://mail:99999", "port"),
+        ("SVC_MAIL_FROM", "nobody", "email address"),
+        ("SVC_PRO_PRICE_CENTS", "12.5", "whole number"),
+        ("SVC_PRO_PRICE_CENTS", "10", "below 50"),
+        ("SVC_ACTOR_IDLE_SECONDS", "soon", "positive number"),
+        ("SVC_SCHEDULER", "maybe", "`on` or `off`"),
+        ("SVC_EGRESS_ALLOW_PRIVATE", "perhaps", "yes/no"),
+        ("SVC_TRUSTED_PROXIES", "10.0.0.0/8,not-an-ip", "not-an-ip"),
+        ("SVC_JUDGE_MODEL", "providerZ:huge", "catalogue model id"),
+        ("BILLING_CRON_SCHEDULE", "every day", "5-field cron"),
+        ("SVC_PROVIDERB_BASE_URL", "localhost:11434", "http"),
+        ("SVC_ORCHB_BASE_URL", "ftp://x", "http"),
+        ("APP_API_KEYS", "inst-1:", "empty install id or key"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_variable_and_the_accepted_form(name, raw, words):
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({name: raw})
+    message = str(caught.value)
+    assert message.startswith(f"{name}=") and "\n" not in message
+    assert words in message and "accepted:" in message
+
+
+def test_a_secret_value_is_never_echoed():
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"SVC_SECRET_KEYS": "not-a-fernet-key-but-secret"})
+    assert "not-a-fernet-key-but-secret" not in str(caught.value) and "<hidden>" in str(caught.value)
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"SVC_SMTP_URL": "smtp://u:hunter2@mail:99999"})
+    assert "hunter2" not in str(caught.value)
+
+
+def test_a_relative_data_dir_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert Settings.from_env({"SVC_DATA_DIR": "data"}).data_dir == tmp_path / "data"
+    assert Settings.from_env({}).data_dir == DEFAULT_DATA_DIR
+
+
+def run_python(code: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A fresh interpreter, as start-up sees the environment (no test overrides)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SVC_", "APP_API_KEYS", "BILLING_"))}
+    base["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env={**base, **env}, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_start_up_stops_with_one_line_and_no_traceback(tmp_path):
+    done = run_python(
+        "from config.settings import settings_or_exit; settings_or_exit()",
+        tmp_path,
+        {"SVC_RATE_LIMITS": "fast"},
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: SVC_RATE_LIMITS='fast': neither on, off nor a number; "
+        "accepted: `on`, `off` or a positive multiplier such as `10`"
+    ]
+    assert "Traceback" not in done.stderr
+
+
+def test_a_dotenv_file_is_read_and_the_environment_wins(tmp_path):
+    (tmp_path / ".env").write_text(
+        "# comment\nSVC_RATE_LIMITS=5\nSVC_PUBLIC_URL=https://from-file.example\n"
+        "SVC_ORCHB_BASE_URL=http://127.0.0.1:9/orchb\nUNRELATED=1\n"
+    )
+    code = (
+        "import os; from config.settings import Settings; s = Settings.from_env(); "
+        "print(s.rate_limit_multiplier, s.public_url, os.environ['SVC_ORCHB_BASE_URL'])"
+    )
+    done = run_python(code, tmp_path, {"SVC_PUBLIC_URL": "https://from-env.example"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["5.0", "https://from-env.example", "http://127.0.0.1:9/orchb"]
+    other = tmp_path / "prod.env"
+    other.write_text("SVC_RATE_LIMITS=off\n")
+    done = run_python(
+        code.replace("os.environ['SVC_ORCHB_BASE_URL']", "''"), tmp_path, {"SVC_ENV_FILE": str(other)}
+    )
+    assert done.stdout.split()[0] == "None", done.stderr
+    done = run_python(code, tmp_path, {"SVC_ENV_FILE": str(tmp_path / "missing.env")})
+    assert done.returncode != 0 and "SVC_ENV_FILE" in done.stderr
+
+
+# ---- docs/settings.md lists every variable the code reads ---------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIABLE_RE = re.compile(r"\b(SVC_[A-Z0-9_]*[A-Z0-9]|APP_API_KEYS|BILLING_CRON_SCHEDULE)\b")
+# A variable name as code spells it: a string literal.
+LITERAL_RE = re.compile(r"[\"'](SVC_[A-Z0-9_]*[A-Z0-9]|APP_API_KEYS|BILLING_CRON_SCHEDULE)[\"']")
+
+
+def variables_in_code() -> set[str]:
+    """Every SVC_* (and spec) variable named in product code, expanding SVC_PROVIDER{A,B,C}."""
+    names: set[str] = set()
+    for folder in ("api", "svc", "actors", "plugins", "config"):
+        for path in (ROOT / folder).rglob("*.py"):
+            text = path.read_text()
+            names |= set(LITERAL_RE.findall(text))
+            if "SVC_PROVIDER{" in text:
+                names |= {f"SVC_PROVIDER{p}_{s}" for p in "ABC" for s in ("API_KEY", "BASE_URL")}
+    # Passed to orchA agents in their adapter environment, not read by the service.
+    return names - {"SVC_INSTALL_TOKEN", "SVC_INGEST_URL"}
+
+
+def test_docs_list_every_setting_the_code_reads():
+    docs = (ROOT / "docs" / "settings.md").read_text()
+    documented = set(VARIABLE_RE.findall(docs))
+    for letter in "ABC":  # the table's "SVC_PROVIDERA_API_KEY / _BASE_URL (B, C too)" row
+        documented |= {f"SVC_PROVIDER{letter}_API_KEY", f"SVC_PROVIDER{letter}_BASE_URL"}
+    missing = sorted(variables_in_code() - documented)
+    assert not missing, f"docs/settings.md does not list {missing}"
+    from config.settings import VARIABLES
+
+    assert {v.name for v in VARIABLES} >= variables_in_code(), "config/settings.py VARIABLES is behind"
+
+
+def test_the_settings_check_command(tmp_path):
+    """`python -m config.check` reads the settings as start-up does and starts nothing."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SVC_", "APP_API_KEYS", "BILLING_"))}
+    base["PYTHONPATH"] = str(ROOT)
+
+    def check(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "config.check"],
+            cwd=tmp_path,
+            env={**base, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    done = check(SVC_DATA_DIR="data")
+    assert done.returncode == 0 and f"data directory {tmp_path / 'data'}" in done.stdout, done.stderr
+    done = check(SVC_SCHEDULER="sometimes")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "SVC_SCHEDULER" in done.stderr

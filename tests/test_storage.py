@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from api.app import create_app
 from config.settings import Settings
 from svc.core.embedded import STATE_FILE, EmbeddedMongo, free_port
-from tests.conftest import signup
+from tests.support.accounts import signup
 
 SVC = str(Path(sys.executable).with_name("svc"))
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from tests.conftest import bearer
-from tests.templates_helpers import (
+from tests.support.accounts import bearer
+from tests.support.templates import (
     agent,
     create_template,
     definition,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import bearer, signup
-from tests.templates_helpers import (
+from tests.support.accounts import bearer, signup
+from tests.support.templates import (
     agent,
     create_template,
     definition,

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from tests.conftest import bearer
-from tests.templates_helpers import (
+from tests.support.accounts import bearer
+from tests.support.templates import (
     agent,
     create_template,
     definition,

@@ -7,7 +7,24 @@ from pydantic import BaseModel, Field
 
 from api.context import principal, services
 from api.routing import RouteTable
-from svc.core import Conflict, NotFound
+from api.schemas import (
+    AgentRunList,
+    BulkReply,
+    CancelRunReply,
+    DraftEdited,
+    DraftList,
+    EventList,
+    GateQueue,
+    Ok,
+    RunLog,
+    ScheduleSaved,
+    ScheduleToggled,
+    ScheduleTriggered,
+    ScheduleView,
+    TimelinePage,
+)
+from api.timeline import timeline_response
+from svc.core import Conflict, NotFound, TimelineQuery
 from svc.runtime import (
     MAX_DRAFT_ID,
     BulkBody,
@@ -35,7 +52,7 @@ class AgentRunsQuery(BaseModel):
     limit: int = Field(default=50, ge=1, le=200)
 
 
-@routes.get("/api/installs/{id}/events", auth="K/S")
+@routes.get("/api/installs/{id}/events", auth="K/S", response=EventList)
 async def events(request: web.Request) -> web.Response:
     """The install's last 100 pipeline events, newest first."""
     svc = services(request)
@@ -43,7 +60,7 @@ async def events(request: web.Request) -> web.Response:
     return web.json_response({"events": await Events(svc.store).latest(install["_id"])})
 
 
-@routes.get("/api/installs/{id}/run-log", auth="K/S", query=RunLogQuery)
+@routes.get("/api/installs/{id}/run-log", auth="K/S", query=RunLogQuery, response=RunLog)
 async def run_log(request: web.Request, query: RunLogQuery) -> web.Response:
     """Completed and failed steps per day, oldest first."""
     svc = services(request)
@@ -51,7 +68,7 @@ async def run_log(request: web.Request, query: RunLogQuery) -> web.Response:
     return web.json_response({"days": await Events(svc.store).run_log(install["_id"], query.days)})
 
 
-@routes.get("/api/installs/{id}/agent-runs", auth="K/S", query=AgentRunsQuery)
+@routes.get("/api/installs/{id}/agent-runs", auth="K/S", query=AgentRunsQuery, response=AgentRunList)
 async def list_agent_runs(request: web.Request, query: AgentRunsQuery) -> web.Response:
     """The install's agent steps, newest first."""
     svc = services(request)
@@ -59,28 +76,28 @@ async def list_agent_runs(request: web.Request, query: AgentRunsQuery) -> web.Re
     return web.json_response({"runs": await agent_runs(svc.store, install["_id"], query.limit)})
 
 
-@routes.post("/api/installs/{id}/cancel-run", auth="K/S")
+@routes.post("/api/installs/{id}/cancel-run", auth="K/S", response=CancelRunReply)
 async def cancel_run(request: web.Request) -> web.Response:
     """Cancel the active run (404 when none is active)."""
     result = await services(request).run_service.cancel(principal(request), request.match_info["id"])
     return web.json_response(result)
 
 
-@routes.get("/api/installs/{id}/schedule", auth="K/S")
+@routes.get("/api/installs/{id}/schedule", auth="K/S", response=ScheduleView)
 async def get_schedule(request: web.Request) -> web.Response:
     """The install's schedule (or null) and the IANA time zones."""
     svc = services(request)
     return web.json_response(await svc.schedules.get(principal(request), request.match_info["id"]))
 
 
-@routes.patch("/api/installs/{id}/schedule", auth="K/S", body=ScheduleBody)
+@routes.patch("/api/installs/{id}/schedule", auth="K/S", body=ScheduleBody, response=ScheduleSaved)
 async def set_schedule(request: web.Request, body: ScheduleBody) -> web.Response:
     """Create or change the schedule; cronExpression null deletes it."""
     svc = services(request)
     return web.json_response(await svc.schedules.update(principal(request), request.match_info["id"], body))
 
 
-@routes.patch("/api/installs/{id}/schedule/toggle", auth="K/S", body=ToggleBody)
+@routes.patch("/api/installs/{id}/schedule/toggle", auth="K/S", body=ToggleBody, response=ScheduleToggled)
 async def toggle_schedule(request: web.Request, body: ToggleBody) -> web.Response:
     """Switch the schedule on or off."""
     svc = services(request)
@@ -88,7 +105,16 @@ async def toggle_schedule(request: web.Request, body: ToggleBody) -> web.Respons
     return web.json_response(result)
 
 
-@routes.post("/api/installs/{id}/schedule/trigger", auth="K/S")
+@routes.get("/api/installs/{id}/audit", auth="K/S", query=TimelineQuery, response=TimelinePage)
+async def install_timeline(request: web.Request, query: TimelineQuery) -> web.Response:
+    """The install's audit timeline (gates, egress verdicts, keys, secrets, schedules, billing)."""
+    events, following = await services(request).installs.timeline(
+        principal(request), request.match_info["id"], query
+    )
+    return timeline_response(request, events, following)
+
+
+@routes.post("/api/installs/{id}/schedule/trigger", auth="K/S", response=ScheduleTriggered)
 async def trigger_schedule(request: web.Request) -> web.Response:
     """Run the scheduled task now, as a schedule run (the backlog policy applies)."""
     result = await services(request).schedules.trigger(principal(request), request.match_info["id"])
@@ -115,7 +141,7 @@ def draft_id(request: web.Request) -> int:
     return value
 
 
-@routes.post("/api/installs/{id}/continue", auth="K/S", body=ContinueBody)
+@routes.post("/api/installs/{id}/continue", auth="K/S", body=ContinueBody, response=Ok)
 async def continue_run(request: web.Request, body: ContinueBody) -> web.Response:
     """Resume the paused pipeline from the step after its gate."""
     result = await services(request).run_service.continue_run(
@@ -124,7 +150,7 @@ async def continue_run(request: web.Request, body: ContinueBody) -> web.Response
     return web.json_response(result)
 
 
-@routes.get("/api/installs/{id}/gates/{name}/queue", auth="K/S")
+@routes.get("/api/installs/{id}/gates/{name}/queue", auth="K/S", response=GateQueue)
 async def gate_queue(request: web.Request) -> web.Response:
     """Records waiting at a gate: {records, total}."""
     outreach = services(request).outreach
@@ -133,14 +159,14 @@ async def gate_queue(request: web.Request) -> web.Response:
     )
 
 
-@routes.get("/api/installs/{id}/drafts", auth="K/S")
+@routes.get("/api/installs/{id}/drafts", auth="K/S", response=DraftList)
 async def list_drafts(request: web.Request) -> web.Response:
     """Outreach drafts with their targets, newest first."""
     drafts = await services(request).outreach.drafts(principal(request), request.match_info["id"])
     return web.json_response({"drafts": drafts})
 
 
-@routes.patch("/api/installs/{id}/drafts/{draftId}", auth="K/S", body=DraftEdit)
+@routes.patch("/api/installs/{id}/drafts/{draftId}", auth="K/S", body=DraftEdit, response=DraftEdited)
 async def edit_draft(request: web.Request, body: DraftEdit) -> web.Response:
     """Edit a draft's subject and/or body (editedAt is stamped)."""
     draft = await services(request).outreach.edit(
@@ -149,7 +175,7 @@ async def edit_draft(request: web.Request, body: DraftEdit) -> web.Response:
     return web.json_response({"ok": True, "draft": draft})
 
 
-@routes.post("/api/installs/{id}/drafts/{draftId}/approve", auth="K/S")
+@routes.post("/api/installs/{id}/drafts/{draftId}/approve", auth="K/S", response=Ok)
 async def approve_draft(request: web.Request) -> web.Response:
     """Approve a draft; the pipeline resumes at once when no draft awaits a decision."""
     svc = services(request)
@@ -170,7 +196,7 @@ async def approve_draft(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
-@routes.post("/api/installs/{id}/drafts/{draftId}/reject", auth="K/S", body=RejectBody)
+@routes.post("/api/installs/{id}/drafts/{draftId}/reject", auth="K/S", body=RejectBody, response=Ok)
 async def reject_draft(request: web.Request, body: RejectBody) -> web.Response:
     """Reject a draft; the note is fed back to the writing agent on its next run."""
     svc = services(request)
@@ -180,14 +206,14 @@ async def reject_draft(request: web.Request, body: RejectBody) -> web.Response:
     return web.json_response({"ok": True})
 
 
-@routes.post("/api/installs/{id}/drafts/{draftId}/recall", auth="K/S")
+@routes.post("/api/installs/{id}/drafts/{draftId}/recall", auth="K/S", response=Ok)
 async def recall_draft(request: web.Request) -> web.Response:
     """Take an approved draft back to pending_approval (409 once sent)."""
     await services(request).outreach.recall(principal(request), request.match_info["id"], draft_id(request))
     return web.json_response({"ok": True})
 
 
-@routes.post("/api/installs/{id}/drafts/bulk", auth="K/S", body=BulkBody)
+@routes.post("/api/installs/{id}/drafts/bulk", auth="K/S", body=BulkBody, response=BulkReply)
 async def bulk_drafts(request: web.Request, body: BulkBody) -> web.Response:
     """Approve, reject, requeue or archive many drafts (by ids or by a status filter)."""
     count = await services(request).outreach.bulk(principal(request), request.match_info["id"], body)

@@ -7,11 +7,12 @@ from aiohttp import web
 from api.context import services
 from api.errors import error_response
 from api.routing import RouteTable
+from api.schemas import Health
 
 routes = RouteTable()
 
 
-@routes.get("/api/health", auth="P")
+@routes.get("/api/health", auth="P", response=Health)
 async def health(request: web.Request) -> web.Response:
     """200 when every dependency answers, 503 naming the ones that do not."""
     checks = {name: "ok" if ok else "unreachable" for name, ok in (await services(request).health()).items()}

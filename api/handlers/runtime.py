@@ -7,6 +7,7 @@ from aiohttp import web
 from api.context import principal, services
 from api.errors import error_response
 from api.routing import RouteTable
+from api.schemas import HeartbeatReply, PolicyList, Queued, RunOutcome, RuntimeTestReply, SecurityRequestList
 from svc.runtime import HeartbeatBody, RunBody, RunScope, RuntimeTestBody, TeamRunner, WebhookBody, read_back
 
 routes = RouteTable()
@@ -14,7 +15,7 @@ HEARTBEAT_SECRET_HEADER = "X-Svc-Webhook-Secret"
 TEST_MODEL = "providerA:small"
 
 
-@routes.post("/api/installs/{installId}/run", auth="K", body=RunBody)
+@routes.post("/api/installs/{installId}/run", auth="K", body=RunBody, response=RunOutcome)
 async def run(request: web.Request, body: RunBody) -> web.Response:
     """Run the team on a task and answer when it has finished."""
     result = await services(request).run_service.run(
@@ -23,21 +24,21 @@ async def run(request: web.Request, body: RunBody) -> web.Response:
     return web.json_response(result)
 
 
-@routes.post("/api/webhook/{token}", auth="T", body=WebhookBody)
+@routes.post("/api/webhook/{token}", auth="T", body=WebhookBody, response=Queued)
 async def webhook_trigger(request: web.Request, body: WebhookBody) -> web.Response:
     """Queue a run; the result is POSTed to callbackUrl when given."""
     result = await services(request).run_service.trigger(principal(request).install_id or "", body)
     return web.json_response(result)
 
 
-@routes.post("/api/runtime/webhook", auth="P", body=HeartbeatBody)
+@routes.post("/api/runtime/webhook", auth="P", body=HeartbeatBody, response=HeartbeatReply)
 async def runtime_webhook(request: web.Request, body: HeartbeatBody) -> web.Response:
     """An orchA heartbeat for an `http` agent: run its loop, answer like a deployer webhook."""
     secret = request.headers.get(HEARTBEAT_SECRET_HEADER) or request.query.get("secret")
     return web.json_response(await services(request).run_service.heartbeat(body, secret))
 
 
-@routes.post("/api/runtime/webhook/test", auth="P", body=RuntimeTestBody)
+@routes.post("/api/runtime/webhook/test", auth="P", body=RuntimeTestBody, response=RuntimeTestReply)
 async def runtime_webhook_test(request: web.Request, body: RuntimeTestBody) -> web.Response:
     """Run a system prompt on a task once (no install, no private addresses)."""
     svc = services(request)
@@ -50,7 +51,7 @@ async def runtime_webhook_test(request: web.Request, body: RuntimeTestBody) -> w
     return web.json_response({"response": result.response})
 
 
-@routes.get("/api/installs/{id}/security/requests", auth="K/S")
+@routes.get("/api/installs/{id}/security/requests", auth="K/S", response=SecurityRequestList)
 async def security_requests(request: web.Request) -> web.Response:
     """The install's last 200 outbound agent requests, newest first."""
     svc = services(request)
@@ -58,7 +59,7 @@ async def security_requests(request: web.Request) -> web.Response:
     return web.json_response({"requests": await svc.security_log.latest(install["_id"])})
 
 
-@routes.get("/api/installs/{id}/policies", auth="K/S")
+@routes.get("/api/installs/{id}/policies", auth="K/S", response=PolicyList)
 async def policies(request: web.Request) -> web.Response:
     """Each agent's access policy in the read-back form (null without one)."""
     install = await services(request).installs.owned(principal(request), request.match_info["id"])

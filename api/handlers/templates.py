@@ -7,13 +7,16 @@ import json
 from aiohttp import web
 from pydantic import BaseModel, Field
 
+from api.bodies import read_json
 from api.context import PRINCIPAL, principal, services
 from api.routing import RouteTable
+from api.schemas import ExportSchemaDocument, TeamSchemaDocument, TemplateExportDocument, VersionDiff
 from svc.identity import Principal
 from svc.templates import (
     LIST_DEFAULT,
     LIST_MAX,
     CreateTemplateBody,
+    ImportQuery,
     PricingBody,
     PricingOut,
     PublishBody,
@@ -22,11 +25,20 @@ from svc.templates import (
     TemplateOut,
     UpdateTemplateBody,
     VersionList,
+    export_schema,
     json_schema,
 )
 
 routes = RouteTable()
 SCHEMA_BODY = json.dumps(json_schema(), indent=2).encode()
+EXPORT_SCHEMA_BODY = json.dumps(export_schema(), indent=2).encode()
+SCHEMA_HEADERS = {"Cache-Control": "public, max-age=86400, immutable", "Access-Control-Allow-Origin": "*"}
+
+
+class ExportQuery(BaseModel):
+    """Query of GET /api/templates/:id/export."""
+
+    history: bool = False
 
 
 class ListQuery(BaseModel):
@@ -127,14 +139,48 @@ async def set_pricing(request: web.Request, body: PricingBody) -> web.Response:
     return web.json_response(await services(request).templates.set_pricing(principal(request), body))
 
 
-@routes.get("/api/schema/team/v1.json", auth="P")
+@routes.get("/api/schema/team/v1.json", auth="P", response=TeamSchemaDocument)
 async def team_schema(request: web.Request) -> web.Response:
     """JSON Schema (draft-07) of a team definition, generated from the models."""
+    return web.Response(body=SCHEMA_BODY, content_type="application/schema+json", headers=SCHEMA_HEADERS)
+
+
+@routes.get("/api/schema/template-export/v1.json", auth="P", response=ExportSchemaDocument)
+async def export_format_schema(request: web.Request) -> web.Response:
+    """JSON Schema (draft-07) of the template export document."""
     return web.Response(
-        body=SCHEMA_BODY,
-        content_type="application/schema+json",
-        headers={
-            "Cache-Control": "public, max-age=86400, immutable",
-            "Access-Control-Allow-Origin": "*",
-        },
+        body=EXPORT_SCHEMA_BODY, content_type="application/schema+json", headers=SCHEMA_HEADERS
+    )
+
+
+@routes.get(
+    "/api/templates/{id}/export",
+    auth="P",
+    optional_key=True,
+    query=ExportQuery,
+    response=TemplateExportDocument,
+)
+async def export_template(request: web.Request, query: ExportQuery) -> web.Response:
+    """One self-contained JSON document of the template (with its version history if asked)."""
+    document = await services(request).portability.export(
+        caller_or_none(request), request.match_info["id"], query.history
+    )
+    return web.json_response(document)
+
+
+@routes.post("/api/templates/import", auth="K", query=ImportQuery, status=201, response=TemplateOut)
+async def import_template(request: web.Request, query: ImportQuery) -> web.Response:
+    """A new draft from an exported template (pricing only with `?pricing=true`)."""
+    created = await services(request).portability.import_draft(
+        principal(request), await read_json(request), query.pricing
+    )
+    return web.json_response(created, status=201)
+
+
+@routes.get("/api/templates/{id}/versions/{a}/diff/{b}", auth="P", optional_key=True, response=VersionDiff)
+async def diff_versions(request: web.Request) -> web.Response:
+    """A structured diff of two published versions, with the bump class and its reasons."""
+    info = request.match_info
+    return web.json_response(
+        await services(request).portability.diff(caller_or_none(request), info["id"], info["a"], info["b"])
     )

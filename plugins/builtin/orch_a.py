@@ -4,9 +4,13 @@ A board key authenticates every call (`Authorization: Bearer <orchAApiKey>`).
 Provisioning optionally creates a company, then one agent per team agent,
 managers before their reports so `reportsTo` can name the manager's upstream id.
 `http` agents call our managed runtime (or the deployer's `webhookUrl`) with a
-per-install shared secret header; local adapters get the prompt as an
-`AGENTS.md` file and the install's secrets, install token and ingest URL as
-environment variables. See docs/platforms/orchA.md.
+per-install shared secret header, and get an agent key of their own so the
+runtime can write each run's outcome back to the issue (Paperclip's run token
+only reaches its connection tools); local adapters get the prompt as a
+top-level `AGENTS.md` instructions bundle and the install's secrets, install
+token and ingest URL as environment variables, and the reporting plugin
+(plugins/paperclip-reporter) posts their runs. Shapes follow the real server
+(tests/fakes/paperclip_recorded/). See docs/platforms/orchA.md.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from config.catalogue import ORCH_A_MODELS
 from plugins.egress import EgressDenied, egress_client
 from plugins.hookspecs import hookimpl
 from plugins.types import (
@@ -22,6 +27,8 @@ from plugins.types import (
     DeployedAgent,
     DeprovisionContext,
     DeprovisionResult,
+    HeartbeatContext,
+    HeartbeatTask,
     PlatformCapabilities,
     PlatformError,
     PlatformInfo,
@@ -32,7 +39,10 @@ from plugins.types import (
 )
 
 PLATFORM = "orchA"
-ROLES = ("ceo", "cto", "cmo", "cfo", "pm", "engineer", "designer", "qa", "devops", "researcher", "general")
+ROLES = (
+    "ceo", "cto", "cmo", "cfo", "security", "pm", "engineer", "designer", "qa", "devops", "researcher",
+    "general",
+)
 ROLE_ALIASES = {"manager": "pm", "product manager": "pm", "developer": "engineer", "research": "researcher"}
 LOCAL_ADAPTERS = {"providerA": "claude_local", "providerB": "codex_local", "providerC": "gemini_local"}
 WEBHOOK_SECRET_HEADER = "X-Svc-Webhook-Secret"
@@ -42,6 +52,23 @@ ORCH_A_REFUSED = (
     "credentials.orchABaseUrl: base URL not allowed (only public addresses are reached unless the "
     "operator sets SVC_EGRESS_ALLOW_PRIVATE=true for an orchA on a private network)"
 )
+RUN_ID_HEADER = "X-Paperclip-Run-Id"
+# What a deployer can do about Paperclip's refusals (appended to the 502's message).
+HINTS = {
+    401: " (the board key is wrong, expired or revoked: create one with POST /api/board-api-keys and "
+    "rotate it with PATCH /api/installs/:id/credentials)",
+    403: " (the board key cannot reach this company: check companyId, or use a key of its board user)",
+}
+REPORTER_PLUGIN = "svc.paperclip-reporter"
+# Paperclip's local adapters default to skipping their own approval prompts and sandbox; agents a
+# template deploys do not get that without the operator choosing it in Paperclip.
+SAFE_DEFAULTS = {
+    "claude_local": {"dangerouslySkipPermissions": False},
+    "codex_local": {"dangerouslyBypassApprovalsAndSandbox": False},
+}
+# Timer heartbeats are off: templates carry no schedule, and a timer costs a model call per tick
+# on the deployer's account. Assignment, comments and on-demand wakeups still wake the agent.
+RUNTIME_CONFIG = {"heartbeat": {"enabled": False, "wakeOnDemand": True}}
 INFO = PlatformInfo(
     id=PLATFORM,
     label="Paperclip",
@@ -125,8 +152,8 @@ def managers_first(agents: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ordered
 
 
-def adapter(agent: dict[str, Any], context: ProvisionContext) -> tuple[str, dict[str, Any]]:
-    """The adapter type and config of one agent."""
+def adapter(agent: dict[str, Any], context: ProvisionContext) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The adapter type, adapter config and other create-body fields of one agent."""
     options = context.options
     kind = agent.get("adapterType") or options.get("adapterType")
     model = options.get("model") or agent["model"]
@@ -137,21 +164,32 @@ def adapter(agent: dict[str, Any], context: ProvisionContext) -> tuple[str, dict
             "headers": {WEBHOOK_SECRET_HEADER: context.webhook_secret},
             "payloadTemplate": {"installId": context.install_id, "agentKey": agent["key"]},
             "timeoutMs": HTTP_TIMEOUT_MS,
-        }
+        }, {}
     kind = kind or LOCAL_ADAPTERS.get(model.split(":", 1)[0], "process")
     env = {
         **context.secrets,
         "SVC_INSTALL_TOKEN": context.install_token,
         "SVC_INGEST_URL": context.ingest_url,
     }
-    config: dict[str, Any] = {
-        "model": model,
-        "env": env,
-        "instructionsBundle": {"files": [{"path": "AGENTS.md", "content": agent.get("prompt", "")}]},
-    }
+    config: dict[str, Any] = {"env": env, **SAFE_DEFAULTS.get(kind, {})}
+    if model in ORCH_A_MODELS:
+        config["model"] = ORCH_A_MODELS[model]
     if options.get("cwd"):
         config["cwd"] = options["cwd"]
-    return kind, config
+    extra = {
+        # Paperclip reads the prompt from a top-level bundle; inside adapterConfig it is ignored.
+        "instructionsBundle": {"files": {"AGENTS.md": agent.get("prompt") or agent["name"]}},
+        # What the reporting plugin needs to post this agent's runs to our ingest endpoint.
+        "metadata": {
+            "svcReporting": {
+                "ingestUrl": context.ingest_url,
+                "installToken": context.install_token,
+                "installId": context.install_id,
+                "agentKey": agent["key"],
+            }
+        },
+    }
+    return kind, config, extra
 
 
 class Client:
@@ -163,17 +201,27 @@ class Client:
             allow_private, headers={"Authorization": f"Bearer {credentials['orchAApiKey']}"}
         )
 
-    async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         """One request; the JSON body of a 2xx answer."""
         try:
-            response = await self.http.request(method, f"{self.base}{path}", json=body)
+            response = await self.http.request(method, f"{self.base}{path}", json=body, headers=headers)
         except EgressDenied:
             raise PlatformInputError(ORCH_A_REFUSED) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise PlatformError(f"orchA {method} {path} failed: {type(exc).__name__}") from None
+            raise PlatformError(
+                f"orchA {method} {path} failed: {type(exc).__name__} "
+                "(is Paperclip running and reachable at orchABaseUrl?)"
+            ) from None
         if response.status_code >= 300:
             raise PlatformError(
-                f"orchA {method} {path} answered HTTP {response.status_code}: {response.text[:200]}",
+                f"orchA {method} {path} answered HTTP {response.status_code}: {response.text[:200]}"
+                + HINTS.get(response.status_code, ""),
                 response.status_code,
                 denied=response.status_code in (401, 403),
             )
@@ -186,6 +234,8 @@ class Client:
                 f"orchA {method} {path} answered HTTP {response.status_code} without JSON",
                 response.status_code,
             ) from None
+        if isinstance(data, list):
+            return {"items": data}
         if not isinstance(data, dict):
             raise PlatformError(f"orchA {method} {path} answered an unexpected body", response.status_code)
         return data
@@ -202,6 +252,48 @@ class Client:
         await self.http.aclose()
 
 
+def ui_links(base: str, prefix: str, deployed: list[DeployedAgent]) -> dict[str, Any]:
+    """Links into Paperclip's UI, whose routes hang off the company's issue prefix."""
+    return {
+        "dashboardUrl": f"{base}/{prefix}/dashboard",
+        "agentUrls": [{"name": a.name, "url": f"{base}/{prefix}/agents/{a.externalId}"} for a in deployed],
+    }
+
+
+async def reporter_warning(client: Client) -> str | None:
+    """A warning when the reporting plugin is not ready on this Paperclip (None when it is)."""
+    how = (
+        "install it with POST /api/plugins/install {packageName: <path to plugins/paperclip-reporter>, "
+        "isLocalPath: true} (see docs/platforms/orchA.md)"
+    )
+    try:
+        listed = await client.call("GET", "/api/plugins")
+    except PlatformError as exc:
+        return f"could not check for the reporting plugin {REPORTER_PLUGIN} ({exc.detail}); {how}"
+    for plugin in listed.get("items", []):
+        if isinstance(plugin, dict) and plugin.get("pluginKey") == REPORTER_PLUGIN:
+            if plugin.get("status") == "ready":
+                return None
+            return f"the reporting plugin {REPORTER_PLUGIN} is {plugin.get('status')}: enable it in Paperclip"
+    return f"local-adapter runs are not reported until the plugin {REPORTER_PLUGIN} is installed: {how}"
+
+
+async def key_expiry_warning(client: Client, install_id: str) -> str | None:
+    """When the board key expires (Paperclip's default is 30 days), so the deployer rotates it."""
+    try:
+        me = await client.call("GET", "/api/cli-auth/me")
+        keys = await client.call("GET", "/api/board-api-keys")
+    except PlatformError:
+        return None  # informational only: never fail an install over it
+    for key in keys.get("items", []):
+        if isinstance(key, dict) and key.get("id") == me.get("keyId") and key.get("expiresAt"):
+            return (
+                f"the board key expires at {key['expiresAt']}: rotate it before then with "
+                f"PATCH /api/installs/{install_id}/credentials {{\"orchAApiKey\": <new key>}}"
+            )
+    return None
+
+
 @hookimpl
 async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionResult | None:
     """Create the company (if asked), then the agents, managers first; undo all on failure."""
@@ -210,14 +302,20 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
     created_company: str | None = None
     try:
         company_id = context.options.get("companyId")
-        if not company_id:
-            company_id = created_company = await client.create(
-                "/api/companies", {"name": context.options["companyName"]}
-            )
+        if company_id:
+            company = await client.call("GET", f"/api/companies/{company_id}")
+        else:
+            company = await client.call("POST", "/api/companies", {"name": context.options["companyName"]})
+            if not isinstance(company.get("id"), str):
+                raise PlatformError("orchA POST /api/companies answered without an id")
+            company_id = created_company = company["id"]
+        prefix = str(company.get("issuePrefix") or company_id)
         upstream_ids: dict[str, str] = {}
         deployed = []
+        runtime_keys: dict[str, str] = {}
+        local_agents = 0
         for agent in managers_first(context.definition["agents"]):
-            kind, config = adapter(agent, context)
+            kind, config, extra = adapter(agent, context)
             body = {
                 "name": agent["name"],
                 "role": upstream_role(agent.get("role", "")),
@@ -226,19 +324,52 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
                 "reportsTo": upstream_ids.get(agent.get("reportsTo") or ""),
                 "adapterType": kind,
                 "adapterConfig": config,
+                "runtimeConfig": RUNTIME_CONFIG,
+                **extra,
             }
             agent_id = await client.create(f"/api/companies/{company_id}/agents", body)
             upstream_ids[agent["key"]] = agent_id
             created.append(agent_id)
             deployed.append(DeployedAgent(key=agent["key"], externalId=agent_id, name=agent["name"]))
-        base = client.base
+            if kind == "http" and not context.options.get("webhookUrl"):
+                # The runtime writes each run's outcome back to the issue as this agent.
+                made = await client.call("POST", f"/api/agents/{agent_id}/keys", {"name": "svc-runtime"})
+                if not isinstance(made.get("token"), str):
+                    raise PlatformError(f"orchA POST /api/agents/{agent_id}/keys answered without a token")
+                runtime_keys[agent_id] = made["token"]
+            elif kind != "http":
+                local_agents += 1
+        warnings = []
+        unmapped = sorted(
+            {
+                agent["name"]
+                for agent in context.definition["agents"]
+                if (context.options.get("model") or agent["model"]) not in ORCH_A_MODELS
+                and (agent.get("adapterType") or context.options.get("adapterType")) != "http"
+            }
+        )
+        if unmapped:
+            warnings.append(
+                "no Paperclip model is configured for the model of "
+                + ", ".join(unmapped)
+                + ": they run on their adapter's default model (config/models.json orchAModels)"
+            )
+        if local_agents:
+            warning = await reporter_warning(client)
+            if warning:
+                warnings.append(warning)
+        expiry = await key_expiry_warning(client, context.install_id)
+        if expiry:
+            warnings.append(expiry)
         return ProvisionResult(
             deployed_agents=tuple(deployed),
-            platform_data={
-                "dashboardUrl": f"{base}/companies/{company_id}",
-                "agentUrls": [{"name": a.name, "url": f"{base}/agents/{a.externalId}"} for a in deployed],
+            platform_data=ui_links(client.base, prefix, deployed),
+            warnings=tuple(warnings),
+            state={
+                "companyId": company_id,
+                "createdCompany": created_company is not None,
+                "runtimeKeys": runtime_keys,
             },
-            state={"companyId": company_id, "createdCompany": created_company is not None},
             company_id=company_id,
         )
     except PlatformError:
@@ -259,7 +390,8 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
 
 @hookimpl
 async def svc_deprovision(platform: str, context: DeprovisionContext) -> DeprovisionResult | None:
-    """Delete every provisioned agent; failures become warnings, a refused key a 502."""
+    """Delete every provisioned agent, then the company the install created; failures become
+    warnings, a refused key a 502."""
     client = Client(context.credentials, context.allow_private)
     deleted, warnings = 0, []
     try:
@@ -273,6 +405,71 @@ async def svc_deprovision(platform: str, context: DeprovisionContext) -> Deprovi
                 if exc.upstream_status == 404:
                     continue  # already gone
                 warnings.append(f"agent {agent.key}: {exc.detail}")
+        company_id = context.state.get("companyId")
+        if context.state.get("createdCompany") and company_id and not warnings:
+            try:
+                await client.call("DELETE", f"/api/companies/{company_id}")
+            except PlatformError as exc:
+                if exc.upstream_status != 404:
+                    warnings.append(f"company {company_id}: {exc.detail}")
     finally:
         await client.close()
     return DeprovisionResult(deleted_agents=deleted, warnings=tuple(warnings))
+
+
+def _text(value: Any) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+@hookimpl
+def svc_heartbeat_task(platform: str, context: HeartbeatContext) -> HeartbeatTask | None:
+    """The issue a Paperclip heartbeat carries (context.paperclipIssue, the wake's issue, or the
+    task markdown), else a generic wake-up text naming the reason."""
+    payload = context.payload
+    wake_context = payload.get("context") if isinstance(payload.get("context"), dict) else {}
+    wake = wake_context.get("paperclipWake") if isinstance(wake_context.get("paperclipWake"), dict) else {}
+    issue = wake_context.get("paperclipIssue") or wake.get("issue")
+    task = ""
+    if isinstance(issue, dict) and (_text(issue.get("title")) or _text(issue.get("description"))):
+        ref = _text(issue.get("identifier"))
+        task = f"Issue {ref}: {_text(issue.get('title'))}" if ref else _text(issue.get("title"))
+        if _text(issue.get("description")):
+            task += f"\n\n{_text(issue.get('description'))}"
+    task = task or _text(wake_context.get("paperclipTaskMarkdown"))
+    task = task or _text(wake_context.get("task")) or _text(wake_context.get("prompt"))
+    if not task:
+        reason = _text(wake_context.get("wakeReason")) or "scheduled"
+        task = f"Heartbeat from Paperclip (wake reason: {reason}). Do your work for this wake-up and report."
+    task_id = _text(wake_context.get("issueId")) or _text(wake_context.get("taskId")) or None
+    run_id = _text(payload.get("runId")) or None
+    return HeartbeatTask(task=task, platform_run_id=run_id, platform_task_id=task_id)
+
+
+@hookimpl
+async def svc_heartbeat_finished(platform: str, context: HeartbeatContext) -> list[str] | None:
+    """A completed run on an issue: its response as a comment and the issue `done`, written as the
+    agent within Paperclip's run (X-Paperclip-Run-Id), so Paperclip sees the disposition it asks
+    for. A failed run writes nothing: the runtime answers non-2xx and Paperclip fails the run."""
+    outcome = context.outcome or {}
+    wake_context = context.payload.get("context") if isinstance(context.payload.get("context"), dict) else {}
+    issue_id = _text(wake_context.get("issueId")) or _text(wake_context.get("taskId"))
+    run_id = _text(context.payload.get("runId"))
+    key = (context.state.get("runtimeKeys") or {}).get(context.platform_agent_id)
+    if outcome.get("status") != "completed" or not issue_id:
+        return []
+    if not key:
+        return [f"no agent key stored for {context.agent_key}: the outcome is not written back"]
+    client = Client({**context.credentials, "orchAApiKey": key}, context.allow_private)
+    try:
+        comment = _text(outcome.get("response")) or "Done (the agent gave no text)."
+        await client.call(
+            "PATCH",
+            f"/api/issues/{issue_id}",
+            {"status": "done", "comment": comment},
+            headers={RUN_ID_HEADER: run_id} if run_id else None,
+        )
+    except PlatformError as exc:
+        return [f"write-back to issue {issue_id} failed: {exc.detail}"]
+    finally:
+        await client.close()
+    return []

@@ -17,7 +17,7 @@ import httpx
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from config.catalogue import UPSTREAM
+from config.catalogue import BEDROCK
 from plugins import egress
 from plugins.types import (
     PlatformError,
@@ -197,7 +197,7 @@ async def _create_agent(
     request: dict[str, Any] = {
         "agentName": _name(f"svc-{context.install_id}-{key}"),
         "instruction": _instruction(agent, warnings),
-        "foundationModel": UPSTREAM.get(model, model),
+        "foundationModel": BEDROCK.get(model, model),
         "agentResourceRoleArn": context.credentials["agentResourceRoleArn"],
         "agentCollaboration": collaboration,
     }

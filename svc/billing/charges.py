@@ -1,4 +1,8 @@
-"""Charging deployers: invoices, charge-cycle, cancel billing, earnings and the monthly cycle.
+"""Charging deployers: invoices, charge-cycle and the charge itself.
+
+Cancel billing (cancellation.py), the monthly cycle (cycle.py) and the builder's side
+(earnings.py: held payouts, transfers, my-earnings) live beside it; `Charges` is their one
+entry point.
 
 An invoice is the record of one install's charge for one period, unique on
 (installId, periodStart, periodEnd). It is written *before* the provider is called
@@ -27,8 +31,19 @@ from pydantic import Field, StrictInt
 from pymongo import DESCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
-from svc.billing.payments import PaymentDeclined, PaymentPending, PaymentProvider, ProviderError, unavailable
-from svc.billing.usage import MIN_CHARGE_CENTS, check_period, install_amount, money, split_fee
+from svc.billing.cancellation import CancelBilling
+from svc.billing.cycle import MonthlyCycle
+from svc.billing.earnings import Earnings
+from svc.billing.leases import CLAIM_LEASE, KEY_LIFETIME
+from svc.billing.payments import (
+    PaymentDeclined,
+    PaymentPending,
+    PaymentProvider,
+    ProviderError,
+    ProviderRefused,
+    unavailable,
+)
+from svc.billing.usage import MIN_CHARGE_CENTS, check_period, split_fee
 from svc.core import (
     BadGateway,
     BadRequest,
@@ -40,28 +55,25 @@ from svc.core import (
     PaymentRequired,
     RequestBody,
     Store,
+    Timeline,
     Timestamp,
+    Unavailable,
     aware,
+    counters,
     iso,
     tokens,
     utcnow,
 )
 from svc.identity import Principal
-from svc.installs import is_visible
+from svc.installs import Installs
 
 log = logging.getLogger(__name__)
 
-CLAIM_LEASE = timedelta(minutes=5)
 # A periodEnd of "now" on the caller's side may be a moment ahead of ours; more would let
 # runs recorded after the charge fall inside an already billed period.
 CLOCK_SKEW = timedelta(seconds=1)
-# The provider keeps idempotency keys for 24 hours: past that, resuming could charge again.
-KEY_LIFETIME = timedelta(hours=23)
-# How far back the monthly job looks for installs deleted without cancel billing.
-UNBILLED_CANCEL = timedelta(days=400)
 RACE_WAIT_S = 10.0
 RACE_POLL_S = 0.1
-BATCH = 200
 
 
 class ChargeCycleBody(RequestBody):
@@ -91,19 +103,49 @@ class ChargeOutcome:
 class Charges:
     """Invoices and the calls that move money."""
 
-    def __init__(self, store: Store, mailer: Mailer, provider: PaymentProvider | None) -> None:
+    def __init__(
+        self, store: Store, mailer: Mailer, provider: PaymentProvider | None, installs: Installs
+    ) -> None:
         self.store = store
         self.mailer = mailer
         self.provider = provider
+        self.installs = installs
+        # The rest of the money paths, one module each (the public methods below delegate).
+        self.cancellation = CancelBilling(self)
+        self.cycle = MonthlyCycle(self)
+        self.builders = Earnings(self)
 
     @property
     def _invoices(self) -> Any:
         return self.store["invoices"]
 
-    def _require_provider(self) -> PaymentProvider:
+    def require_provider(self) -> PaymentProvider:
+        """The provider, or the 503 of every payment endpoint when none is configured."""
         if self.provider is None:
             raise unavailable()
         return self.provider
+
+    _require_provider = require_provider
+
+    # ---- the other money paths (svc/billing/cancellation.py, cycle.py, earnings.py) ------------
+
+    async def cancel_install(self, user_id: str, install_id: str) -> Document:
+        """PATCH /api/stripe/installs/:id/cancel (CancelBilling.cancel_install)."""
+        return await self.cancellation.cancel_install(user_id, install_id)
+
+    async def run_cycle(
+        self, cycle_end: datetime, now: datetime, renew: Callable[[], Awaitable[None]] | None = None
+    ) -> dict[str, int]:
+        """The monthly charge of every active paid install (MonthlyCycle.run_cycle)."""
+        return await self.cycle.run_cycle(cycle_end, now, renew)
+
+    async def pay_out_held(self, builder_user_id: str | None = None) -> int:
+        """Transfer held builder shares (Earnings.pay_out_held); how many moved."""
+        return await self.builders.pay_out_held(builder_user_id)
+
+    async def earnings(self, user_id: str) -> Document:
+        """GET /api/stripe/my-earnings (Earnings.earnings)."""
+        return await self.builders.earnings(user_id)
 
     # ---- POST /api/stripe/charge-cycle -------------------------------------------------
 
@@ -175,13 +217,19 @@ class Charges:
                 description=f"{install['templateName']} usage {iso(start)} to {iso(end)}",
             )
         except PaymentDeclined as exc:
-            await self._invoices.update_one(
-                {"_id": invoice["_id"], "claim": invoice["claim"]},
-                {"$set": {"status": "failed", "failure": exc.message, "updatedAt": utcnow()}},
-            )
+            await self._attempt_failed(invoice, exc.message, exc.code)
+            await counters.inc(self.store, "payment_failures", {"reason": "declined"})
             raise PaymentRequired(
                 f"The payment was declined: {exc.message}", code="payment_declined"
             ) from None
+        except ProviderRefused as exc:
+            # Refused before anything moved: the claim is released at once and the period stays
+            # billable; the next call retries with attempt + 1 (a new key).
+            await self._attempt_failed(invoice, str(exc), exc.code)
+            await counters.inc(self.store, "payment_failures", {"reason": "refused"})
+            if exc.busy:
+                raise Unavailable(f"{exc}; try again shortly") from None
+            raise BadGateway(str(exc)) from None
         except ProviderError as exc:
             # Unknown outcome: the invoice stays `processing` and is resumed with the same key.
             raise BadGateway(str(exc)) from None
@@ -209,7 +257,30 @@ class Charges:
         )
         assert paid is not None
         log.info("install charged", extra={"installId": install["_id"], "amountCents": paid["amountCents"]})
+        meta = {"invoiceId": paid["_id"], "amountCents": paid["amountCents"], "source": source}
+        await Timeline(self.store).record("billing", "billing.charged", install_id=install["_id"], meta=meta)
         return ChargeOutcome(paid, charged_now=True)
+
+    async def _attempt_failed(self, invoice: Document, failure: str, code: str | None) -> None:
+        """Record a failed attempt on the invoice (nothing was charged) and end its claim."""
+        meta = {"invoiceId": invoice["_id"], "attempt": invoice["attempt"], "code": code, "error": failure}
+        await Timeline(self.store).record(
+            "billing", "billing.charge_failed", install_id=invoice["installId"], meta=meta
+        )
+        await self._invoices.update_one(
+            {"_id": invoice["_id"], "claim": invoice["claim"]},
+            {
+                "$set": {"status": "failed", "failure": failure, "updatedAt": utcnow()},
+                "$push": {
+                    "attempts": {
+                        "$each": [
+                            {"attempt": invoice["attempt"], "code": code, "error": failure, "at": utcnow()}
+                        ],
+                        "$slice": -20,
+                    }
+                },
+            },
+        )
 
     async def _claim(
         self,
@@ -338,67 +409,6 @@ class Charges:
         payout = (user or {}).get("payout") or {}
         return user_id, payout.get("accountId") if payout.get("status") == "active" else None
 
-    # ---- PATCH /api/stripe/installs/:id/cancel -------------------------------------------
-
-    async def cancel_install(
-        self, user_id: str, install_id: str, retire: Callable[[Document], Awaitable[None]]
-    ) -> Document:
-        """Bill completed runs since the last paid period, mail a receipt, cancel the install."""
-        self._require_provider()
-        mine = {
-            "_id": install_id,
-            "$or": [{"deployedBy": user_id}, {"owner": {"kind": "user", "id": user_id}}],
-        }
-        install = await self.store.installs.find_one(mine)
-        if install is not None and install["owner"].get("kind") == "org":
-            # An org install: its deployer, while still a member of the org.
-            member = {"orgId": install["owner"]["id"], "userId": user_id}
-            if await self.store.org_members.find_one(member, {"_id": 1}) is None:
-                install = None
-        if install is None or not is_visible(install):
-            raise NotFound("Install not found")
-        if install["status"] == "cancelled":
-            raise Conflict("Install is already cancelled")
-        # Claim the cancellation, so a double click (or two tabs) bills and mails once.
-        now = utcnow()
-        claimed = await self.store.installs.find_one_and_update(
-            {
-                "$and": [
-                    mine,
-                    {"status": install["status"]},
-                    {
-                        "$or": [
-                            {"cancellingAt": {"$exists": False}},
-                            {"cancellingAt": {"$lt": now - CLAIM_LEASE}},
-                        ]
-                    },
-                ]
-            },
-            {"$set": {"cancellingAt": now}},
-        )
-        if claimed is None:
-            raise Conflict("A cancellation of this install is already in progress")
-        template = await self.store["templates"].find_one({"_id": install["templateId"]}) or {}
-        since = await self.billed_until(install)
-        amount = (
-            await install_amount(self.store, install_id, template, since, now)
-            if template.get("pricingModel", "free") != "free"
-            else 0
-        )
-        charged, note = False, "No charge: the amount since the last invoice is under $0.50."
-        if amount >= MIN_CHARGE_CENTS:
-            if not install.get("payCustomerId") or not install.get("payPaymentMethodId"):
-                note = f"{money(amount)} is due; no payment method is saved on this install."
-            else:
-                try:
-                    await self.charge(install, since, now, amount, "cancel", wait=True, now=now)
-                    charged, note = True, f"Charged {money(amount)} to the saved payment method."
-                except (PaymentRequired, BadGateway, Conflict) as exc:
-                    note = f"{money(amount)} is due; the charge did not go through ({exc.message})."
-        await retire(install)
-        await self._receipt(install, user_id, since, now, amount if charged else 0, note)
-        return {"status": "cancelled", "charged": charged, "amountCents": amount if charged else 0}
-
     async def billed_until(self, install: Document) -> datetime:
         """The end of the install's last paid (or still settling) invoice, or its creation."""
         last = await self._invoices.find_one(
@@ -406,213 +416,6 @@ class Charges:
             sort=[("periodEnd", DESCENDING)],
         )
         return aware(last["periodEnd"]) if last else aware(install["createdAt"])
-
-    async def _receipt(
-        self, install: Document, user_id: str, since: datetime, until: datetime, amount: int, note: str
-    ) -> None:
-        user = await self.store.users.find_one({"_id": user_id}, {"email": 1})
-        to = install.get("deployerEmail") or (user or {}).get("email")
-        if not to:
-            return
-        body = (
-            f"Your install of {install['templateName']} ({install['_id']}) is cancelled.\n\n"
-            f"Usage period: {iso(since)} to {iso(until)}\n"
-            f"Amount charged: {money(amount)}\n{note}\n"
-        )
-        await self.mailer.send(to, f"Receipt: {install['templateName']} cancelled", body, "cancel_receipt")
-
-    # ---- the monthly cycle -------------------------------------------------------------------
-
-    async def run_cycle(
-        self, cycle_end: datetime, now: datetime, renew: Callable[[], Awaitable[None]] | None = None
-    ) -> dict[str, int]:
-        """Charge every active paid install with a saved payment method up to `cycle_end`.
-
-        Each install's period starts where its last paid invoice ended, so a rerun after a
-        crash finds the same periods (and their invoices) and charges nobody twice; an
-        amount under 50 cents is carried into the next cycle.
-        """
-        self._require_provider()
-        paid_templates = {
-            doc["_id"]: doc
-            async for doc in self.store["templates"].find(
-                {"kind": "template", "pricingModel": {"$in": ["per_run", "per_k_tokens"]}},
-                {"pricingModel": 1, "priceUsdCents": 1, "owner": 1},
-            )
-        }
-        counts = {"charged": 0, "alreadyPaid": 0, "skipped": 0, "failed": 0, "resumed": 0}
-        await self._resume_stale(now, counts)
-        query = {
-            # Installs removed with DELETE (not through cancel billing) still owe their last usage.
-            "$or": [
-                {"status": "completed"},
-                {"status": "cancelled", "cancelledAt": {"$gt": cycle_end - UNBILLED_CANCEL}},
-            ],
-            "templateId": {"$in": list(paid_templates)},
-            "payCustomerId": {"$type": "string"},
-            "payPaymentMethodId": {"$type": "string"},
-        }
-        async for install in self.store.installs.find(query).sort("_id", 1).batch_size(BATCH):
-            end = cycle_end
-            if install["status"] == "cancelled":
-                end = min(cycle_end, aware(install["cancelledAt"]))
-            since = await self.billed_until(install)
-            if since >= end:
-                counts["alreadyPaid"] += 1
-                continue
-            template = paid_templates[install["templateId"]]
-            amount = await install_amount(self.store, install["_id"], template, since, end)
-            if amount < MIN_CHARGE_CENTS:
-                counts["skipped"] += 1
-                continue
-            try:
-                outcome = await self.charge(install, since, end, amount, "monthly", wait=False, now=now)
-                counts["charged" if outcome.charged_now else "alreadyPaid"] += 1
-            except (PaymentRequired, BadGateway, Conflict) as exc:
-                counts["failed"] += 1
-                log.warning(
-                    "monthly charge failed", extra={"installId": install["_id"], "reason": exc.message}
-                )
-            if renew is not None:
-                await renew()
-        log.info("billing cycle done", extra={"cycleEnd": iso(cycle_end), **counts})
-        return counts
-
-    async def _resume_stale(self, now: datetime, counts: dict[str, int]) -> None:
-        """Finish charges left `processing` by a process that died (their lease has run out)."""
-        stale = {
-            "status": "processing",
-            "claimedAt": {"$lt": now - CLAIM_LEASE},
-            "attemptStartedAt": {"$gt": now - KEY_LIFETIME},
-        }
-        async for invoice in self._invoices.find(stale).limit(BATCH):
-            install = await self.store.installs.find_one({"_id": invoice["installId"]})
-            if install is None:
-                continue
-            try:
-                await self.charge(
-                    install,
-                    aware(invoice["periodStart"]),
-                    aware(invoice["periodEnd"]),
-                    invoice["amountCents"],
-                    invoice["source"],
-                    wait=False,
-                    now=now,
-                )
-                counts["resumed"] += 1
-            except (PaymentRequired, BadGateway, Conflict) as exc:
-                counts["failed"] += 1
-                log.warning(
-                    "resuming a charge failed", extra={"invoiceId": invoice["_id"], "reason": exc.message}
-                )
-
-    async def pay_out_held(self, builder_user_id: str | None = None) -> int:
-        """Transfer builder shares held while a payout account was not active; how many moved.
-
-        One transfer per invoice with the key `svc-payout:<invoiceId>`, claimed by a
-        conditional update (held → transferring → routed). An unknown outcome stays
-        `transferring` and is retried with the same key after the lease, within the
-        provider's 24-hour key lifetime; older ones are left for an operator.
-        """
-        provider = self._require_provider()
-        now = utcnow()
-        due: Document = {
-            "status": "paid",
-            "builderAmountCents": {"$gt": 0},
-            "$or": [
-                {"payout": "held"},
-                {
-                    "payout": "transferring",
-                    "transferClaimedAt": {"$lt": now - CLAIM_LEASE},
-                    "transferStartedAt": {"$gt": now - KEY_LIFETIME},
-                },
-            ],
-        }
-        builders = (
-            [builder_user_id] if builder_user_id else await self._invoices.distinct("builderUserId", due)
-        )
-        active = {
-            user["_id"]: user["payout"]["accountId"]
-            async for user in self.store.users.find(
-                {"_id": {"$in": [b for b in builders if b]}, "payout.status": "active"}, {"payout": 1}
-            )
-        }
-        moved = 0
-        for user_id, account_id in active.items():
-            async for invoice in self._invoices.find({**due, "builderUserId": user_id}).limit(BATCH):
-                claimed = await self._invoices.find_one_and_update(
-                    {
-                        "_id": invoice["_id"],
-                        "payout": invoice["payout"],
-                        "transferClaimedAt": invoice.get("transferClaimedAt"),
-                    },
-                    {
-                        "$set": {
-                            "payout": "transferring",
-                            "transferClaimedAt": now,
-                            "transferStartedAt": invoice.get("transferStartedAt") or now,
-                        }
-                    },
-                )
-                if claimed is None:
-                    continue
-                try:
-                    transfer_id = await provider.transfer(
-                        amount_cents=invoice["builderAmountCents"],
-                        destination=account_id,
-                        idempotency_key=f"svc-payout:{invoice['_id']}",
-                        metadata={"invoiceId": invoice["_id"]},
-                    )
-                except (ProviderError, PaymentDeclined):
-                    log.warning("held payout transfer failed", extra={"invoiceId": invoice["_id"]})
-                    continue  # stays `transferring`: retried with the same key after the lease
-                await self._invoices.update_one(
-                    {"_id": invoice["_id"]},
-                    {"$set": {"payout": "routed", "transferId": transfer_id, "payoutAccountId": account_id}},
-                )
-                moved += 1
-        return moved
-
-    # ---- GET /api/stripe/my-earnings ---------------------------------------------------------
-
-    async def earnings(self, user_id: str) -> Document:
-        """Paid invoices of the builder's templates, by template (one aggregation)."""
-        self._require_provider()
-        pipeline = [
-            {"$match": {"builderUserId": user_id, "status": "paid"}},
-            {"$sort": {"periodStart": -1}},
-            {
-                "$group": {
-                    "_id": "$templateId",
-                    "paidCount": {"$sum": 1},
-                    "builderAmountCents": {"$sum": "$builderAmountCents"},
-                    "lastPaidAt": {"$first": "$periodStart"},
-                }
-            },
-            {"$sort": {"lastPaidAt": -1}},
-        ]
-        rows = [row async for row in await self._invoices.aggregate(pipeline)]
-        templates = {
-            doc["_id"]: doc
-            async for doc in self.store["templates"].find(
-                {"_id": {"$in": [row["_id"] for row in rows]}}, {"name": 1, "slug": 1}
-            )
-        }
-        by_template = [
-            {
-                "templateId": row["_id"],
-                "name": templates.get(row["_id"], {}).get("name"),
-                "slug": templates.get(row["_id"], {}).get("slug"),
-                "paidCount": row["paidCount"],
-                "builderAmountCents": row["builderAmountCents"],
-                "lastPaidAt": iso(row["lastPaidAt"]),
-            }
-            for row in rows
-        ]
-        return {
-            "totalBuilderAmountCents": sum(row["builderAmountCents"] for row in by_template),
-            "byTemplate": by_template,
-        }
 
     # ---- provider events -----------------------------------------------------------------------
 
@@ -627,7 +430,9 @@ class Charges:
             if succeeded
             else {"status": "failed", "failure": "payment failed (provider event)"}
         )
-        await self._invoices.update_one(
+        settled = await self._invoices.update_one(
             {"_id": invoice_id, "attempt": int(attempt), "status": {"$in": ["processing", "failed"]}},
             {"$set": {**update, "updatedAt": utcnow()}},
         )
+        if not succeeded and settled.modified_count:
+            await counters.inc(self.store, "payment_failures", {"reason": "provider_event"})

@@ -32,6 +32,9 @@ STATUS_MAP: dict[str, str | None] = {
     "incomplete": None,
     "paused": None,
 }
+# Provider statuses of a subscription that does not pay for the org (nothing owed, no plan): a
+# new checkout's subscription replaces it instead of being taken for a duplicate.
+REPLACEABLE = ("incomplete", "incomplete_expired", "paused", "canceled")
 
 
 def _time(value: Any) -> datetime | None:
@@ -162,21 +165,24 @@ class OrgBilling:
                 )
                 if value
             }
-            # Claim the org for this subscription unless another one holds it that has not
-            # ended (two completions at once: exactly one wins, the other is cancelled).
-            claimed = await self.store.orgs.update_one(
-                {
-                    "_id": org_id,
-                    "$or": [
-                        {"paySubscriptionId": {"$in": [None, obj.get("subscription")]}},
-                        {"subscriptionStatus": "cancelled"},  # the previous one has ended
-                    ],
-                },
-                {"$set": {**changes, "trialUsed": True}},
+            # Claim the org for this subscription unless another one holds it that may pay for
+            # it (two completions at once: exactly one wins, the other is cancelled). One that is
+            # `incomplete` or `paused` pays for nothing and is replaced. The claim marks the
+            # provider status unknown until the subscription is read, so a racing completion
+            # cannot take the org meanwhile.
+            claimed = await self.plans.claim_subscription(
+                org_id, obj.get("subscription"), changes, REPLACEABLE
             )
-            if claimed.matched_count == 0:
+            if claimed is None:
                 await self._duplicate({**org, "subscriptionStatus": "active"}, obj.get("subscription"))
                 return
+            replaced = claimed.get("paySubscriptionId")
+            ended = claimed.get("subscriptionStatus") == "cancelled" or claimed.get("payProviderStatus") in (
+                "canceled",
+                "incomplete_expired",
+            )
+            if replaced and replaced != obj.get("subscription") and not ended:
+                await self._end_replaced(org_id, replaced)
             if obj.get("subscription") and self.provider is not None:
                 try:
                     await self._apply(org_id, await self.provider.subscription(obj["subscription"]))
@@ -222,6 +228,23 @@ class OrgBilling:
         )
         return True
 
+    async def _end_replaced(self, org_id: str, subscription_id: str) -> None:
+        """End a subscription that paid for nothing (incomplete, paused) once a new one replaced
+        it, so it can never start billing the org as well."""
+        if self.provider is None:
+            return
+        try:
+            current = await self.provider.subscription(subscription_id)
+            if current.get("status") in ("canceled", "incomplete_expired"):
+                return  # it ended by itself meanwhile
+            await self.provider.cancel_now(subscription_id)
+        except ProviderError:
+            log.error("could not end a replaced subscription", extra={"orgId": org_id})
+            return
+        await self.audit.record(
+            org_id, "billing.replaced_cancelled", SYSTEM, {"subscriptionId": subscription_id}
+        )
+
     async def _org_of(self, subscription: Document) -> str | None:
         org_id = (subscription.get("metadata") or {}).get("orgId")
         if org_id:
@@ -238,6 +261,10 @@ class OrgBilling:
 
     async def _apply(self, org_id: str, subscription: Document) -> None:
         status = STATUS_MAP.get(str(subscription.get("status")))
+        if isinstance(subscription.get("id"), str):
+            # The provider's own status (the org's status maps several to none): whether a new
+            # checkout may replace this subscription.
+            await self.plans.note_provider_status(org_id, subscription["id"], str(subscription.get("status")))
         await self.plans.apply_subscription(
             org_id,
             status=status,

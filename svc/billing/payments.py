@@ -11,6 +11,7 @@ is absent and the payment endpoints answer 503.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -26,6 +27,8 @@ CONNECT_DASHBOARD_URL = "https://dashboard.stripe.com/connect"
 # A short client timeout: a hung provider must not hold a request (or the billing job) for minutes.
 TIMEOUT_S = 30
 NETWORK_RETRIES = 2
+# How far a webhook's signed timestamp may be from our clock, either way (the provider's default).
+WEBHOOK_TOLERANCE_S = 300
 
 
 class PaymentDeclined(Exception):
@@ -47,6 +50,17 @@ class PaymentPending(Exception):
 
 class ProviderError(Exception):
     """The provider failed or was unreachable; the outcome of a charge is unknown."""
+
+
+class ProviderRefused(ProviderError):
+    """The provider refused the request before acting on it (a 4xx that is not a card's
+    answer): nothing was charged, so the caller may release its claim at once. `busy` is a
+    rate limit (try again shortly); otherwise the request itself was wrong."""
+
+    def __init__(self, message: str, code: str | None, busy: bool) -> None:
+        super().__init__(message)
+        self.code = code
+        self.busy = busy
 
 
 class ConnectNotEnabled(Exception):
@@ -136,6 +150,10 @@ class PaymentProvider:
             "currency": "usd",
             "customer": customer_id,
             "payment_method": payment_method_id,
+            # Never a redirect: with the API's default (automatic methods, redirects allowed)
+            # confirming may require a `return_url`, and nobody is there off-session. (This API
+            # version has no `payment_method_types` on create; the description says so.)
+            "automatic_payment_methods": {"enabled": True, "allow_redirects": "never"},
             "off_session": True,
             "confirm": True,
             "description": description,
@@ -148,11 +166,26 @@ class PaymentProvider:
             intent = await self.client.v1.payment_intents.create_async(
                 params, {"idempotency_key": idempotency_key}
             )
-        if intent.status == "processing":
-            raise PaymentPending(intent.id)
-        if intent.status != "succeeded":
-            raise PaymentDeclined(f"The payment needs {intent.status.replace('_', ' ')}", intent.status)
-        return Charge(intent.id, intent.amount, intent.status)
+        answer = intent.to_dict()
+        status = answer.get("status")
+        if (
+            not isinstance(answer.get("id"), str)
+            or not isinstance(status, str)
+            or answer.get("amount") != amount_cents
+            or answer.get("currency") != "usd"
+        ):
+            # Not an answer the API gives for this request: fail closed (nothing is marked paid;
+            # the invoice keeps its claim and key for a resume or an operator).
+            log.error(
+                "payment provider answer did not match the request",
+                extra={"idempotencyKey": idempotency_key, "answerStatus": str(status)},
+            )
+            raise ProviderError("The payment provider's answer did not match the request")
+        if status == "processing":
+            raise PaymentPending(answer["id"])
+        if status != "succeeded":
+            raise PaymentDeclined(f"The payment needs {status.replace('_', ' ')}", status)
+        return Charge(answer["id"], amount_cents, status)
 
     async def transfer(
         self, *, amount_cents: int, destination: str, idempotency_key: str, metadata: dict[str, str]
@@ -163,7 +196,14 @@ class PaymentProvider:
                 {"amount": amount_cents, "currency": "usd", "destination": destination, "metadata": metadata},
                 {"idempotency_key": idempotency_key},
             )
-        return str(transfer.id)
+        answer = transfer.to_dict()
+        if not isinstance(answer.get("id"), str) or answer.get("amount") != amount_cents:
+            log.error(
+                "payment provider transfer answer did not match the request",
+                extra={"idempotencyKey": idempotency_key},
+            )
+            raise ProviderError("The payment provider's answer did not match the request")
+        return str(answer["id"])
 
     # ---- builders (Connect) ------------------------------------------------------------
 
@@ -273,13 +313,29 @@ class PaymentProvider:
             raise Unavailable("The payment webhook secret is not configured")
         if not signature:
             raise BadRequest("Missing Stripe-Signature header")
+        # The SDK refuses timestamps older than the tolerance but not ones from the future: a
+        # signature made for later could be replayed for longer. Both sides are held to it.
+        stamp = _signed_at(signature)
+        if stamp is not None and stamp > time.time() + WEBHOOK_TOLERANCE_S:
+            raise BadRequest("Invalid webhook signature: the timestamp is in the future")
         try:
-            event = self.client.construct_event(payload, signature, self.webhook_secret)
+            event = self.client.construct_event(
+                payload, signature, self.webhook_secret, tolerance=WEBHOOK_TOLERANCE_S
+            )
         except stripe.SignatureVerificationError:
             raise BadRequest("Invalid webhook signature") from None
         except ValueError:
             raise BadRequest("Invalid webhook payload") from None
         return WebhookEvent(event.id, event.type, event.data.object.to_dict())
+
+
+def _signed_at(signature: str) -> int | None:
+    """The `t=` of a Stripe-Signature header, if it has a well-formed one."""
+    for item in signature.split(","):
+        key, _, value = item.strip().partition("=")
+        if key == "t" and value.isdigit() and len(value) < 16:
+            return int(value)
+    return None
 
 
 def payout_status(account: dict[str, Any]) -> str:
@@ -314,4 +370,20 @@ class _translated:
             exc.http_status,
             exc.code,
         )
-        raise ProviderError(f"The payment provider refused the request: {message or type(exc).__name__}")
+        reason = message or type(exc).__name__
+        if isinstance(exc, stripe.RateLimitError):
+            raise ProviderRefused(
+                f"The payment provider is busy: {reason}", exc.code or "rate_limit", busy=True
+            ) from None
+        if isinstance(exc, REFUSED):
+            # Refused before anything happened (the provider keeps no idempotent result for it).
+            raise ProviderRefused(
+                f"The payment provider refused the request: {reason}", exc.code, busy=False
+            ) from None
+        # 5xx or no answer: whether it acted is unknown (the SDK already retried with the same key).
+        raise ProviderError(f"The payment provider failed; the outcome is unknown: {reason}") from None
+
+
+# 4xx answers that say nothing was done. An IdempotencyError is not one of them: the key's
+# first request may have charged.
+REFUSED = (stripe.InvalidRequestError, stripe.AuthenticationError, stripe.PermissionError)

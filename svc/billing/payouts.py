@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -24,12 +25,14 @@ from svc.billing.payments import (
     provider_call,
     unavailable,
 )
-from svc.core import Document, NotFound, RequestBody, Store, Unprocessable, utcnow
-from svc.identity import EMAIL_PATTERN
+from svc.core import Conflict, Document, NotFound, RequestBody, Store, Unprocessable, utcnow
+from svc.identity import EMAIL_PATTERN, Accounts
 
 log = logging.getLogger(__name__)
 
 SubscriptionHandler = Callable[[WebhookEvent], Awaitable[None]]
+# How long a claimed event may stay unapplied before a redelivery takes it over.
+EVENT_LEASE = timedelta(minutes=5)
 
 
 class SetupIntentBody(RequestBody):
@@ -65,11 +68,13 @@ class Payouts:
     def __init__(
         self,
         store: Store,
+        accounts: Accounts,
         charges: Charges,
         provider: PaymentProvider | None,
         subscription_handler: SubscriptionHandler | None = None,
     ) -> None:
         self.store = store
+        self.accounts = accounts
         self.charges = charges
         self.provider = provider
         # Subscription events go to the org plans (svc.billing.org_billing).
@@ -105,10 +110,7 @@ class Payouts:
                     dashboardUrl=CONNECT_DASHBOARD_URL,
                 ) from None
             # Two racing first calls: the first account written wins; the other is left unused.
-            await self.store.users.update_one(
-                {"_id": user_id, "payout.accountId": {"$exists": False}},
-                {"$set": {"payout": {"accountId": account_id, "status": "pending_onboarding"}}},
-            )
+            await self.accounts.set_payout_account(user_id, account_id)
             user = await self._user(user_id)
             account_id = user["payout"]["accountId"]
         return {"url": await provider_call(provider.onboarding_link(account_id, body.returnUrl))}
@@ -120,11 +122,9 @@ class Payouts:
         if account_id is None:
             return {"status": "not_connected"}
         account = await provider_call(provider.payout_account(account_id))
-        await self.store.users.update_one(
-            {"_id": user_id, "payout.accountId": account_id}, {"$set": {"payout.status": account.status}}
-        )
-        if account.status == "active":
-            await self.charges.pay_out_held(user_id)
+        # A read: it stores what it saw, and never moves money (the provider's account event,
+        # and the monthly job, pay held shares out).
+        await self.accounts.set_payout_status(account_id, account.status, user_id)
         if account.status != "active":
             return {"status": account.status}
         return {"status": "active", "dashboardUrl": await provider_call(provider.dashboard_link(account_id))}
@@ -138,17 +138,42 @@ class Payouts:
     # ---- POST /api/stripe/webhook --------------------------------------------------------
 
     async def webhook(self, payload: bytes, signature: str | None) -> Document:
-        """Verify, then apply each event once (a redelivered event changes nothing)."""
+        """Verify, claim the event id, apply, mark done: each event is applied once.
+
+        The claim is a unique insert, so of two concurrent deliveries one applies and the
+        other is told to come back (409: the provider redelivers later and then finds it
+        done). A process that dies between claim and done leaves a claim that a redelivery
+        takes over once EVENT_LEASE has passed; one whose apply fails drops its claim.
+        """
         event = self._require_provider().verify(payload, signature)
-        if await self.store["payment_events"].find_one({"_id": event.id}, {"_id": 1}):
-            return {"received": True}
-        await self._apply(event)
+        events = self.store["payment_events"]
+        now = utcnow()
         try:
-            await self.store["payment_events"].insert_one(
-                {"_id": event.id, "type": event.type, "receivedAt": utcnow()}
+            await events.insert_one(
+                {
+                    "_id": event.id,
+                    "type": event.type,
+                    "status": "applying",
+                    "claimedAt": now,
+                    "receivedAt": now,
+                }
             )
         except DuplicateKeyError:
-            pass
+            taken = await events.find_one_and_update(
+                {"_id": event.id, "status": "applying", "claimedAt": {"$lt": now - EVENT_LEASE}},
+                {"$set": {"claimedAt": now}},
+            )
+            if taken is None:
+                record = await events.find_one({"_id": event.id}, {"status": 1})
+                if record is None or record.get("status", "done") == "done":
+                    return {"received": True}  # a redelivery: applied before, nothing changes
+                raise Conflict("This event is being processed; deliver it again later") from None
+        try:
+            await self._apply(event)
+        except BaseException:
+            await events.delete_one({"_id": event.id, "status": "applying", "claimedAt": now})
+            raise
+        await events.update_one({"_id": event.id}, {"$set": {"status": "done", "doneAt": utcnow()}})
         return {"received": True}
 
     async def _apply(self, event: WebhookEvent) -> None:
@@ -156,11 +181,12 @@ class Payouts:
         if event.type in ("payment_intent.succeeded", "payment_intent.payment_failed"):
             await self.charges.payment_settled(obj, event.type == "payment_intent.succeeded")
         elif event.type == "account.updated" and isinstance(obj.get("id"), str):
-            user = await self.store.users.find_one_and_update(
-                {"payout.accountId": obj["id"]}, {"$set": {"payout.status": payout_status(obj)}}
-            )
+            user = await self.accounts.set_payout_status(obj["id"], payout_status(obj))
             if user is not None and payout_status(obj) == "active":
+                await self.charges.builders.requeue_declined(user["_id"])
                 await self.charges.pay_out_held(user["_id"])
+        elif event.type == "transfer.reversed":
+            await self.charges.builders.transfer_reversed(obj)
         elif event.type.startswith(("customer.subscription.", "checkout.session.")):
             if self.subscription_handler is not None:
                 await self.subscription_handler(event)

@@ -1,9 +1,9 @@
 """Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports."""
 
-from svc.core import errors, tokens
+from svc.core import counters, errors, tokens
 from svc.core.cache import TTLCache
 from svc.core.clock import aware, iso, utcnow
-from svc.core.embedded import EmbeddedMongo
+from svc.core.embedded import EmbeddedMongo, NoDatabaseError, require_database
 from svc.core.errors import (
     BadGateway,
     BadRequest,
@@ -24,10 +24,12 @@ from svc.core.ports import Governance, Runtime, RuntimeFailure
 from svc.core.slots import Slots
 from svc.core.store import Document, Store
 from svc.core.text import DisplayName, DisplayText
+from svc.core.timeline import KINDS, Kind, Timeline, TimelineQuery, actor_of
 from svc.core.tokens import is_api_key
 from svc.core.vault import Vault
 
 __all__ = [
+    "KINDS",
     "BadGateway",
     "BadRequest",
     "Conflict",
@@ -38,7 +40,9 @@ __all__ = [
     "Forbidden",
     "Gone",
     "Governance",
+    "Kind",
     "Mailer",
+    "NoDatabaseError",
     "NotFound",
     "PaymentRequired",
     "RateLimited",
@@ -49,16 +53,21 @@ __all__ = [
     "Slots",
     "Store",
     "TTLCache",
+    "Timeline",
+    "TimelineQuery",
     "Timestamp",
     "Unauthorized",
     "Unavailable",
     "Unprocessable",
     "Vault",
+    "actor_of",
     "aware",
+    "counters",
     "describe",
     "errors",
     "is_api_key",
     "iso",
+    "require_database",
     "tokens",
     "utcnow",
 ]

@@ -193,3 +193,26 @@ class EmbeddedMongo:
                 await asyncio.to_thread(process.wait)
         self._log_file.close()
         log.info("embedded database stopped")
+
+
+class NoDatabaseError(EmbeddedServerError):
+    """An operator command pointed at a data directory that holds no database."""
+
+
+def require_database(data_dir: Path) -> None:
+    """Refuse to go on when `data_dir` has neither a running embedded server nor stored data.
+
+    Operator commands (`svc users create`, ...) join the server `svc serve` runs, or open its
+    storage; run against the wrong directory they would otherwise start a new, empty database
+    and write the account where no service will ever read it.
+    """
+    directory = data_dir.resolve()
+    if (directory / STATE_FILE).is_file():
+        return
+    storage = directory / STORAGE_DIR
+    if storage.is_dir() and any(storage.iterdir()):
+        return
+    raise NoDatabaseError(
+        f"no database in {directory}: start `svc serve` first, or point SVC_DATA_DIR "
+        "(or SVC_MONGODB_URI) at the service's database"
+    )

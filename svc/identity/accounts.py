@@ -210,3 +210,17 @@ class Accounts:
             await self.get_user(user_id)
             raise Forbidden("Handle can only be changed once")
         return handle
+
+    async def set_payout_account(self, user_id: str, account_id: str) -> None:
+        """Record the builder's payout account; the first one written wins (racing first calls)."""
+        await self.store.users.update_one(
+            {"_id": user_id, "payout.accountId": {"$exists": False}},
+            {"$set": {"payout": {"accountId": account_id, "status": "pending_onboarding"}}},
+        )
+
+    async def set_payout_status(
+        self, account_id: str, status: str, user_id: str | None = None
+    ) -> Document | None:
+        """Store the payout account's status as the provider reports it; the user before the change."""
+        query: Document = {"payout.accountId": account_id, **({"_id": user_id} if user_id else {})}
+        return await self.store.users.find_one_and_update(query, {"$set": {"payout.status": status}})

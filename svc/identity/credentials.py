@@ -32,6 +32,8 @@ class Principal:
     key_id: str | None = None
     # For keys: the install the key is scoped to. For tokens: the install they belong to.
     install_id: str | None = None
+    # For personal keys: the svc install the key created last (whoami only; it takes no right away).
+    linked_install_id: str | None = None
 
 
 def require_unscoped(principal: Principal) -> None:
@@ -76,6 +78,7 @@ class Credentials:
             org_id=doc.get("orgId"),
             key_id=doc["_id"],
             install_id=doc.get("installId"),
+            linked_install_id=doc.get("linkedInstallId"),
         )
         self.key_cache.put(key_hash, caller)
         return await self._live_owner(caller)
@@ -137,12 +140,13 @@ class Credentials:
         await self.store.install_tokens.delete_many({"installId": install_id})
 
     async def link_key(self, principal: Principal, install_id: str) -> None:
-        """Link the creating personal key to a new managed install (spec: so whoami resolves); it
-        then reaches only it. Org keys are shared by the org and stay unscoped (docs/orgs.md)."""
+        """Link the creating personal key to a new managed install (spec: so whoami resolves); the
+        key keeps every right it had: only a key created with `installId` is restricted
+        (docs/auth.md). Org keys are shared by the org and are not linked (docs/orgs.md)."""
         if principal.via != "key" or principal.key_id is None or principal.org_id is not None:
             return
         doc = await self.store.api_keys.find_one_and_update(
-            {"_id": principal.key_id}, {"$set": {"installId": install_id}}
+            {"_id": principal.key_id}, {"$set": {"linkedInstallId": install_id}}
         )
         if doc is not None:
             self.key_cache.discard(doc["keyHash"])

@@ -20,8 +20,10 @@ from svc.core import (
     RequestBody,
     Slots,
     Store,
+    Timeline,
     TTLCache,
     Vault,
+    actor_of,
     iso,
     tokens,
     utcnow,
@@ -78,6 +80,14 @@ class ApiKeys:
         except BaseException:
             await self.store.users.update_one({"_id": user_id}, {"$inc": {"keyCount": -1}})
             raise
+        if body.installId is not None:
+            await Timeline(self.store).record(
+                "key",
+                "key.created",
+                install_id=body.installId,
+                actor=actor_of(user_id, "session"),
+                meta={"keyId": doc["_id"], "label": body.label},
+            )
         view = self._view(doc, raw)
         view["installId"] = body.installId
         view["note"] = CREATION_NOTE
@@ -85,7 +95,7 @@ class ApiKeys:
 
     async def delete_for_user(self, user_id: str, key_id: str) -> None:
         """Revoke at once; 404 `Key not found`, 403 `Forbidden` for someone else's key."""
-        doc = await self.store.api_keys.find_one({"_id": key_id}, {"userId": 1, "keyHash": 1})
+        doc = await self.store.api_keys.find_one({"_id": key_id}, {"userId": 1, "keyHash": 1, "installId": 1})
         if doc is None:
             raise NotFound("Key not found")
         if doc.get("userId") != user_id:
@@ -94,6 +104,14 @@ class ApiKeys:
         deleted = await self.store.api_keys.delete_one({"_id": key_id, "userId": user_id})
         if deleted.deleted_count:
             await self.store.users.update_one({"_id": user_id}, {"$inc": {"keyCount": -1}})
+            if doc.get("installId"):
+                await Timeline(self.store).record(
+                    "key",
+                    "key.revoked",
+                    install_id=doc["installId"],
+                    actor=actor_of(user_id, "session"),
+                    meta={"keyId": key_id},
+                )
 
     async def list_for_org(self, org_id: str, limit: int) -> list[dict[str, Any]]:
         """An org's keys, newest first, without their values."""

@@ -1,5 +1,5 @@
 """The install body and its checks against the platform: fields, credentials, variables,
-secret names and the team's depth. Pure functions: nothing here touches the store."""
+secret names, the team's depth and the payment fields (the one check that reads the store)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pydantic import Field
 
 from config.catalogue import DEFAULT_PLATFORM
 from plugins.types import OPTIONAL_FIELDS, PlatformInfo
-from svc.core import BadRequest, DisplayName, RequestBody
+from svc.core import BadRequest, DisplayName, RequestBody, Store
 from svc.templates import VARIABLE_REFERENCE, hierarchy_depth
 
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -143,3 +143,17 @@ def check_depth(platform: PlatformInfo, definition: dict[str, Any]) -> None:
             f"platform {platform.id} takes teams at most {limit} level(s) deep below the root agent; "
             f"this team is {depth} deep"
         )
+
+
+async def check_payment_fields(store: Store, body: CreateInstallBody) -> None:
+    """A customer must be one our setup-intent created, for the deployer's email: nobody
+    bills their usage to a customer id they happened to learn."""
+    if body.payPaymentMethodId is not None and body.payCustomerId is None:
+        raise BadRequest("payPaymentMethodId needs payCustomerId")
+    if body.payCustomerId is None:
+        return
+    customer = await store["pay_customers"].find_one({"_id": body.payCustomerId})
+    if customer is None:
+        raise BadRequest("payCustomerId: unknown customer; create one with POST /api/stripe/setup-intent")
+    if (body.deployerEmail or "").strip().lower() != customer["email"]:
+        raise BadRequest("deployerEmail must be the email the payment customer was created for")

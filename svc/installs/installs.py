@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import secrets as random
-from datetime import timedelta
 from typing import Any
 
 from pymongo import DESCENDING
@@ -20,8 +19,6 @@ from pymongo import DESCENDING
 from config.settings import Settings
 from plugins.manager import Plugins
 from plugins.types import (
-    DeployedAgent,
-    DeprovisionContext,
     InvokeContext,
     PlatformError,
     PlatformInfo,
@@ -36,20 +33,26 @@ from svc.core import (
     Conflict,
     Document,
     Governance,
+    Kind,
     NotFound,
     Store,
+    Timeline,
+    TimelineQuery,
     Vault,
+    actor_of,
     iso,
     tokens,
     utcnow,
 )
 from svc.identity import Credentials, Principal, require_unscoped
 from svc.installs import reach
+from svc.installs.abandoned import AbandonedInstalls
 from svc.installs.callback_secret import rotate_callback_secret
 from svc.installs.fields import (
     BILLING_FIELDS,
     CreateInstallBody,
     check_depth,
+    check_payment_fields,
     check_secret_names,
     check_variables,
     interpolate,
@@ -57,15 +60,13 @@ from svc.installs.fields import (
     unwrap,
 )
 from svc.installs.remembered import RememberedSecrets
+from svc.installs.removal import InstallRemoval
 from svc.installs.secret_merge import merge_capped_secrets
 from svc.installs.summaries import managed_summaries
 from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
 from svc.templates import is_owner, owner_of
 
 log = logging.getLogger(__name__)
-# A provisioning still pending after this long was left by a crashed process (drivers time out
-# well within it); its recorded upstream agents are removed by `sweep_abandoned`.
-ABANDONED_AFTER = timedelta(minutes=30)
 
 MAX_LISTED = 500
 
@@ -75,7 +76,7 @@ async def touch_last_run(store: Store, install_id: str) -> None:
     await store.installs.update_one({"_id": install_id}, {"$set": {"lastRunAt": utcnow()}})
 
 
-class Installs:
+class Installs(InstallRemoval, AbandonedInstalls):
     """Create, list, configure and remove installs."""
 
     def __init__(
@@ -118,7 +119,7 @@ class Installs:
         check_depth(platform, definition)
         variables = check_variables(definition, body.variables or {})
         install_secrets = check_secret_names(body.secrets or {})
-        await self._check_payment_fields(body)
+        await check_payment_fields(self.store, body)
         company_id = body.companyId
         # A re-install into the same company (or, without companies, by the same owner) is pre-filled;
         # a company created by this install starts empty.
@@ -201,42 +202,6 @@ class Installs:
             await self._abandon(doc, result.deployed_agents)
             raise
 
-    async def _record_upstream(self, install_id: str, agent: DeployedAgent) -> None:
-        """Persist an upstream agent the moment it exists (the sweeper's record after a crash)."""
-        await self.store.installs.update_one({"_id": install_id}, {"$push": {"upstreamCreated": vars(agent)}})
-
-    async def _abandon(self, doc: Document, agents: tuple[DeployedAgent, ...] | list[DeployedAgent]) -> None:
-        """Delete an unfinished install's upstream agents (best effort), then the install."""
-        if agents:
-            context = DeprovisionContext(
-                install_id=doc["_id"],
-                platform=doc["platform"],
-                credentials=self._decrypt_json(doc.get("credentialsEncrypted")),
-                deployed_agents=tuple(agents),
-                state={},
-                options=doc.get("options") or {},
-                allow_private=self.settings.egress_allow_private,
-            )
-            try:
-                await self.plugins.deprovision(doc["platform"], context)
-            except Exception as exc:  # the original failure is what the caller hears of
-                log.warning("could not remove an abandoned install's agents: %s", type(exc).__name__)
-        await self._forget(doc["_id"])
-
-    async def sweep_abandoned(self, older_than: timedelta = ABANDONED_AFTER) -> int:
-        """Installs a crashed process left mid-provisioning: their recorded upstream agents are
-        deleted and the install removed; how many. Run periodically and at start-up."""
-        cutoff = utcnow() - older_than
-        stuck = self.store.installs.find(
-            {"status": "pending", "deployedAgents": {"$exists": False}, "createdAt": {"$lt": cutoff}}
-        )
-        swept = 0
-        async for doc in stuck:
-            agents = [DeployedAgent(**a) for a in doc.get("upstreamCreated") or []]
-            await self._abandon(doc, agents)
-            swept += 1
-        return swept
-
     async def _finish_install(
         self,
         principal: Principal,
@@ -315,19 +280,6 @@ class Installs:
                 )
         await self.retire(rejected)
 
-    async def _check_payment_fields(self, body: CreateInstallBody) -> None:
-        """A customer must be one our setup-intent created, for the deployer's email: nobody
-        bills their usage to a customer id they happened to learn."""
-        if body.payPaymentMethodId is not None and body.payCustomerId is None:
-            raise BadRequest("payPaymentMethodId needs payCustomerId")
-        if body.payCustomerId is None:
-            return
-        customer = await self.store["pay_customers"].find_one({"_id": body.payCustomerId})
-        if customer is None:
-            raise BadRequest("payCustomerId: unknown customer; create one with POST /api/stripe/setup-intent")
-        if (body.deployerEmail or "").strip().lower() != customer["email"]:
-            raise BadRequest("deployerEmail must be the email the payment customer was created for")
-
     def _platform(self, platform_id: str) -> PlatformInfo:
         platform = self.plugins.platform(platform_id)
         if platform is None:
@@ -404,6 +356,7 @@ class Installs:
             {"_id": install_id},
             {"$set": {**{f"variables.{k}": v for k, v in values.items()}, "updatedAt": utcnow()}},
         )
+        await self._audit(principal, install_id, "variable", "variables.set", {"keys": sorted(values)})
         return sorted(values)
 
     async def set_secrets(self, principal: Principal, install_id: str, body: Any) -> list[str]:
@@ -415,6 +368,34 @@ class Installs:
         encrypted = {f"secretsEncrypted.{k}": self.vault.encrypt(v) for k, v in values.items()}
         await merge_capped_secrets(self.store, doc, encrypted)
         await self.remembered.remember(owner_of(principal), doc.get("companyId"), values)
+        await self._audit(principal, install_id, "secret", "secrets.set", {"keys": sorted(values)})
+        return sorted(values)
+
+    async def set_credentials(self, principal: Principal, install_id: str, body: Any) -> list[str]:
+        """Replace some of the install's platform credentials (a board key before it expires, a
+        moved base URL); checked by the driver like at install time, stored encrypted, never
+        returned. The keys updated."""
+        doc = await self.owned(principal, install_id)
+        platform = self.plugins.platform(doc["platform"])
+        fields = {f.key for f in platform.credential_fields} if platform else set()
+        if not fields:
+            raise BadRequest(f"platform {doc['platform']} takes no credentials")
+        if doc["status"] == "cancelled" and not self._upstream_left(doc):
+            raise Conflict("Install is already cancelled")
+        values = unwrap(body, "credentials")
+        unknown = sorted(set(values) - fields)
+        if unknown:
+            raise BadRequest(f"credentials.{unknown[0]}: not a credential of platform {doc['platform']}")
+        merged = {**self._decrypt_json(doc.get("credentialsEncrypted")), **values}
+        checked = {"credentials": merged, "companyId": doc.get("companyId") or "-"}
+        problems = await self.plugins.validate_install(doc["platform"], checked, doc["definition"])
+        if problems:
+            raise BadRequest("; ".join(problems))
+        await self.store.installs.update_one(
+            {"_id": install_id},
+            {"$set": {"credentialsEncrypted": self._encrypt_json(merged), "updatedAt": utcnow()}},
+        )
+        await self._audit(principal, install_id, "secret", "credentials.set", {"keys": sorted(values)})
         return sorted(values)
 
     async def invoke(self, principal: Principal, install_id: str, body: InvokeBody) -> dict[str, Any]:
@@ -482,90 +463,19 @@ class Installs:
             run_id=body.runId,
         )
 
-    async def delete(self, principal: Principal, install_id: str, remove_upstream: bool) -> dict[str, Any]:
-        """Cancel the install; remove the agents upstream first when the platform always does
-        (`deprovision_on_delete`) or when asked."""
-        doc = await self.owned(principal, install_id)
-        if doc["status"] == "cancelled":
-            raise Conflict("Install is already cancelled")
-        deleted, warnings = await self._remove_upstream(doc, remove_upstream)
-        await self.retire(doc)
-        response: dict[str, Any] = {
-            "ok": True,
-            "installId": install_id,
-            "platform": doc["platform"],
-            "deletedAgents": deleted,
-        }
-        if warnings:
-            response["warnings"] = list(warnings)
-        return response
+    async def timeline(
+        self, principal: Principal, install_id: str, query: TimelineQuery
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the install's audit timeline, newest first, and the next cursor."""
+        await self.owned(principal, install_id)
+        return await Timeline(self.store).page({"installId": install_id}, query)
 
-    async def _remove_upstream(self, doc: Document, remove_upstream: bool) -> tuple[int, tuple[str, ...]]:
-        """Delete the agents upstream when the platform always does or when asked; (deleted, warnings)."""
-        install_id = doc["_id"]
-        deleted, warnings = 0, ()
-        traits = self.traits(doc["platform"])
-        if traits.deprovision_on_delete or (remove_upstream and not traits.managed):
-            context = DeprovisionContext(
-                install_id=install_id,
-                platform=doc["platform"],
-                credentials=self._decrypt_json(doc.get("credentialsEncrypted")),
-                deployed_agents=tuple(DeployedAgent(**a) for a in doc.get("deployedAgents") or []),
-                state=self._decrypt_json(doc.get("platformStateEncrypted")),
-                options=doc.get("options") or {},
-                allow_private=self.settings.egress_allow_private,
-            )
-            try:
-                result = await self.plugins.deprovision(doc["platform"], context)
-            except PlatformError as exc:
-                raise platform_failure(exc) from None
-            deleted, warnings = result.deleted_agents, tuple(result.warnings)
-        return deleted, warnings
-
-    async def hand_back(self, org_id: str, members: set[str], owner: Document) -> None:
-        """An org being deleted gives its installs back: to the member who deployed each one (their
-        card may pay for it) while still a member, else to `owner`."""
-        as_org = {"owner.kind": "org", "owner.id": org_id}
-        deployers = await self.store.installs.distinct(
-            "deployedBy", {**as_org, "deployedBy": {"$type": "string"}}
-        )
-        for deployer in [d for d in deployers if d in members]:  # former members get nothing
-            await self.store.installs.update_many(
-                {**as_org, "deployedBy": deployer},
-                {"$set": {"owner": {"kind": "user", "id": deployer}, "updatedAt": utcnow()}},
-            )
-        await self.store.installs.update_many(as_org, {"$set": {"owner": owner, "updatedAt": utcnow()}})
-
-    async def retire_user_installs(self, user_id: str) -> int:
-        """Cancel every personal install of a deleted account (tokens stop at once); how many.
-
-        Upstream agents are left where they are, as `DELETE` without `removeUpstream` leaves them.
-        """
-        cursor = self.store.installs.find(
-            {"owner.kind": "user", "owner.id": user_id, "status": {"$ne": "cancelled"}}, {"platform": 1}
-        )
-        retired = 0
-        async for doc in cursor:
-            await self.retire(doc)
-            retired += 1
-        return retired
-
-    async def retire(self, doc: Document) -> None:
-        """Mark the install cancelled: its webhook and install tokens stop working at once."""
-        install_id = doc["_id"]
-        unset = {"webhookTokenHash": "", "webhookTokenEncrypted": ""}
-        if self.traits(doc["platform"]).deprovision_on_delete:
-            unset["credentialsEncrypted"] = ""  # its agents are gone upstream: nothing left to call
-        await self.store.installs.update_one(
-            {"_id": install_id},
-            {
-                "$set": {"status": "cancelled", "cancelledAt": utcnow(), "updatedAt": utcnow()},
-                "$unset": unset,
-            },
-        )
-        await self.credentials.revoke_install_tokens(install_id)
-
-    # ---- helpers ---------------------------------------------------------------------
+    async def _audit(
+        self, principal: Principal, install_id: str, kind: Kind, action: str, meta: dict[str, Any]
+    ) -> None:
+        """A change to the install, on its audit timeline (names only, never a secret value)."""
+        actor = actor_of(principal.user_id, principal.via)
+        await Timeline(self.store).record(kind, action, install_id=install_id, actor=actor, meta=meta)
 
     def _encrypt_json(self, value: dict[str, Any]) -> str:
         return self.vault.encrypt(json.dumps(value))

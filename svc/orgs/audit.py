@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo import DESCENDING
 
-from svc.core import Document, Store, Timestamp, iso, tokens, utcnow
+from svc.core import Document, Store, Timeline, Timestamp, actor_of, iso, tokens, utcnow
 
 COLLECTION = "org_audit"
 MAX_PAGE = 10_000
@@ -61,6 +61,13 @@ class AuditLog:
                 "meta": meta or {},
                 "createdAt": utcnow(),
             }
+        )
+        await Timeline(self.store).record(
+            "org",
+            action,
+            org_id=org_id,
+            actor=actor_of(actor.id),
+            meta={**(meta or {}), "actorEmail": actor.email},
         )
 
     async def page(

@@ -11,7 +11,18 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
-from svc.core import BadRequest, Conflict, Document, NotFound, Store, iso, tokens, utcnow
+from svc.core import (
+    BadRequest,
+    Conflict,
+    Document,
+    NotFound,
+    Store,
+    Timeline,
+    TimelineQuery,
+    iso,
+    tokens,
+    utcnow,
+)
 from svc.identity import ApiKeys, normalise_email
 from svc.installs import Installs
 from svc.orgs.access import MAX_LISTED, MAX_MEMBERS_LISTED, NOT_FOUND, OrgAccess, check_role
@@ -311,6 +322,16 @@ class Orgs:
             raise BadRequest("from: must not be after to")
         events = await self.audit.page(access.org["_id"], query.page, query.limit, start, end)
         return {"events": events, "page": query.page, "limit": query.limit}
+
+    async def timeline(
+        self, user_id: str, slug: str, query: TimelineQuery
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """The org's one timeline: its own audit events and those of its installs, newest first."""
+        access = await self.org_access.check(user_id, slug, "audit.read")
+        org_id = access.org["_id"]
+        installs = await self.store.installs.distinct("_id", {"owner.kind": "org", "owner.id": org_id})
+        scope = {"$or": [{"orgId": org_id}, {"installId": {"$in": installs[:MAX_LISTED]}}]}
+        return await Timeline(self.store).page(scope, query)
 
     async def analytics(self, user_id: str, slug: str, query: AnalyticsQuery) -> dict[str, Any]:
         """Runs of the org's installs per day and per template."""

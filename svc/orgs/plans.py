@@ -81,6 +81,36 @@ class Plans:
             await self.approvals.lapse({**before, **changes})
         return org_view({**before, **changes})
 
+    async def claim_subscription(
+        self, org_id: str, subscription_id: str | None, changes: Document, replaceable: tuple[str, ...]
+    ) -> Document | None:
+        """Claim the org for a completed checkout's subscription, in one conditional write, unless
+        another subscription holds it that may pay for it; the org before the claim, or None.
+
+        The claim marks the provider status unknown until the subscription is read, so a racing
+        completion cannot take the org meanwhile.
+        """
+        return await self.store.orgs.find_one_and_update(
+            {
+                "_id": org_id,
+                "$or": [
+                    {"paySubscriptionId": {"$in": [None, subscription_id]}},
+                    {"subscriptionStatus": "cancelled"},  # the previous one has ended
+                    {"payProviderStatus": {"$in": list(replaceable)}},
+                    # Written before the provider status was kept: never live, not a claim.
+                    {"subscriptionStatus": None, "payProviderStatus": {"$exists": False}},
+                ],
+            },
+            {"$set": {**changes, "trialUsed": True, "payProviderStatus": "claimed"}},
+        )
+
+    async def note_provider_status(self, org_id: str, subscription_id: str, status: str) -> None:
+        """Keep the provider's own status of the org's subscription (whether a checkout may replace it)."""
+        await self.store.orgs.update_one(
+            {"_id": org_id, "paySubscriptionId": {"$in": [None, subscription_id]}},
+            {"$set": {"payProviderStatus": status}},
+        )
+
     async def set_plan(self, slug: str, plan: Plan) -> dict[str, Any]:
         """Operator override (`svc orgs set-plan`): pro as an active subscription, free as none."""
         org = await self.org_access.by_slug(slug)

@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 from pymongo.errors import DuplicateKeyError
 
 from svc.core import BadRequest, Conflict, Document, NotFound, RequestBody, Store, tokens, utcnow
-from svc.runs import run_stats
+from svc.runs import run_metrics, run_stats
 
 RunStatus = Literal["completed", "failed"]
 
@@ -104,6 +104,7 @@ class Runs:
         run_id: str | None = None,
         platform_agent_id: str | None = None,
         created_at: datetime | None = None,
+        platform_run_id: str | None = None,
     ) -> tuple[str, bool]:
         """Store one run: the run id, and whether it is new (False for a repeated runId)."""
         run_id = run_id or tokens.new_id()
@@ -117,6 +118,7 @@ class Runs:
             "owner": install["owner"],
             "agentKey": agent_key,
             "platformAgentId": platform_agent_id,
+            **({"platformRunId": platform_run_id} if platform_run_id else {}),
             "status": status,
             "inputTokens": input_tokens,
             "outputTokens": output_tokens,
@@ -129,6 +131,7 @@ class Runs:
         except DuplicateKeyError:
             return run_id, False  # the same report again
         await run_stats.count(self.store, doc)
+        await run_metrics.recorded(self.store, doc)
         return run_id, True
 
     async def require_tokens(
@@ -139,9 +142,7 @@ class Runs:
         The template's current pricing decides (pricing can change after install, and
         billing reads the current model); a platform that reports no tokens is exempt.
         """
-        if install["platform"] in self.tokenless or (
-            input_tokens is not None and output_tokens is not None
-        ):
+        if install["platform"] in self.tokenless or (input_tokens is not None and output_tokens is not None):
             return
         template = await self.store["templates"].find_one({"_id": install["templateId"]}, {"pricingModel": 1})
         if template is None or template.get("pricingModel") != "per_k_tokens":

@@ -5,7 +5,8 @@ from svc.runtime.agent_loop import RunScope, TeamRunner, root_agent
 from svc.runtime.events import Events, agent_runs
 from svc.runtime.execution import CANCELLED, InstallRunner, failed_outcome
 from svc.runtime.llm import LLM, ProviderNotConfigured
-from svc.runtime.pipelines import MAX_DRAFT_ID, BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody
+from svc.runtime.outreach import BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody
+from svc.runtime.pipelines import MAX_DRAFT_ID
 from svc.runtime.policy import read_back
 from svc.runtime.runs_exec import HeartbeatBody, RunBody, RunService, RuntimeTestBody, WebhookBody
 from svc.runtime.schedules import ScheduleBody, SchedulerCore, Schedules, ToggleBody, next_fire

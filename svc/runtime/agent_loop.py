@@ -265,6 +265,7 @@ class TeamRunner:
             reason: str | None,
             status: int | None,
             judge: tuple[str | None, float | None] = (None, None),
+            report_only: bool = False,
         ) -> RequestRecord:
             return RequestRecord(
                 installId=scope.install_id,
@@ -282,25 +283,30 @@ class TeamRunner:
                 judgeConfidence=judge[1],
                 statusCode=status,
                 latencyMs=int((time.perf_counter() - started) * 1000),
+                reportOnly=report_only,
             )
 
         verdict = evaluate(policy, method, url)
         decision = DECISIONS[verdict.action]
         judge: tuple[str | None, float | None] = (None, None)
-        if verdict.action == "deny":
-            await self.security_log.record(log("BLOCK", verdict.source, verdict.reason, None))
-            return f"Blocked by the access policy: {verdict.reason or 'not allowed'}"
-        source = verdict.source
+        source, reason = verdict.source, verdict.reason
+        # Report mode: the decision is computed and logged as it would be enforced (reportOnly),
+        # and the request goes ahead; one log entry carries both the decision and the outcome.
+        reporting = policy is not None and policy.report_only
+        would_block = verdict.action == "deny"
         if verdict.action == "judge":
             allowed, reasoning, confidence = await self._judge(
                 scope, agent, method, written_url, verdict.reason
             )
             judge, source = (reasoning, confidence), "judge"
             if not allowed:
-                await self.security_log.record(
-                    log("JUDGE", "judge", "Blocked by the security judge", None, judge)
-                )
-                return f"Blocked by the security judge: {reasoning}"
+                would_block, reason = True, "Blocked by the security judge"
+        if would_block and not reporting:
+            await self.security_log.record(log(decision, source, reason, None, judge))
+            if verdict.action == "deny":
+                return f"Blocked by the access policy: {verdict.reason or 'not allowed'}"
+            return f"Blocked by the security judge: {judge[0]}"
+        report_only = reporting and would_block
         try:
             async with egress_client(scope.allow_private, timeout=HTTP_TIMEOUT_S) as client:
                 response = await client.request(
@@ -315,9 +321,11 @@ class TeamRunner:
             return f"Blocked: {exc.reason}"
         except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
             failure = f"Request failed: {type(exc).__name__}"
-            await self.security_log.record(log(decision, source, failure, None, judge))
+            await self.security_log.record(log(decision, source, failure, None, judge, report_only))
             return failure
-        await self.security_log.record(log(decision, source, verdict.reason, response.status_code, judge))
+        await self.security_log.record(
+            log(decision, source, reason, response.status_code, judge, report_only)
+        )
         text = response.text
         truncated = len(text) > MAX_BODY_CHARS
         return json.dumps(

@@ -13,6 +13,7 @@ import hmac
 import json
 import logging
 import time
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -43,6 +44,9 @@ INTERRUPTED = "Interrupted: the install's worker stopped during the run; start i
 CALLBACK_ATTEMPTS = 5
 CALLBACK_BACKOFF_S = 0.5
 SIGNATURE_HEADER = "Svc-Signature"
+# A run handed over this long ago that never started was lost on its way (its start never came).
+STALE_START = timedelta(minutes=10)
+UPSTREAM_IDS = ("platformRunId", "platformAgentId", "platformTaskId")
 
 
 def sign(body: bytes, secret: str, timestamp: int | None = None) -> str:
@@ -75,12 +79,26 @@ class InstallRunner:
         self.events = Events(store)
         # The step each active run is in (for cancel-run's answer).
         self.current_steps: dict[str, AgentStep] = {}
+        # This runner's incarnation: every run it claims is stamped with it, so a restarted
+        # worker recovers only what an earlier incarnation had claimed.
+        self.incarnation = tokens.new_id()
 
     async def recover(self, install_id: str) -> int:
-        """Mark runs left `running` by a stopped worker as failed; how many there were."""
+        """Mark runs an earlier incarnation was running (its worker stopped) as failed, and runs
+        handed over long ago that never started; how many there were. A run only handed over
+        (`starting`: its start is on its way to this worker) is left to start."""
+        stale = utcnow() - STALE_START
         interrupted = (
             await self.store["pipeline_runs"]
-            .find({"installId": install_id, "status": {"$in": ["starting", "running"]}})
+            .find(
+                {
+                    "installId": install_id,
+                    "$or": [
+                        {"status": "running", "incarnation": {"$ne": self.incarnation}},
+                        {"status": "starting", "createdAt": {"$lt": stale}},
+                    ],
+                }
+            )
             .to_list(None)
         )
         install = await self.store.installs.find_one({"_id": install_id})
@@ -110,8 +128,19 @@ class InstallRunner:
         await self.store["pipeline_runs"].update_one(
             {"_id": run_id},
             {
-                "$set": {"status": "running", "startedAt": utcnow(), "agentKey": root_key},
-                "$setOnInsert": {"installId": install_id, "source": source, "createdAt": utcnow()},
+                "$set": {
+                    "status": "running",
+                    "startedAt": utcnow(),
+                    "agentKey": root_key,
+                    "incarnation": self.incarnation,
+                },
+                "$setOnInsert": {
+                    "installId": install_id,
+                    "source": source,
+                    "createdAt": utcnow(),
+                    # A heartbeat's upstream ids, so the run can be found on the platform too.
+                    **{k: payload[k] for k in UPSTREAM_IDS if payload.get(k)},
+                },
             },
             upsert=True,
         )
@@ -252,6 +281,8 @@ class InstallRunner:
             output_tokens=output_tokens,
             error_message=error,
             run_id=run_id,
+            platform_agent_id=finished.get("platformAgentId"),
+            platform_run_id=finished.get("platformRunId"),
         )
         await touch_last_run(self.store, install["_id"])
         if source == "schedule":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 
-from config.catalogue import UPSTREAM
 from config.settings import Settings
 from plugins.manager import Plugins
 from plugins.types import (
@@ -15,6 +14,7 @@ from plugins.types import (
     StreamChunk,
     ToolSpec,
 )
+from svc.core import Store, counters
 
 DEFAULT_BASE_URLS = {
     "providerA": "https://api.anthropic.com",
@@ -30,9 +30,11 @@ class ProviderNotConfigured(ProviderError):
 class LLM:
     """Calls models through the provider plugins with the keys and endpoints from settings."""
 
-    def __init__(self, plugins: Plugins, settings: Settings) -> None:
+    def __init__(self, plugins: Plugins, settings: Settings, store: Store | None = None) -> None:
         self.plugins = plugins
         self.settings = settings
+        # Where the tokens each provider used are counted for GET /metrics (None: not counted).
+        self.store = store
 
     def request(
         self,
@@ -48,7 +50,7 @@ class LLM:
         config = self.settings.providers.get(provider)
         if config is None or not config.api_key:
             raise ProviderNotConfigured(f"{provider} is not configured (set SVC_{provider.upper()}_API_KEY)")
-        upstream = UPSTREAM.get(model)
+        upstream = self.settings.upstream_models.get(model)
         if upstream is None:
             raise ProviderError(f"unknown model {model!r}")
         return provider, CompletionRequest(
@@ -74,7 +76,12 @@ class LLM:
     ) -> CompletionResponse:
         """One call, the whole answer."""
         provider, request = self.request(model, system, messages, tools, max_tokens, timeout_s)
-        return await self.plugins.complete(provider, request)
+        response = await self.plugins.complete(provider, request)
+        if self.store is not None:
+            for kind, amount in (("input", response.input_tokens), ("output", response.output_tokens)):
+                labels = {"provider": provider, "kind": kind}
+                await counters.inc(self.store, "llm_tokens", labels, amount or 0)
+        return response
 
     async def stream(
         self, model: str, system: str, messages: Sequence[ChatMessage], max_tokens: int = 4096

@@ -118,12 +118,29 @@ class CompiledRule(NamedTuple):
 class CompiledPolicy:
     """A policy ready for `evaluate`: candidate lists precomputed per (method, host class)."""
 
-    __slots__ = ("_by_method", "_exact_hosts", "_suffixes", "_table", "cache_size", "default", "rules")
+    __slots__ = (
+        "_by_method",
+        "_exact_hosts",
+        "_suffixes",
+        "_table",
+        "cache_size",
+        "default",
+        "report_only",
+        "rules",
+    )
 
-    def __init__(self, rules: tuple[CompiledRule, ...], default: Verdict, cache_size: int = CACHE_SIZE):
+    def __init__(
+        self,
+        rules: tuple[CompiledRule, ...],
+        default: Verdict,
+        cache_size: int = CACHE_SIZE,
+        report_only: bool = False,
+    ):
         self.rules = rules
         self.default = default
         self.cache_size = cache_size
+        # Report mode (Smokescreen's report-only): decisions are logged, never enforced.
+        self.report_only = report_only
         self._exact_hosts = frozenset(rule.exact_host for rule in rules if rule.exact_host is not None)
         self._suffixes = frozenset(rule.host_suffix for rule in rules if rule.host_suffix is not None)
         classes = ["", *sorted(self._exact_hosts), *sorted(self._suffixes)]
@@ -222,7 +239,7 @@ def compile_policy(
         verdict = Verdict(RULE_ACTIONS[rule.action], "rule", index, rule.reason)
         rules.append(CompiledRule(exact_host, host_suffix, methods, prefix, verdict))
     default = Verdict(model.defaultAction, "default", None, "no rule matched")
-    return CompiledPolicy(tuple(rules), default, cache_size)
+    return CompiledPolicy(tuple(rules), default, cache_size, report_only=model.mode == "report")
 
 
 def evaluate(compiled: CompiledPolicy | None, method: str, url: str) -> Verdict:
@@ -260,7 +277,7 @@ def read_back(policy: dict[str, Any] | AccessPolicy | None) -> dict[str, Any] | 
         if rule.reason is not None:
             item["reason"] = rule.reason
         rules.append(item)
-    return {"defaultAction": READ_BACK_DEFAULTS[model.defaultAction], "rules": rules}
+    return {"defaultAction": READ_BACK_DEFAULTS[model.defaultAction], "rules": rules, "mode": model.mode}
 
 
 def parse_url(url: str) -> tuple[str, str] | None:

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import hmac
 import logging
+from dataclasses import replace
 from typing import Any
 
 import httpx
 from pydantic import Field
 
+from plugins.types import HeartbeatContext
 from svc.core import (
+    BadGateway,
     BadRequest,
     Conflict,
     Document,
@@ -21,7 +24,9 @@ from svc.core import (
     Runtime,
     RuntimeFailure,
     Store,
+    Timeline,
     Unauthorized,
+    actor_of,
     tokens,
     utcnow,
 )
@@ -117,13 +122,52 @@ class RunService:
         if install is None:
             raise Unauthorized("Invalid runtime credential")
         agent = next(a for a in install["deployedAgents"] if a["externalId"] == body.agentId)
-        context = body.context or {}
-        task = str(context.get("task") or context.get("prompt") or "") or (
-            f"Heartbeat from the orchestrator (wake reason: {context.get('wakeReason') or 'scheduled'}; "
-            f"task id: {context.get('taskId') or 'none'}). Do your work for this wake-up and report."
+        beat = HeartbeatContext(
+            install_id=install["_id"],
+            platform=install["platform"],
+            agent_key=agent["key"],
+            platform_agent_id=body.agentId,
+            credentials=self.installs._decrypt_json(install.get("credentialsEncrypted")),
+            state=self.installs._decrypt_json(install.get("platformStateEncrypted")),
+            payload=body.model_dump(),
+            allow_private=self.installs.settings.egress_allow_private,
         )
-        payload = {"runId": tokens.new_id(), "task": task, "source": "heartbeat", "agentKey": agent["key"]}
+        read = await self.installs.plugins.heartbeat_task(install["platform"], beat)
+        context = body.context or {}
+        task = (
+            (read.task if read else "")
+            or str(context.get("task") or context.get("prompt") or "")
+            or (
+                f"Heartbeat from the orchestrator (wake reason: {context.get('wakeReason') or 'scheduled'}; "
+                f"task id: {context.get('taskId') or 'none'}). Do your work for this wake-up and report."
+            )
+        )
+        payload = {
+            "runId": tokens.new_id(),
+            "task": task,
+            "source": "heartbeat",
+            "agentKey": agent["key"],
+            "platformAgentId": body.agentId,
+            "platformRunId": (read.platform_run_id if read else None) or body.runId,
+            "platformTaskId": (read.platform_task_id if read else None) or context.get("taskId"),
+        }
         outcome = await self._dispatch(install["_id"], payload, wait=True)
+        try:
+            problems = await self.installs.plugins.heartbeat_finished(
+                install["platform"], replace(beat, outcome=outcome)
+            )
+        except Exception as exc:  # a write-back failure must not hide the run's own outcome
+            problems = [f"write-back raised {type(exc).__name__}"]
+        for problem in problems:
+            log.warning("heartbeat write-back: %s", problem, extra={"installId": install["_id"]})
+        if outcome.get("status") != "completed":
+            # Paperclip's http adapter counts any 2xx as success: a failed run must not be one.
+            raise BadGateway(
+                f"The run failed: {outcome.get('errorMessage') or 'no detail'}",
+                runId=body.runId,
+                agentId=body.agentId,
+                status="failed",
+            )
         return {
             "runId": body.runId,
             "agentId": body.agentId,
@@ -171,6 +215,13 @@ class RunService:
             "callbackUrl": paused.get("callbackUrl"),
         }
         await self._dispatch(install_id, payload, wait=False)
+        await Timeline(self.store).record(
+            "gate",
+            "gate.continue",
+            install_id=install_id,
+            actor=actor_of(principal.user_id, principal.via),
+            meta={"runId": paused["_id"], "gate": state["gate"], "bypassGates": bypass_gates},
+        )
         return {"ok": True}
 
     async def cancel(self, principal: Principal, install_id: str) -> dict[str, Any]:

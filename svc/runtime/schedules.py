@@ -32,6 +32,10 @@ from svc.core import (
     RequestBody,
     Runtime,
     Store,
+    Timeline,
+    actor_of,
+    aware,
+    counters,
     iso,
     tokens,
     utcnow,
@@ -170,6 +174,9 @@ async def note_scheduled_outcome(store: Store, install_id: str, ok: bool, error:
         {"$set": {"enabled": False, "pausedNote": note, "updatedAt": utcnow()}},
     )
     if paused.modified_count:
+        await Timeline(store).record(
+            "schedule", "schedule.paused", install_id=install_id, meta={"reason": note}
+        )
         await Events(store).emit(
             install_id, "schedule_paused", meta={"reason": note, "failures": doc["consecutiveFailures"]}
         )
@@ -198,6 +205,7 @@ class Schedules:
             )
         if body.cronExpression is None:
             await self.store["schedules"].delete_one({"_id": install_id})
+            await self._audit(principal, install_id, "schedule.deleted", {})
             return {"ok": True, "schedule": None}
         current = await self.store["schedules"].find_one({"_id": install_id}) or {}
         sent = body.model_dump(exclude_unset=True)
@@ -229,6 +237,7 @@ class Schedules:
             upsert=True,
             return_document=ReturnDocument.AFTER,
         )
+        await self._audit(principal, install_id, "schedule.changed", {"fields": sorted(sent)})
         return {"ok": True, "schedule": view(updated)}
 
     async def toggle(self, principal: Principal, install_id: str, enabled: bool) -> dict[str, Any]:
@@ -245,6 +254,7 @@ class Schedules:
                 next_fire(doc["cronExpression"], doc["timezone"], utcnow()), doc.get("jitterSeconds", 0)
             )
         await self.store["schedules"].update_one({"_id": install_id}, {"$set": changes})
+        await self._audit(principal, install_id, "schedule.enabled" if enabled else "schedule.disabled", {})
         return {"ok": True, "enabled": enabled}
 
     async def trigger(self, principal: Principal, install_id: str) -> dict[str, Any]:
@@ -259,6 +269,7 @@ class Schedules:
         if not doc["enabled"]:
             raise Conflict("The schedule is disabled; enable it to trigger it")
         meta = await self.core.fire_now(doc, utcnow())
+        await self._audit(principal, install_id, "schedule.triggered", {"runId": meta.get("runId")})
         return {
             "ok": True,
             "runId": meta.get("runId"),
@@ -266,6 +277,10 @@ class Schedules:
             "skipped": bool(meta.get("skipped")),
             "reason": meta.get("reason"),
         }
+
+    async def _audit(self, principal: Principal, install_id: str, action: str, meta: dict[str, Any]) -> None:
+        actor = actor_of(principal.user_id, principal.via)
+        await Timeline(self.store).record("schedule", action, install_id=install_id, actor=actor, meta=meta)
 
 
 class SchedulerCore:
@@ -287,6 +302,8 @@ class SchedulerCore:
         ):
             claimed = await self._claim(due, now)
             fired += len(claimed)
+            lags = [max(0.0, (now - aware(due_at)).total_seconds()) for _, due_at in claimed]
+            await counters.observe(self.store, "scheduler_lag_seconds", {}, lags, counters.LAG_BUCKETS)
             await self._fire(claimed, now)
         await self._start_queued()
         return fired

@@ -11,10 +11,13 @@ from typing import Any, Literal
 
 from pymongo import DESCENDING
 
-from svc.core import Store, iso, tokens, utcnow
+from svc.core import Store, Timeline, counters, iso, tokens, utcnow
 from svc.runs import run_stats
 
 LOG_LIMIT = 200
+# The reasons the agent loop writes for a judge's refusal and an egress-guard refusal.
+JUDGE_BLOCKED = "Blocked by the security judge"
+GUARD_PREFIX = "Egress guard:"
 Decision = Literal["ALLOW", "BLOCK", "JUDGE", "PASSTHROUGH"]
 
 
@@ -37,6 +40,27 @@ class RequestRecord:
     judgeConfidence: float | None
     statusCode: int | None
     latencyMs: int
+    # The decision was only reported (the agent's policy is in report mode): nothing was blocked.
+    reportOnly: bool = False
+
+
+async def count_decision(store: Store, entry: RequestRecord) -> None:
+    """Judge decisions and blocked requests, for GET /metrics (docs/operations.md).
+
+    A policy in report mode blocks nothing: its judge verdicts count, its would-be blocks do not.
+    """
+    judge_blocked = entry.reason == JUDGE_BLOCKED
+    if entry.decisionSource == "judge":
+        verdict = "block" if judge_blocked else "allow"
+        await counters.inc(store, "judge_decisions", {"decision": verdict})
+    if entry.reportOnly:
+        return
+    if judge_blocked:
+        await counters.inc(store, "egress_blocks", {"by": "judge"})
+    elif (entry.reason or "").startswith(GUARD_PREFIX):
+        await counters.inc(store, "egress_blocks", {"by": "guard"})
+    elif entry.decision == "BLOCK":
+        await counters.inc(store, "egress_blocks", {"by": "policy"})
 
 
 class SecurityLog:
@@ -51,6 +75,21 @@ class SecurityLog:
             {"_id": tokens.new_id(), **asdict(entry), "createdAt": utcnow()}
         )
         await run_stats.count_tool_call(self.store, entry.installId, entry.statusCode)
+        await count_decision(self.store, entry)
+        if entry.decision in ("BLOCK", "JUDGE"):
+            # A verdict that blocked (or would have, in report mode) or went to the judge.
+            action = "egress.judged" if entry.decision == "JUDGE" else "egress.blocked"
+            meta = {
+                "runId": entry.runId,
+                "agentKey": entry.agentKey,
+                "method": entry.method,
+                "hostname": entry.hostname,
+                "path": entry.path,
+                "decisionSource": entry.decisionSource,
+                "reason": entry.reason,
+                "reportOnly": entry.reportOnly,
+            }
+            await Timeline(self.store).record("egress", action, install_id=entry.installId, meta=meta)
 
     async def latest(self, install_id: str) -> list[dict[str, Any]]:
         """The last 200 entries of an install, newest first."""

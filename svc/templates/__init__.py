@@ -9,6 +9,7 @@ from svc.templates.definitions import (
     json_schema,
 )
 from svc.templates.owner_archive import archive_user_templates
+from svc.templates.portability import ImportQuery, Portability, export_schema
 from svc.templates.resources import (
     LIST_DEFAULT,
     LIST_MAX,
@@ -36,6 +37,8 @@ __all__ = [
     "VARIABLE_REFERENCE",
     "AccessPolicy",
     "CreateTemplateBody",
+    "ImportQuery",
+    "Portability",
     "PricingBody",
     "PricingOut",
     "PublishBody",
@@ -49,6 +52,7 @@ __all__ = [
     "archive_user_templates",
     "check_definition",
     "diff_summary",
+    "export_schema",
     "hierarchy_depth",
     "is_owner",
     "json_schema",

@@ -69,6 +69,11 @@ class AccessPolicy(Strict):
     accessPolicyVersion: Literal["1"]
     defaultAction: Literal["allow", "deny"] = "allow"
     rules: list[Rule] = Field(default_factory=list, max_length=MAX_RULES)
+    mode: Literal["enforce", "report"] = Field(
+        default="enforce",
+        description="report: every decision is computed and logged (reportOnly) but nothing is blocked; "
+        "the egress guard is never in report mode",
+    )
 
 
 class Agent(Strict):

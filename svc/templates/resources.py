@@ -90,8 +90,8 @@ class PublishBody(RequestBody):
 class RollbackBody(RequestBody):
     """POST /api/templates/:id/rollback."""
 
-    # Versions count up from 1; the bound keeps 2**63 and beyond a 400 naming the field.
-    version: int = Field(ge=1, le=1_000_000_000)
+    # Bounded so a huge number is a 400 naming the field, not a 500 from the database (int64).
+    version: int = Field(ge=1, le=2**31 - 1)
 
 
 class PricingBody(Pricing):

@@ -18,17 +18,84 @@ def _keys(definition: dict[str, Any], field: str, key: str | None = None) -> set
     return {item[key] if key else item for item in items}
 
 
+def bump_reasons(old: dict[str, Any], new: dict[str, Any]) -> tuple[Bump, list[str]]:
+    """The bump that publishing `new` over `old` represents, and the rules that made it so."""
+    old_agents, new_agents = _keys(old, "agents", "key"), _keys(new, "agents", "key")
+    old_gates, new_gates = _keys(old, "gates", "name"), _keys(new, "gates", "name")
+    major = [f"agent {k!r} removed or renamed" for k in sorted(old_agents - new_agents)]
+    for field, label in (("requiredVariables", "variable"), ("requiredSecrets", "secret")):
+        before, after = _keys(old, field), _keys(new, field)
+        major += [f"required {label} {n!r} removed or renamed" for n in sorted(before - after)]
+        major += [f"new required {label} {n!r}" for n in sorted(after - before)]
+    major += [f"gate {g!r} removed" for g in sorted(old_gates - new_gates)]
+    if major:
+        return "MAJOR", major
+    minor = [f"agent {k!r} added" for k in sorted(new_agents - old_agents)]
+    minor += [f"gate {g!r} added" for g in sorted(new_gates - old_gates)]
+    if minor:
+        return "MINOR", minor
+    return "PATCH", ["no agent, input or gate added or removed (prompts, models, policies, descriptions)"]
+
+
 def classify(old: dict[str, Any], new: dict[str, Any]) -> Bump:
     """The bump that publishing `new` over `old` represents."""
-    old_agents, new_agents = _keys(old, "agents", "key"), _keys(new, "agents", "key")
-    old_inputs = _keys(old, "requiredVariables") | _keys(old, "requiredSecrets")
-    new_inputs = _keys(new, "requiredVariables") | _keys(new, "requiredSecrets")
-    old_gates, new_gates = _keys(old, "gates", "name"), _keys(new, "gates", "name")
-    if old_agents - new_agents or old_inputs != new_inputs or old_gates - new_gates:
-        return "MAJOR"
-    if new_agents - old_agents or new_gates - old_gates:
-        return "MINOR"
-    return "PATCH"
+    return bump_reasons(old, new)[0]
+
+
+def structured_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A field-level diff of two definitions: agents added, removed, renamed (same display name,
+    new key) and changed (each field before and after), policies and gates changed, inputs, and
+    the bump with its reasons."""
+    old_agents = {a["key"]: a for a in old.get("agents") or []}
+    new_agents = {a["key"]: a for a in new.get("agents") or []}
+    removed = sorted(set(old_agents) - set(new_agents))
+    added = sorted(set(new_agents) - set(old_agents))
+    renamed = []
+    for key in list(removed):
+        match = next((a for a in added if new_agents[a].get("name") == old_agents[key].get("name")), None)
+        if match is not None:
+            renamed.append({"from": key, "to": match})
+            removed.remove(key)
+            added.remove(match)
+    changed, policies = [], []
+    for key in sorted(set(old_agents) & set(new_agents)):
+        before, after = old_agents[key], new_agents[key]
+        fields = [
+            {"field": f, "before": before.get(f), "after": after.get(f)}
+            for f in sorted(set(before) | set(after))
+            if before.get(f) != after.get(f)
+        ]
+        if fields:
+            changed.append({"key": key, "fields": fields})
+        if before.get("accessPolicy") != after.get("accessPolicy"):
+            policies.append(
+                {"agent": key, "before": before.get("accessPolicy"), "after": after.get("accessPolicy")}
+            )
+    old_gates = {g["name"]: g for g in old.get("gates") or []}
+    new_gates = {g["name"]: g for g in new.get("gates") or []}
+    bump, reasons = bump_reasons(old, new)
+    return {
+        "bump": bump,
+        "reasons": reasons,
+        "agents": {"added": added, "removed": removed, "renamed": renamed, "changed": changed},
+        "policies": policies,
+        "gates": {
+            "added": sorted(set(new_gates) - set(old_gates)),
+            "removed": sorted(set(old_gates) - set(new_gates)),
+            "changed": [
+                {"name": n, "before": old_gates[n], "after": new_gates[n]}
+                for n in sorted(set(old_gates) & set(new_gates))
+                if old_gates[n] != new_gates[n]
+            ],
+        },
+        "variables": _set_diff(old, new, "requiredVariables"),
+        "secrets": _set_diff(old, new, "requiredSecrets"),
+    }
+
+
+def _set_diff(old: dict[str, Any], new: dict[str, Any], field: str) -> dict[str, list[str]]:
+    before, after = _keys(old, field), _keys(new, field)
+    return {"added": sorted(after - before), "removed": sorted(before - after)}
 
 
 def next_semver(previous: str, bump: Bump) -> str:

@@ -120,6 +120,9 @@ class FakeLLM:
     replies: deque[Reply] = field(default_factory=deque)
     failures: deque[Failure] = field(default_factory=deque)
     requests: list[Recorded] = field(default_factory=list)
+    # The upstream model names this server serves (None: any), as a real upstream knows its own
+    # models: another name answers 404 "model not found" (Ollama: "try pulling it first").
+    models: frozenset[str] | None = None
     _ids: int = 0
 
     @property
@@ -207,6 +210,9 @@ class FakeLLM:
             stream = self._validate(request, body)
         except BadRequest as exc:
             return self._error(400, str(exc), received)
+        model = self._model_of(request, body)
+        if self.models is not None and model not in self.models:
+            return self._error(404, f"model {model!r} not found, try pulling it first", received)
         reply = self.replies.popleft() if self.replies else Reply(text=self.default_text)
         if reply.raw is not None:
             return web.Response(text=reply.raw, content_type="application/json")
@@ -222,6 +228,12 @@ class FakeLLM:
         if stream:
             return await self._sse(request, self._gemini_events(reply))
         return web.json_response(self._gemini_response(reply))
+
+    def _model_of(self, request: web.Request, body: dict[str, Any]) -> str:
+        """The upstream model name the request asks for (in the body, or Gemini's path)."""
+        if self.wire_format == "gemini-generate":
+            return request.match_info["target"].partition(":")[0]
+        return str(body.get("model"))
 
     def _received_key(self, headers: dict[str, str]) -> str | None:
         """The key the request presented in this format's header."""

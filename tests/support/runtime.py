@@ -7,9 +7,9 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.conftest import bearer, create_key, signup
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
-from tests.templates_helpers import publish_template
+from tests.support.accounts import bearer, create_key, signup
+from tests.support.templates import publish_template
 
 
 @dataclass
@@ -77,3 +77,17 @@ async def svc_install(
     )
     assert response.status == 201, await response.text()
     return caller, bearer(key), (await response.json())["installId"]
+
+
+async def managed_client(make_client: Any, aiohttp_server: Any, **overrides: Any) -> tuple[Any, FakeLLM]:
+    """An app whose managed runtime calls a fake providerA, and that fake."""
+    llm, url = await start_llm(aiohttp_server)
+    client = await make_client(rate_limit_multiplier=None, providers=provider_settings(url), **overrides)
+    return client, llm
+
+
+async def webhook_token(client: Any, caller: Any, install_id: str | None = None) -> str:
+    """The webhook token of the caller's managed install (the first, or `install_id`)."""
+    mine = await (await client.get("/api/installs/mine", headers=caller.cookie)).json()
+    item = mine[0] if install_id is None else next(i for i in mine if i["id"] == install_id)
+    return str(item["webhookToken"])

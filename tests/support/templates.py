@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from tests.conftest import bearer, create_key, signup
+from tests.support.accounts import bearer, create_key, signup
 
 MODEL = "providerA:small"
 

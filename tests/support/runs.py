@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from api.context import SERVICES
-from tests.conftest import bearer
 from tests.fakes.orch_a import FakePaperclip
-from tests.installs_helpers import install_ok, orch_b_credentials, start_fake_orch_b
-from tests.templates_helpers import agent, definition, publish_template
+from tests.support.accounts import bearer
+from tests.support.installs import install_ok, orch_b_credentials
+from tests.support.templates import agent, definition, publish_template
 
 TEAM = definition(
     agent("lead", name="Lead", model="providerA:small"),
@@ -56,15 +56,13 @@ async def orch_a_install(
     return install, tokens.pop()
 
 
-async def orch_b_install(
-    client: Any, key: str, aiohttp_server: Any, monkeypatch: Any, template_id: str
-) -> tuple[dict[str, Any], Any]:
-    """An orchB install through the fake Relevance AI upstream; the install response and the fake."""
-    fake = await start_fake_orch_b(aiohttp_server, monkeypatch)
+async def orch_b_install(client: Any, key: str, fake: Any, template_id: str) -> tuple[str, dict[str, str]]:
+    """An orchB install through a running fake Relevance AI upstream (`start_fake_orch_b`);
+    (install id, {agentKey: upstream agent id})."""
     install = await install_ok(
         client, key, templateId=template_id, platform="orchB", credentials=orch_b_credentials(fake)
     )
-    return install, fake
+    return install["installId"], {a["key"]: a["externalId"] for a in install["deployedAgents"]}
 
 
 async def issue_token(client: Any, install_id: str) -> str:
@@ -72,7 +70,7 @@ async def issue_token(client: Any, install_id: str) -> str:
     return str(await client.server.app[SERVICES].credentials.issue_install_token(install_id))
 
 
-def report(platform_agent_id: str, platform: str = "orchA", **fields: Any) -> dict[str, Any]:
+def ingest_body(platform_agent_id: str, platform: str = "orchA", **fields: Any) -> dict[str, Any]:
     """A valid ingest body (completed, with tokens); keyword arguments override."""
     body: dict[str, Any] = {
         "platformAgentId": platform_agent_id,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.conftest import bearer
 from tests.fakes.orch_b import FakeOrchB, create_app
-from tests.templates_helpers import agent, definition, publish_template
+from tests.support.accounts import bearer
+from tests.support.templates import agent, definition, publish_template
 
 VARIABLES = ["company", "tone"]
 SECRETS = ["API_TOKEN", "CRM_KEY"]
@@ -48,7 +48,7 @@ async def install_ok(client: Any, key: str, **body: Any) -> dict[str, Any]:
     return dict(await response.json())
 
 
-async def svc_install(client: Any, key: str, template_id: str, **variables: str) -> dict[str, Any]:
+async def managed_install(client: Any, key: str, template_id: str, **variables: str) -> dict[str, Any]:
     """An `svc` install of the template (the creating key becomes linked to it)."""
     return await install_ok(client, key, templateId=template_id, platform="svc", variables=variables)
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from config.settings import AppKey
-from tests.conftest import Caller, bearer, create_key, signup
 from tests.fakes.stripe import API_KEY, WEBHOOK_SECRET, FakeStripe, create_app
-from tests.installs_helpers import install_ok
-from tests.templates_helpers import publish_template
+from tests.support.accounts import Caller, bearer, create_key, signup
+from tests.support.installs import install_ok
+from tests.support.templates import publish_template
 
 APP_KEY = "app-key-for-billing-tests"
 CARD = "pm_card_visa"
@@ -90,7 +90,7 @@ async def setup_intent(client: Any, email: str) -> dict[str, Any]:
     return dict(await response.json())
 
 
-async def report(
+async def self_report(
     client: Any,
     deal: Deal,
     status: str = "completed",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.context import SERVICES
-from tests.conftest import Caller, app_store, bearer, signup
+from tests.support.accounts import Caller, app_store, bearer, signup
 
 LINK = re.compile(r"/invitations/([A-Za-z0-9_-]+)")
 

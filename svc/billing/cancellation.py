@@ -1,0 +1,91 @@
+"""Cancel billing: bill the usage since the last paid period, mail a receipt, cancel the install.
+
+`PATCH /api/stripe/installs/:id/cancel`, for the install's deployer (docs/billing.md).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from svc.billing.leases import CLAIM_LEASE
+from svc.billing.usage import MIN_CHARGE_CENTS, install_amount, money
+from svc.core import (
+    BadGateway,
+    Conflict,
+    Document,
+    NotFound,
+    PaymentRequired,
+    Timeline,
+    Unavailable,
+    actor_of,
+    iso,
+    utcnow,
+)
+from svc.installs import deployer_reaches
+
+if TYPE_CHECKING:
+    from svc.billing.charges import Charges
+
+
+class CancelBilling:
+    """The deployer's cancel: one claim, one charge at most, one receipt."""
+
+    def __init__(self, charges: Charges) -> None:
+        self.charges = charges
+        self.store = charges.store
+        self.mailer = charges.mailer
+        self.installs = charges.installs
+
+    async def cancel_install(self, user_id: str, install_id: str) -> Document:
+        """Bill completed runs since the last paid period, mail a receipt, cancel the install."""
+        self.charges.require_provider()
+        install = await self.store.installs.find_one({"_id": install_id})
+        # The install's deployer (for an org's install, while still a member): svc.installs.reach.
+        if install is None or not await deployer_reaches(self.store, user_id, install):
+            raise NotFound("Install not found")
+        if install["status"] == "cancelled":
+            raise Conflict("Install is already cancelled")
+        # Claim the cancellation, so a double click (or two tabs) bills and mails once.
+        now = utcnow()
+        if not await self.installs.claim_cancellation(install, now, CLAIM_LEASE):
+            raise Conflict("A cancellation of this install is already in progress")
+        template = await self.store["templates"].find_one({"_id": install["templateId"]}) or {}
+        since = await self.charges.billed_until(install)
+        amount = (
+            await install_amount(self.store, install_id, template, since, now)
+            if template.get("pricingModel", "free") != "free"
+            else 0
+        )
+        charged, note = False, "No charge: the amount since the last invoice is under $0.50."
+        if amount >= MIN_CHARGE_CENTS:
+            if not install.get("payCustomerId") or not install.get("payPaymentMethodId"):
+                note = f"{money(amount)} is due; no payment method is saved on this install."
+            else:
+                try:
+                    await self.charges.charge(install, since, now, amount, "cancel", wait=True, now=now)
+                    charged, note = True, f"Charged {money(amount)} to the saved payment method."
+                except (PaymentRequired, BadGateway, Conflict, Unavailable) as exc:
+                    note = f"{money(amount)} is due; the charge did not go through ({exc.message})."
+        await self.installs.retire(install)
+        await self._receipt(install, user_id, since, now, amount if charged else 0, note)
+        meta = {"charged": charged, "amountCents": amount if charged else 0, "dueCents": amount}
+        actor = actor_of(user_id, "session")
+        await Timeline(self.store).record(
+            "billing", "billing.cancelled", install_id=install_id, actor=actor, meta=meta
+        )
+        return {"status": "cancelled", "charged": charged, "amountCents": amount if charged else 0}
+
+    async def _receipt(
+        self, install: Document, user_id: str, since: datetime, until: datetime, amount: int, note: str
+    ) -> None:
+        user = await self.store.users.find_one({"_id": user_id}, {"email": 1})
+        to = install.get("deployerEmail") or (user or {}).get("email")
+        if not to:
+            return
+        body = (
+            f"Your install of {install['templateName']} ({install['_id']}) is cancelled.\n\n"
+            f"Usage period: {iso(since)} to {iso(until)}\n"
+            f"Amount charged: {money(amount)}\n{note}\n"
+        )
+        await self.mailer.send(to, f"Receipt: {install['templateName']} cancelled", body, "cancel_receipt")

@@ -1,0 +1,118 @@
+"""The monthly cycle: charge every active paid install up to the cycle's end, once.
+
+Driven by `svc/jobs.py` (the scheduler's billing job); a rerun after a crash finds the same
+periods and invoices, so nobody is charged twice (docs/billing.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from svc.billing.leases import BATCH, CLAIM_LEASE, KEY_LIFETIME, UNBILLED_CANCEL
+from svc.billing.usage import MIN_CHARGE_CENTS, install_amount
+from svc.core import BadGateway, Conflict, PaymentRequired, Unavailable, aware, iso
+
+if TYPE_CHECKING:
+    from svc.billing.charges import Charges
+
+log = logging.getLogger("svc.billing.charges")
+
+
+class MonthlyCycle:
+    """The billing job's charges, and the resumption of charges a dead process left."""
+
+    def __init__(self, charges: Charges) -> None:
+        self.charges = charges
+        self.store = charges.store
+
+    @property
+    def _invoices(self) -> Any:
+        return self.store["invoices"]
+
+    async def run_cycle(
+        self, cycle_end: datetime, now: datetime, renew: Callable[[], Awaitable[None]] | None = None
+    ) -> dict[str, int]:
+        """Charge every active paid install with a saved payment method up to `cycle_end`.
+
+        Each install's period starts where its last paid invoice ended, so a rerun after a
+        crash finds the same periods (and their invoices) and charges nobody twice; an
+        amount under 50 cents is carried into the next cycle.
+        """
+        self.charges.require_provider()
+        paid_templates = {
+            doc["_id"]: doc
+            async for doc in self.store["templates"].find(
+                {"kind": "template", "pricingModel": {"$in": ["per_run", "per_k_tokens"]}},
+                {"pricingModel": 1, "priceUsdCents": 1, "owner": 1},
+            )
+        }
+        counts = {"charged": 0, "alreadyPaid": 0, "skipped": 0, "failed": 0, "resumed": 0}
+        await self._resume_stale(now, counts)
+        query = {
+            # Installs removed with DELETE (not through cancel billing) still owe their last usage.
+            "$or": [
+                {"status": "completed"},
+                {"status": "cancelled", "cancelledAt": {"$gt": cycle_end - UNBILLED_CANCEL}},
+            ],
+            "templateId": {"$in": list(paid_templates)},
+            "payCustomerId": {"$type": "string"},
+            "payPaymentMethodId": {"$type": "string"},
+        }
+        async for install in self.store.installs.find(query).sort("_id", 1).batch_size(BATCH):
+            end = cycle_end
+            if install["status"] == "cancelled":
+                end = min(cycle_end, aware(install["cancelledAt"]))
+            since = await self.charges.billed_until(install)
+            if since >= end:
+                counts["alreadyPaid"] += 1
+                continue
+            template = paid_templates[install["templateId"]]
+            amount = await install_amount(self.store, install["_id"], template, since, end)
+            if amount < MIN_CHARGE_CENTS:
+                counts["skipped"] += 1
+                continue
+            try:
+                outcome = await self.charges.charge(
+                    install, since, end, amount, "monthly", wait=False, now=now
+                )
+                counts["charged" if outcome.charged_now else "alreadyPaid"] += 1
+            except (PaymentRequired, BadGateway, Conflict, Unavailable) as exc:
+                counts["failed"] += 1
+                log.warning(
+                    "monthly charge failed", extra={"installId": install["_id"], "reason": exc.message}
+                )
+            if renew is not None:
+                await renew()
+        log.info("billing cycle done", extra={"cycleEnd": iso(cycle_end), **counts})
+        return counts
+
+    async def _resume_stale(self, now: datetime, counts: dict[str, int]) -> None:
+        """Finish charges left `processing` by a process that died (their lease has run out)."""
+        stale = {
+            "status": "processing",
+            "claimedAt": {"$lt": now - CLAIM_LEASE},
+            "attemptStartedAt": {"$gt": now - KEY_LIFETIME},
+        }
+        async for invoice in self._invoices.find(stale).limit(BATCH):
+            install = await self.store.installs.find_one({"_id": invoice["installId"]})
+            if install is None:
+                continue
+            try:
+                await self.charges.charge(
+                    install,
+                    aware(invoice["periodStart"]),
+                    aware(invoice["periodEnd"]),
+                    invoice["amountCents"],
+                    invoice["source"],
+                    wait=False,
+                    now=now,
+                )
+                counts["resumed"] += 1
+            except (PaymentRequired, BadGateway, Conflict, Unavailable) as exc:
+                counts["failed"] += 1
+                log.warning(
+                    "resuming a charge failed", extra={"invoiceId": invoice["_id"], "reason": exc.message}
+                )

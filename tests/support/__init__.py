@@ -1,0 +1,1 @@
+"""Helpers shared by the test modules: one definition of each, acting like a real client over HTTP."""

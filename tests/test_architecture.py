@@ -1,0 +1,123 @@
+"""The layout's rules, checked against the code (docs/architecture.md): packages are reached
+through their public surface, each package writes only its own collections, the domain names
+no platform but the managed runtime, and no module grows past 500 lines. The layers themselves
+are held by import-linter (`lint-imports`, in `make test`)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCT = ("api", "actors", "svc", "plugins", "config")
+PACKAGES = sorted(p.name for p in (ROOT / "svc").iterdir() if (p / "__init__.py").exists())
+
+# Who owns each collection: only that package's modules write it (others call its functions).
+OWNERS = {
+    "identity": {"users", "sessions", "api_keys", "install_tokens", "rate_limits"},
+    "templates": {"templates", "template_versions"},
+    "runs": {"runs", "run_stats"},
+    "installs": {"installs", "vault_secrets"},
+    "runtime": {
+        "pipeline_runs",
+        "schedules",
+        "pipeline_events",
+        "agent_runs",
+        "security_requests",
+        "drafts",
+        "targets",
+        "counters",
+    },
+    "orgs": {"orgs", "org_members", "org_invitations", "org_secrets", "org_approvals", "org_audit"},
+    "billing": {"invoices", "payment_events", "pay_customers", "payouts"},
+    "core": {"outbox"},
+}
+WRITES = (
+    "insert_one|insert_many|update_one|update_many|delete_one|delete_many|find_one_and_update"
+    "|find_one_and_delete|find_one_and_replace|replace_one|bulk_write"
+)
+WRITE = re.compile(rf"store(?:\.(\w+)|\[\"(\w+)\"\])\.({WRITES})\(")
+
+
+def product_files() -> list[Path]:
+    return [p for d in PRODUCT for p in (ROOT / d).rglob("*.py")]
+
+
+def package_of(path: Path) -> str | None:
+    parts = path.relative_to(ROOT).parts
+    return parts[1] if parts[0] == "svc" and len(parts) > 2 else None
+
+
+def imported_modules(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+        elif isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+    return names
+
+
+def test_packages_are_reached_through_their_public_surface() -> None:
+    """Outside a capability package, product code imports `svc.<pkg>`, never its modules."""
+    offences = []
+    for path in product_files():
+        mine = package_of(path)
+        for module in imported_modules(path):
+            parts = module.split(".")
+            if parts[0] == "svc" and len(parts) > 2 and parts[1] in PACKAGES and parts[1] != mine:
+                offences.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert offences == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_surface_exports_exactly_its_all(package: str) -> None:
+    """`__all__` is the public surface (httpx's habit): every name in it exists, and every name
+    the package imports for others is listed."""
+    import importlib
+
+    module = importlib.import_module(f"svc.{package}")
+    exported = set(module.__all__)
+    assert all(hasattr(module, name) for name in exported)
+    tree = ast.parse((ROOT / "svc" / package / "__init__.py").read_text())
+    imported = {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if node.module != "__future__"
+    }
+    assert imported == exported
+
+
+def test_each_package_writes_only_its_own_collections() -> None:
+    owner = {collection: package for package, names in OWNERS.items() for collection in names}
+    offences = []
+    for path in (ROOT / "svc").rglob("*.py"):
+        mine = package_of(path)
+        for match in WRITE.finditer(path.read_text()):
+            collection = match.group(1) or match.group(2)
+            if collection in owner and owner[collection] != mine:
+                offences.append(f"{path.relative_to(ROOT)} writes {collection} ({owner[collection]}'s)")
+    assert offences == []
+
+
+def test_the_domain_names_no_platform_but_the_managed_runtime() -> None:
+    """The core reads `PlatformInfo.traits`; a platform id in svc/ would bypass them."""
+    pattern = re.compile(r"[\"'](orchA|orchB|orchC)[\"']")
+    offences = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in (ROOT / "svc").rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert offences == []
+
+
+def test_no_module_is_over_500_lines() -> None:
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in product_files()}
+    assert {path: n for path, n in sizes.items() if n > 500} == {}
