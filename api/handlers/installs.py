@@ -10,6 +10,7 @@ from api.context import principal, services, user_id
 from api.errors import error_response
 from api.routing import RouteTable
 from api.schemas import (
+    CallbackSecret,
     CredentialsUpdated,
     InstallCreated,
     InstallDeleted,
@@ -119,7 +120,7 @@ async def set_secrets(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "installId": install_id, "updatedKeys": updated})
 
 
-@routes.post("/api/installs/{id}/callback-secret", auth="K/S", status=201)
+@routes.post("/api/installs/{id}/callback-secret", auth="K/S", status=201, response=CallbackSecret)
 async def rotate_callback_secret(request: web.Request) -> web.Response:
     """Make (or replace) the secret that signs this install's callbacks; shown once."""
     installs = services(request).installs
