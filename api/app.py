@@ -18,7 +18,7 @@ from actors.scheduler import SchedulerKeeper
 from api import metrics, pages
 from api.auth import authenticate, bearer_token, optional_key
 from api.bodies import parse_body, parse_query
-from api.context import PRINCIPAL, ROUTE_TABLE, SERVICES, SETTINGS
+from api.context import PATH_REDACTOR, PRINCIPAL, ROUTE_TABLE, SERVICES, SETTINGS
 from api.handlers import (
     accounts,
     authoring,
@@ -34,6 +34,7 @@ from api.handlers import (
 )
 from api.heavy import HEAVY_GATE, HeavyGate, is_heavy
 from api.lifecycle import timed
+from api.logs import PathRedactor
 from api.middleware import rate_limit, request_context
 from api.routing import Handler, Route
 from config import catalogue
@@ -46,6 +47,7 @@ from svc.wiring import build_services
 log = logging.getLogger(__name__)
 SCHEDULER_CHECK_S = 30.0
 SCHEDULER_STOP_S = 5.0
+INVITATION_LINK = "/invitations/{token}"
 
 ROUTES: tuple[Route, ...] = (
     *health.routes,
@@ -77,6 +79,8 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
     app[HEAVY_GATE] = HeavyGate()
     for route in app[ROUTE_TABLE]:
         app.router.add_route(route.method, route.path, guarded(route))
+    # The invitation mail's link is not a route but lands in the log when followed.
+    app[PATH_REDACTOR] = PathRedactor([*(route.path for route in app[ROUTE_TABLE]), INVITATION_LINK])
     app.router.add_routes(openapi.pages)
     metrics.setup(app)
     app.cleanup_ctx.extend(

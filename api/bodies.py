@@ -13,9 +13,16 @@ from svc.core import BadRequest, describe
 M = TypeVar("M", bound=BaseModel)
 
 
-async def read_json(request: web.Request) -> Any:
-    """The parsed body, or None when it is empty; 400 when it is not JSON."""
+async def read_json(request: web.Request, max_bytes: int | None = None) -> Any:
+    """The parsed body, or None when it is empty; 400 when it is not JSON.
+
+    `max_bytes` caps a route below the app's body limit: 413, as aiohttp answers that limit.
+    """
+    if max_bytes is not None and (request.content_length or 0) > max_bytes:
+        raise web.HTTPRequestEntityTooLarge(max_size=max_bytes, actual_size=request.content_length or 0)
     raw = await request.read()
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise web.HTTPRequestEntityTooLarge(max_size=max_bytes, actual_size=len(raw))
     if not raw.strip():
         return None
     try:

@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="at least 8 characters; '-' reads it from stdin; omitted: prompted for on the terminal",
     )
     create.add_argument("--name", default=None)
+    for action, text in (
+        ("disable", "refuse the user's keys and end their sessions now"),
+        ("enable", "let a disabled user's keys work again"),
+        ("delete", "end the account; cancel personal installs, archive personal templates"),
+    ):
+        users_commands.add_parser(action, help=text).add_argument("user", metavar="EMAIL|ID")
 
     orgs = commands.add_parser("orgs", help="manage organisations (operators)")
     orgs_commands = orgs.add_subparsers(dest="orgs_command", required=True, metavar="ACTION")
@@ -95,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from api.doctor import doctor
 
         return asyncio.run(doctor(settings))
-    if args.command == "users" and args.password is None:
+    if args.command == "users" and args.users_command == "create" and args.password is None:
         try:
             args.password = prompt_password()
         except PasswordPromptError as exc:
@@ -152,6 +158,12 @@ async def command(args: argparse.Namespace, settings: Settings, store: Store) ->
     if args.command == "runs":
         match = {"templateId": args.template} if args.template else {}
         return {"buckets": await run_stats.rebuild(store, match)}
+    if args.users_command in ("disable", "enable", "delete"):
+        vault = Vault.from_settings(settings.secret_keys, settings.data_dir)
+        services = build_services(settings, store, vault, runtime=None)
+        if args.users_command == "delete":
+            return await services.delete_user(args.user)
+        return await getattr(services.user_admin, args.users_command)(args.user)
     password = sys.stdin.readline().rstrip("\n") if args.password == "-" else args.password
     return public_user(await Accounts(store).create_user(args.email, password, args.name))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from api.logs import PathRedactor
 from config.settings import Settings
 from svc.identity import Principal
 from svc.wiring import Services
@@ -11,6 +12,7 @@ from svc.wiring import Services
 SETTINGS = web.AppKey("settings", Settings)
 SERVICES = web.AppKey("services", Services)
 ROUTE_TABLE = web.AppKey("routes", tuple)
+PATH_REDACTOR = web.AppKey("path_redactor", PathRedactor)
 
 PRINCIPAL: web.RequestKey[Principal | None] = web.RequestKey("principal", Principal)
 REQUEST_ID = web.RequestKey("request_id", str)

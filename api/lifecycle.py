@@ -25,6 +25,8 @@ from contextlib import AbstractAsyncContextManager
 
 from aiohttp import web
 
+from api.server import ServiceRunner
+
 log = logging.getLogger("svc.lifecycle")
 
 CleanupContext = Callable[[web.Application], AsyncIterator[None]]
@@ -105,7 +107,8 @@ async def serve(app: web.Application, sock: socket.socket, grace_s: float) -> No
 
     # Runs before the cleanup contexts: in-flight requests have ended (or were cut at the grace).
     app.on_cleanup.insert(0, requests_ended)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=grace_s)
+    # aiohttp's runner, with JSON answers for requests its parser refuses (api/server.py).
+    runner = ServiceRunner(app, handle_signals=False, access_log=None, shutdown_timeout=grace_s)
     try:
         started = time.monotonic()
         await runner.setup()

@@ -5,10 +5,48 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import sys
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+
+# Path parameters that are credentials: a path carrying one is logged with `{name}` in its place.
+CREDENTIAL_PARAMS = ("token",)
+_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::[^}]*)?\}")
+
+
+class PathRedactor:
+    """Rewrites request paths so that no credential carried in a path reaches a log line.
+
+    Built from the route templates: for each template with a credential parameter,
+    any path containing its prefix (matched or not, so a mistyped `/api/webhook/TOKEN/x`
+    or `//api/webhook/TOKEN` that 404s is covered too) has that prefix logged as the
+    template's text, credential segment included as `{name}`.
+    """
+
+    def __init__(self, templates: Iterable[str]) -> None:
+        self._patterns: list[tuple[re.Pattern[str], str]] = []
+        for template in templates:
+            found = [m for m in _PARAM.finditer(template) if m.group(1) in CREDENTIAL_PARAMS]
+            if not found:
+                continue
+            last = found[-1]
+            head = template[: last.end()]
+            regex = ""
+            position = 0
+            for match in _PARAM.finditer(head):
+                regex += re.escape(head[position : match.start()]) + "[^/]*"
+                position = match.end()
+            self._patterns.append((re.compile(regex), head))
+
+    def __call__(self, path: str) -> str:
+        """The path with every credential segment replaced by its parameter name."""
+        for pattern, redacted in self._patterns:
+            path = pattern.sub(lambda _match, text=redacted: text, path)
+        return path
+
 
 # Attributes of a LogRecord that are not extra fields.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}

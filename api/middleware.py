@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 import re
 import time
+import traceback
 import uuid
 
 from aiohttp import web
 
 from api.clientip import client_ip
-from api.context import REQUEST_ID, services
+from api.context import PATH_REDACTOR, REQUEST_ID, services
 from api.errors import error_response, from_http_exception, known_error
-from api.logs import request_id_var
+from api.logs import CREDENTIAL_PARAMS, request_id_var
 from api.metrics import PATH as METRICS_PATH
 
 log = logging.getLogger("svc.access")
@@ -29,6 +30,8 @@ async def request_context(request: web.Request, handler: web.Handler) -> web.Str
     request[REQUEST_ID] = request_id
     token = request_id_var.set(request_id)
     started = time.perf_counter()
+    # Credentials in paths (webhook and invitation tokens) never reach a log line.
+    path = request.app[PATH_REDACTOR](request.path)
     try:
         try:
             response = await handler(request)
@@ -39,10 +42,18 @@ async def request_context(request: web.Request, handler: web.Handler) -> web.Str
         except Exception as exc:
             known = known_error(exc)
             if known is None:
-                error_log.exception("unhandled error on %s %s", request.method, request.path)
+                if path == request.path:
+                    error_log.exception("unhandled error on %s %s", request.method, path)
+                else:  # a credential in the path: its value may be quoted in the traceback
+                    error_log.error(
+                        "unhandled error on %s %s",
+                        request.method,
+                        path,
+                        extra={"exc": scrubbed_traceback(exc, request)},
+                    )
                 known = error_response(500, "Internal server error", requestId=request_id)
             elif known.status >= 500:
-                error_log.warning("%s on %s %s", type(exc).__name__, request.method, request.path)
+                error_log.warning("%s on %s %s", type(exc).__name__, request.method, path)
             response = known
         if not response.prepared:
             response.headers["X-Request-Id"] = request_id
@@ -50,13 +61,26 @@ async def request_context(request: web.Request, handler: web.Handler) -> web.Str
         log.info(
             "%s %s %s",
             request.method,
-            request.path,
+            path,
             response.status,
             extra={"requestId": request_id, "status": response.status, "ms": elapsed_ms},
         )
         return response
     finally:
         request_id_var.reset(token)
+
+
+def scrubbed_traceback(exc: BaseException, request: web.Request) -> str:
+    """The traceback with every credential taken from the path replaced by its parameter name.
+
+    An exception's message may quote its input (a KeyError of the token, say); the
+    path's credential values are known here, so they are cut out wherever they appear.
+    """
+    text = "".join(traceback.format_exception(exc))
+    for name, value in request.match_info.items():
+        if name in CREDENTIAL_PARAMS and value:
+            text = text.replace(value, "{" + name + "}")
+    return text
 
 
 @web.middleware

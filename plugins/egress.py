@@ -21,12 +21,25 @@ import httpx
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-# Beyond what `is_global` excludes: IPv6 forms that embed an IPv4 address.
+# Beyond what `is_global` excludes: IPv6 forms that embed an IPv4 address. An embedded
+# address is refused even when the IPv4 inside is public: a translator on the path may
+# deliver it anywhere, and no public service needs to be named that way.
 EMBEDDING_V6 = (
+    ipaddress.ip_network("::/96"),  # IPv4-compatible (deprecated), ::a.b.c.d
+    ipaddress.ip_network("::ffff:0:0/96"),  # IPv4-mapped
+    ipaddress.ip_network("::ffff:0:0:0/96"),  # SIIT IPv4-translated, ::ffff:0:a.b.c.d
     ipaddress.ip_network("64:ff9b::/96"),  # NAT64
     ipaddress.ip_network("64:ff9b:1::/48"),  # local-use NAT64
     ipaddress.ip_network("2002::/16"),  # 6to4
     ipaddress.ip_network("2001::/32"),  # Teredo
+)
+# The only IPv6 range IANA allocates for global unicast; everything outside it is refused.
+GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")
+# Ranges Python's `is_global` (3.11) still calls global but that are not plain unicast hosts.
+NOT_PLAIN_GLOBAL = (
+    ipaddress.ip_network("3fff::/20"),  # documentation (RFC 9637)
+    ipaddress.ip_network("192.0.0.0/24"),  # IETF protocol assignments (dummy, PCP/TURN anycast)
+    ipaddress.ip_network("192.88.99.0/24"),  # 6to4 relay anycast (deprecated)
 )
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
@@ -41,21 +54,29 @@ class EgressDenied(Exception):
 
 
 def denial_reason(ip: IPAddress) -> str | None:
-    """Why an address may not be reached, or None when it is a public address."""
+    """Why an address may not be reached, or None when it is plainly global unicast.
+
+    An allow-list at heart: IPv6 must lie in 2000::/3 and IPv4 must be global; the named
+    classes before that only give the refusal a more useful reason.
+    """
+    if ip.is_loopback:
+        return "a loopback address"
+    if ip.is_unspecified:
+        return "an unspecified address"
     if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
+        if ip.ipv4_mapped is not None and denial_reason(ip.ipv4_mapped) is not None:
             return denial_reason(ip.ipv4_mapped)
         if any(ip in network for network in EMBEDDING_V6):
             return "an IPv6 address embedding IPv4"
-    if ip.is_loopback:
-        return "a loopback address"
+        if ip.is_site_local:
+            return "a site-local address"
     if ip.is_link_local:
         return "a link-local or metadata address"
     if ip.is_multicast:
         return "a multicast address"
-    if ip.is_unspecified:
-        return "an unspecified address"
-    if ip.is_private or not ip.is_global:
+    if isinstance(ip, ipaddress.IPv6Address) and ip not in GLOBAL_UNICAST_V6:
+        return "a private or reserved address"
+    if ip.is_private or not ip.is_global or any(ip in network for network in NOT_PLAIN_GLOBAL):
         return "a private or reserved address"
     return None
 

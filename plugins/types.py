@@ -7,6 +7,7 @@ a 502 carrying the upstream status and a short detail (never credentials).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ __all__ = [
     "PlatformCapabilities",
     "PlatformError",
     "PlatformInfo",
+    "PlatformInputError",
     "PlatformTraits",
     "PollContext",
     "ProviderError",
@@ -142,6 +144,9 @@ class ProvisionContext:
     webhook_secret: str
     ingest_url: str
     allow_private: bool = False
+    # Awaited by a driver right after each upstream agent exists, before provisioning finishes:
+    # the service records it first, so a crash or a cancelled request cannot orphan it.
+    on_created: Callable[[DeployedAgent], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -354,3 +359,9 @@ class PlatformError(Exception):
         self.detail = detail
         self.upstream_status = upstream_status
         self.denied = denied
+
+
+class PlatformInputError(PlatformError):
+    """The caller's input cannot be used upstream (a base URL or region the egress guard
+    refuses or cannot resolve): the client gets a 400 with `detail`, not a 502. The detail
+    names the field, never how a host resolved."""

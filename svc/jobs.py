@@ -60,11 +60,18 @@ class Jobs:
     @classmethod
     def for_services(cls, services: Services) -> Jobs:
         """The jobs of a process's services (the scheduler actor builds its own)."""
+
+        async def poll_and_sweep(now: datetime) -> int:
+            """The run poll, then removing what crashed provisionings left upstream (same lease)."""
+            recorded = await services.run_poller.poll_once(now)
+            await services.installs.sweep_abandoned()
+            return recorded
+
         return cls(
             services.store,
             billing_cron=services.settings.billing_cron_schedule,
             charges=services.charges,
-            poll=services.run_poller.poll_once,
+            poll=poll_and_sweep,
             poll_seconds=services.settings.run_poll_seconds,
             mailer=services.mailer,
         )

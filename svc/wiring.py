@@ -9,13 +9,14 @@ installs (with the org governance gate), runtime, orgs, billing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
 from svc.authoring import Authoring
 from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, UsageReport
 from svc.core import Mailer, Runtime, Store, TTLCache, Vault
-from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter
+from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter, UserAdmin
 from svc.installs import Installs, RunPoller
 from svc.orgs import (
     Approvals,
@@ -30,7 +31,7 @@ from svc.orgs import (
 )
 from svc.runs import RunAnalytics, Runs
 from svc.runtime import LLM, InstallRunner, Outreach, RunService, Schedules, SecurityLog
-from svc.templates import Portability, Templates
+from svc.templates import Portability, Templates, archive_user_templates
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Services:
     plugins: Plugins
     mailer: Mailer
     accounts: Accounts
+    user_admin: UserAdmin
     keys: ApiKeys
     credentials: Credentials
     rate_limiter: RateLimiter | None
@@ -70,6 +72,14 @@ class Services:
     charges: Charges
     payouts: Payouts
     org_billing: OrgBilling
+
+    async def delete_user(self, who: str) -> dict[str, Any]:
+        """`svc users delete`: end the account (409 while it owns an org), cancel its personal
+        installs and archive its published personal templates (docs/auth.md)."""
+        result = await self.user_admin.tombstone(who)
+        result["installsCancelled"] = await self.installs.retire_user_installs(result["userId"])
+        result["templatesArchived"] = await archive_user_templates(self.store, result["userId"])
+        return result
 
     async def close(self) -> None:
         """Write out what is held in memory (rate-limit counts) before shut-down."""
@@ -124,6 +134,7 @@ def build_services(
         plugins=plugins,
         mailer=mailer,
         accounts=accounts,
+        user_admin=UserAdmin(store, accounts, key_cache),
         keys=api_keys,
         credentials=credentials,
         rate_limiter=RateLimiter(store, multiplier) if multiplier is not None else None,

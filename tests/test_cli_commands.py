@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tests.support.accounts import bearer
 from tests.support.templates import definition, publish_template, user_with_key
+from tests.support.waiting import wait_for
 
 SVC = str(Path(sys.executable).with_name("svc"))
 
@@ -62,3 +63,21 @@ async def test_templates_export_and_import_from_the_command_line(make_client, tm
         "templates", "export", template["id"], "--url", url, env={**os.environ, "SVC_API_KEY": ""}
     )
     assert code == 1 and "API key" in err
+
+
+async def test_an_operator_disables_and_deletes_a_user_from_the_command_line(make_client, db_uri, secret_key):
+    client = await make_client(rate_limit_multiplier=None)
+    caller, key = await user_with_key(client)
+    env = {**os.environ, "SVC_MONGODB_URI": db_uri, "SVC_SECRET_KEYS": secret_key}
+    code, _, err = await svc("users", "disable", caller.email, env=env)
+    assert code == 0, err
+
+    async def refused() -> bool:
+        return (await client.get("/api/auth/key-identity", headers=bearer(key))).status == 401
+
+    assert await wait_for(refused, timeout_s=10), "a disabled user's key stops working"
+    code, _, err = await svc("users", "delete", caller.email, env=env)
+    assert code == 0, err
+    assert (await client.get("/api/auth/me", headers=caller.cookie)).status == 401
+    code, _, err = await svc("users", "disable", "nobody@example.com", env=env)
+    assert code == 1 and "error: User not found" in err

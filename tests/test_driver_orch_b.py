@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from config.catalogue import UPSTREAM
-from plugins.egress import EgressDenied
 from plugins.manager import Plugins
 from plugins.types import (
     DeprovisionContext,
@@ -260,7 +259,8 @@ async def test_wrong_credentials_are_a_denied_platform_error(fake):
 
 
 async def test_the_egress_guard_refuses_loopback_without_allow_private(fake):
-    with pytest.raises(EgressDenied):
+    # A refusal is a PlatformError (the API's 502), never EgressDenied escaping as a 500.
+    with pytest.raises(PlatformError, match="the configured base URL is not allowed"):
         await make_plugins().provision("orchB", provision_context(fake, allow_private=False))
     assert fake.requests == []
 

@@ -43,6 +43,81 @@ def test_public_addresses_are_allowed(address):
     assert denial_reason(ipaddress.ip_address(address)) is None
 
 
+# Every form of address the guard must judge, with the reason it gives (None: allowed).
+# Tested on `denial_reason` itself so no URL parser or resolver can make a row pass.
+ADDRESS_TABLE: list[tuple[str, str | None]] = [
+    # IPv4
+    ("127.0.0.1", "a loopback address"),
+    ("127.255.255.254", "a loopback address"),
+    ("0.0.0.0", "an unspecified address"),
+    ("0.1.2.3", "a private or reserved address"),
+    ("10.0.0.1", "a private or reserved address"),
+    ("172.16.0.1", "a private or reserved address"),
+    ("172.31.255.255", "a private or reserved address"),
+    ("192.168.0.1", "a private or reserved address"),
+    ("100.64.0.1", "a private or reserved address"),
+    ("100.127.255.254", "a private or reserved address"),
+    ("169.254.169.254", "a link-local or metadata address"),
+    ("192.0.0.8", "a private or reserved address"),
+    ("192.0.2.1", "a private or reserved address"),
+    ("192.88.99.1", "a private or reserved address"),
+    ("198.18.0.1", "a private or reserved address"),
+    ("198.51.100.1", "a private or reserved address"),
+    ("203.0.113.1", "a private or reserved address"),
+    ("224.0.0.1", "a multicast address"),
+    ("239.255.255.250", "a multicast address"),
+    ("240.0.0.1", "a private or reserved address"),
+    ("255.255.255.255", "a private or reserved address"),
+    ("8.8.8.8", None),
+    ("1.1.1.1", None),
+    ("93.184.216.34", None),
+    # IPv6 special addresses
+    ("::", "an unspecified address"),
+    ("::1", "a loopback address"),
+    ("fe80::1", "a link-local or metadata address"),
+    ("febf::1", "a link-local or metadata address"),
+    ("fec0::1", "a site-local address"),
+    ("feff::1", "a site-local address"),
+    ("fc00::1", "a private or reserved address"),
+    ("fd12:3456::1", "a private or reserved address"),
+    ("ff02::1", "a multicast address"),
+    ("ff0e::1", "a multicast address"),
+    ("100::1", "a private or reserved address"),
+    ("2001:db8::1", "a private or reserved address"),
+    ("2001:2::1", "a private or reserved address"),
+    ("2001:10::1", "a private or reserved address"),
+    ("3fff::1", "a private or reserved address"),
+    ("4000::1", "a private or reserved address"),
+    ("5f00::1", "a private or reserved address"),
+    ("e000::1", "a private or reserved address"),
+    # IPv6 forms embedding IPv4, with an internal and with a public IPv4 inside
+    ("::ffff:127.0.0.1", "a loopback address"),
+    ("::ffff:10.0.0.1", "a private or reserved address"),
+    ("::ffff:169.254.169.254", "a link-local or metadata address"),
+    ("::ffff:8.8.8.8", "an IPv6 address embedding IPv4"),
+    ("::127.0.0.1", "an IPv6 address embedding IPv4"),
+    ("::10.0.0.1", "an IPv6 address embedding IPv4"),
+    ("::8.8.8.8", "an IPv6 address embedding IPv4"),
+    ("::ffff:0:127.0.0.1", "an IPv6 address embedding IPv4"),
+    ("::ffff:0:8.8.8.8", "an IPv6 address embedding IPv4"),
+    ("64:ff9b::7f00:1", "an IPv6 address embedding IPv4"),
+    ("64:ff9b::808:808", "an IPv6 address embedding IPv4"),
+    ("64:ff9b:1::a00:1", "an IPv6 address embedding IPv4"),
+    ("2002:7f00:1::", "an IPv6 address embedding IPv4"),
+    ("2002:808:808::", "an IPv6 address embedding IPv4"),
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "an IPv6 address embedding IPv4"),
+    # global unicast IPv6
+    ("2606:4700:4700::1111", None),
+    ("2001:4860:4860::8888", None),
+    ("2a00:1450:4001:80b::200e", None),
+]
+
+
+@pytest.mark.parametrize(("address", "reason"), ADDRESS_TABLE)
+def test_the_address_table(address, reason):
+    assert denial_reason(ipaddress.ip_address(address)) == reason
+
+
 @pytest.mark.parametrize(
     "url",
     [

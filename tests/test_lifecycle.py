@@ -27,9 +27,9 @@ import pytest
 import ray
 
 from svc.core.embedded import STATE_FILE, EmbeddedMongo
-from svc.core.vault import DEV_KEY_FILE
 from svc.core.embedded_child import SERVER_LOCK
 from svc.core.processes import MARKER_VARIABLE, ProcessInfo, alive, marked_processes
+from svc.core.vault import DEV_KEY_FILE
 
 SVC = str(Path(sys.executable).with_name("svc"))
 START_TIMEOUT_S = 180.0

@@ -34,6 +34,9 @@ async def test_webhook_queues_runs_and_posts_a_signed_callback(make_client, aioh
     hook = await aiohttp_server(app)
     caller, _, install_id = await svc_install(client, [member("lead")])
     token = await webhook_token(client, caller)
+    made = await client.post(f"/api/installs/{install_id}/callback-secret", headers=caller.cookie)
+    assert made.status == 201, await made.text()
+    callback_secret = (await made.json())["callbackSecret"]
     llm.script(text="webhook result", input_tokens=7, output_tokens=3)
     response = await client.post(
         f"/api/webhook/{token}",
@@ -54,7 +57,8 @@ async def test_webhook_queues_runs_and_posts_a_signed_callback(make_client, aioh
         "outputTokens": 3,
     }
     stamp = int(signature.split(",")[0][2:])
-    assert signature == sign(raw, token, stamp), "HMAC-SHA256 of '<t>.<body>' keyed by the webhook token"
+    assert signature == sign(raw, callback_secret, stamp), "HMAC-SHA256 of '<t>.<body>', the callback secret"
+    assert signature != sign(raw, token, stamp), "never keyed by the webhook token, which starts runs"
     assert llm.requests[0].body["messages"][0]["content"] == "from a webhook"
 
 

@@ -10,6 +10,7 @@ from api.context import principal, services, user_id
 from api.errors import error_response
 from api.routing import RouteTable
 from api.schemas import (
+    CallbackSecret,
     CredentialsUpdated,
     InstallCreated,
     InstallDeleted,
@@ -26,6 +27,8 @@ from svc.installs import CreateInstallBody
 from svc.runs import InvokeBody, SelfReportBody
 
 routes = RouteTable()
+# 500 names with values of a few hundred bytes fit easily; the app-wide cap is 2 MiB.
+SECRETS_BODY_MAX_BYTES = 1024 * 1024
 
 
 class KnownSecretsQuery(BaseModel):
@@ -112,9 +115,17 @@ async def set_secrets(request: web.Request) -> web.Response:
     """Merge install secrets (flat, or wrapped in `secrets`); stored encrypted."""
     install_id = request.match_info["installId"]
     updated = await services(request).installs.set_secrets(
-        principal(request), install_id, await read_json(request)
+        principal(request), install_id, await read_json(request, SECRETS_BODY_MAX_BYTES)
     )
     return web.json_response({"ok": True, "installId": install_id, "updatedKeys": updated})
+
+
+@routes.post("/api/installs/{id}/callback-secret", auth="K/S", status=201, response=CallbackSecret)
+async def rotate_callback_secret(request: web.Request) -> web.Response:
+    """Make (or replace) the secret that signs this install's callbacks; shown once."""
+    installs = services(request).installs
+    result = await installs.rotate_callback_secret(principal(request), request.match_info["id"])
+    return web.json_response(result, status=201)
 
 
 @routes.patch("/api/installs/{installId}/credentials", auth="K", response=CredentialsUpdated)

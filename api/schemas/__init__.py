@@ -39,6 +39,7 @@ from api.schemas.console import (
     ScheduleView,
 )
 from api.schemas.installs import (
+    CallbackSecret,
     CredentialsUpdated,
     InstallCreated,
     InstallDeleted,
@@ -92,6 +93,7 @@ __all__ = [
     "BillingReport",
     "BillingStatus",
     "BulkReply",
+    "CallbackSecret",
     "CancelBillingReply",
     "CancelPlanReply",
     "CancelRunReply",

@@ -161,3 +161,11 @@ class KnownSecrets(Reply):
     """GET /api/secrets/known: the subset of the asked names the vault holds for the company."""
 
     known: list[str]
+
+
+class CallbackSecret(Reply):
+    """POST /api/installs/:id/callback-secret: the new signing secret, shown in this answer only."""
+
+    installId: str
+    callbackSecret: str
+    rotatedAt: str

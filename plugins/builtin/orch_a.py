@@ -32,6 +32,7 @@ from plugins.types import (
     PlatformCapabilities,
     PlatformError,
     PlatformInfo,
+    PlatformInputError,
     PlatformTraits,
     ProvisionContext,
     ProvisionResult,
@@ -46,6 +47,11 @@ ROLE_ALIASES = {"manager": "pm", "product manager": "pm", "developer": "engineer
 LOCAL_ADAPTERS = {"providerA": "claude_local", "providerB": "codex_local", "providerC": "gemini_local"}
 WEBHOOK_SECRET_HEADER = "X-Svc-Webhook-Secret"
 HTTP_TIMEOUT_MS = 120_000
+# No word on how the host resolved: that would be a host-name oracle for key holders.
+ORCH_A_REFUSED = (
+    "credentials.orchABaseUrl: base URL not allowed (only public addresses are reached unless the "
+    "operator sets SVC_EGRESS_ALLOW_PRIVATE=true for an orchA on a private network)"
+)
 RUN_ID_HEADER = "X-Paperclip-Run-Id"
 # What a deployer can do about Paperclip's refusals (appended to the 502's message).
 HINTS = {
@@ -205,8 +211,8 @@ class Client:
         """One request; the JSON body of a 2xx answer."""
         try:
             response = await self.http.request(method, f"{self.base}{path}", json=body, headers=headers)
-        except EgressDenied as exc:
-            raise PlatformError(f"orchA base URL refused: {exc}") from None
+        except EgressDenied:
+            raise PlatformInputError(ORCH_A_REFUSED) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise PlatformError(
                 f"orchA {method} {path} failed: {type(exc).__name__} "

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from config.catalogue import UPSTREAM
-from plugins.egress import egress_client
+from plugins.egress import EgressDenied, egress_client
 from plugins.hookspecs import hookimpl
 from plugins.types import (
     CredentialField,
@@ -28,6 +28,7 @@ from plugins.types import (
     PlatformCapabilities,
     PlatformError,
     PlatformInfo,
+    PlatformInputError,
     PlatformTraits,
     PollContext,
     ProvisionContext,
@@ -76,7 +77,7 @@ def _base_url(credentials: dict[str, str]) -> str:
         return override.rstrip("/")
     region = credentials.get("region", "")
     if not isinstance(region, str) or not REGION_RE.fullmatch(region):
-        raise PlatformError("orchB region is invalid")
+        raise PlatformInputError("credentials.region: orchB region is invalid")
     return DEFAULT_BASE_URL.format(region=region)
 
 
@@ -118,6 +119,13 @@ async def _call(
         response = await client.request(method, url, headers=_headers(credentials), **kwargs)
     except httpx.TimeoutException:
         raise PlatformError(f"orchB {what} timed out") from None
+    except EgressDenied:
+        # Without an operator override the host is made from the caller's region: their input.
+        if os.environ.get(BASE_URL_ENV, "").strip():
+            raise PlatformError(f"orchB {what} failed: the configured base URL is not allowed") from None
+        raise PlatformInputError(
+            "credentials.region: the orchB host for this region cannot be reached"
+        ) from None
     except httpx.HTTPError as exc:
         raise PlatformError(f"orchB {what} failed: {type(exc).__name__}") from None
     if not response.is_success:
@@ -231,6 +239,8 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
                 if not isinstance(agent_id, str) or not agent_id:
                     raise PlatformError("orchB agents/upsert returned no agent_id", response.status_code)
                 created.append(DeployedAgent(key=agent["key"], externalId=agent_id, name=agent["name"]))
+                if context.on_created is not None:
+                    await context.on_created(created[-1])
         except PlatformError as exc:
             left = await _rollback(client, base, created, credentials)
             log.warning(

@@ -104,9 +104,10 @@ class UsageReport:
         self, principal: Principal, query: BillingQuery, now: datetime | None = None
     ) -> Document:
         """The spec's GET /api/billing body."""
-        template = await self._template(query)
+        # The scope check comes first: after the lookup it told a missing slug from a private one.
         if principal.install_id is not None and query.installId != principal.install_id:
             raise Forbidden(f"This key is scoped to install {principal.install_id}; pass that installId")
+        template = await self._template(query)
         scope: Document = {"templateId": template["_id"]}
         install = None
         if query.installId is not None:

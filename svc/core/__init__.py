@@ -22,7 +22,9 @@ from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import Governance, Runtime, RuntimeFailure
 from svc.core.reaper import Reaper
+from svc.core.slots import Slots
 from svc.core.store import Document, Store
+from svc.core.text import DisplayName, DisplayText
 from svc.core.timeline import KINDS, Kind, Timeline, TimelineQuery, actor_of
 from svc.core.tokens import is_api_key
 from svc.core.vault import Vault
@@ -32,6 +34,8 @@ __all__ = [
     "BadGateway",
     "BadRequest",
     "Conflict",
+    "DisplayName",
+    "DisplayText",
     "Document",
     "EmbeddedMongo",
     "Forbidden",
@@ -48,6 +52,7 @@ __all__ = [
     "Runtime",
     "RuntimeFailure",
     "ServiceError",
+    "Slots",
     "Store",
     "TTLCache",
     "Timeline",

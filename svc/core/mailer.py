@@ -163,7 +163,8 @@ class Mailer:
             {"_id": doc["_id"]},
             {
                 "$set": {"status": "sent", "attempts": attempts, "sentAt": utcnow()},
-                "$unset": {"nextAttemptAt": ""},
+                # Once delivered the body is dropped: it may carry a credential (an invitation link).
+                "$unset": {"nextAttemptAt": "", "body": ""},
             },
         )
         return True

@@ -13,6 +13,7 @@ from svc.identity.accounts import (
 from svc.identity.credentials import Credentials, Principal, require_unscoped
 from svc.identity.keys import ApiKeys, CreateKeyBody
 from svc.identity.ratelimit import RateLimiter
+from svc.identity.user_admin import UserAdmin
 
 __all__ = [
     "EMAIL_PATTERN",
@@ -26,6 +27,7 @@ __all__ = [
     "Principal",
     "RateLimiter",
     "SignupBody",
+    "UserAdmin",
     "normalise_email",
     "public_user",
     "require_unscoped",

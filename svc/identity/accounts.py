@@ -20,6 +20,7 @@ from pymongo.errors import DuplicateKeyError
 from svc.core import (
     BadRequest,
     Conflict,
+    DisplayName,
     Document,
     Forbidden,
     RequestBody,
@@ -45,7 +46,7 @@ class SignupBody(RequestBody):
 
     email: str = Field(max_length=254)
     password: str = Field(min_length=8, max_length=1024)
-    name: str | None = Field(default=None, max_length=100)
+    name: DisplayName | None = Field(default=None, max_length=100)
 
 
 class LoginBody(RequestBody):
@@ -58,7 +59,7 @@ class LoginBody(RequestBody):
 class HandleBody(RequestBody):
     """PATCH /api/auth/me."""
 
-    handle: str | None = None
+    handle: str | None = Field(default=None, max_length=200)
 
 
 def normalise_email(raw: str) -> str:
@@ -130,7 +131,7 @@ class Accounts:
         user = await self.store.users.find_one({"email": body.email.strip().lower()})
         encoded = user["passwordHash"] if user else passwords.DUMMY_HASH
         matches = await asyncio.to_thread(passwords.verify_password, body.password, encoded)
-        if user is None or not matches:
+        if user is None or not matches or user.get("disabled"):
             raise Unauthorized("Invalid email or password")
         return user, await self.start_session(user["_id"])
 
@@ -179,7 +180,14 @@ class Accounts:
             if user is None:
                 raise Unauthorized("Not authenticated")
             self._users.put(user_id, user)
+        # A disabled or deleted account's credentials are stale too (svc users disable|delete).
+        if user.get("disabled") or user.get("deletedAt") is not None:
+            raise Unauthorized("Not authenticated")
         return user
+
+    def forget_user(self, user_id: str) -> None:
+        """Drop the cached account so the next credential check reads it again."""
+        self._users.revoke(user_id)
 
     async def set_handle(self, user_id: str, body: HandleBody) -> str:
         """Set the public handle once: normalised, 2 to 24 characters, unique."""

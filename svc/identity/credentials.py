@@ -68,7 +68,7 @@ class Credentials:
         key_hash = tokens.digest(raw)
         cached = self.key_cache.get(key_hash)
         if cached is not None:
-            return cached
+            return await self._live_owner(cached)
         doc = await self.store.api_keys.find_one({"keyHash": key_hash})
         if doc is None:
             raise Unauthorized(INVALID_KEY)
@@ -81,11 +81,22 @@ class Credentials:
             linked_install_id=doc.get("linkedInstallId"),
         )
         self.key_cache.put(key_hash, caller)
+        return await self._live_owner(caller)
+
+    async def _live_owner(self, caller: Principal) -> Principal:
+        """The key's principal while its user exists and is not disabled; else `Invalid API key`."""
+        if caller.user_id is not None:
+            try:
+                await self.accounts.get_user(caller.user_id)
+            except Unauthorized:
+                raise Unauthorized(INVALID_KEY) from None
         return caller
 
     async def from_session(self, token: str) -> Principal:
         """The `svc_session` cookie; 401 `Not authenticated` or `Session expired`."""
-        return Principal(via="session", user_id=await self.accounts.session_user_id(token))
+        user_id = await self.accounts.session_user_id(token)
+        await self.accounts.get_user(user_id)  # 401 once the account is disabled or deleted
+        return Principal(via="session", user_id=user_id)
 
     def from_app_key(self, raw: str) -> Principal:
         """An application key from APP_API_KEYS; 401 `Invalid API key` otherwise."""

@@ -18,6 +18,7 @@ from svc.core import (
     Forbidden,
     NotFound,
     RequestBody,
+    Slots,
     Store,
     Timeline,
     TTLCache,
@@ -121,7 +122,9 @@ class ApiKeys:
         self, org_id: str, label: str | None, created_by: str, cap: int
     ) -> dict[str, Any]:
         """A new org key (stored by hash only; the raw value is in this answer only)."""
-        if await self.store.api_keys.count_documents({"orgId": org_id}) >= cap:
+        # The cap and the insert are one claim on the org's counter (racing creates cannot both pass).
+        slots = Slots(self.store["org_key_slots"])
+        if not await slots.claim(org_id, cap, lambda: self.store.api_keys.count_documents({"orgId": org_id})):
             raise Conflict(f"Key limit reached ({cap} keys); revoke one first")
         raw = tokens.new_api_key()
         doc = {
@@ -134,7 +137,11 @@ class ApiKeys:
             "createdBy": created_by,
             "createdAt": utcnow(),
         }
-        await self.store.api_keys.insert_one(doc)
+        try:
+            await self.store.api_keys.insert_one(doc)
+        except BaseException:
+            await slots.release(org_id)
+            raise
         return {"id": doc["_id"], "key": raw, "label": label, "createdAt": iso(doc["createdAt"])}
 
     async def revoke_org_keys(self, org_id: str, key_id: str | None = None) -> int:
@@ -143,7 +150,8 @@ class ApiKeys:
         docs = await self.store.api_keys.find(query, {"keyHash": 1}).to_list(None)
         for doc in docs:
             self.key_cache.revoke(doc["keyHash"])
-        await self.store.api_keys.delete_many({"_id": {"$in": [d["_id"] for d in docs]}})
+        deleted = await self.store.api_keys.delete_many({"_id": {"$in": [d["_id"] for d in docs]}})
+        await Slots(self.store["org_key_slots"]).release(org_id, deleted.deleted_count)
         return len(docs)
 
     async def _check_install_owner(self, user_id: str, install_id: str) -> None:

@@ -4,16 +4,21 @@ secret names, the team's depth and the payment fields (the one check that reads 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from config.catalogue import DEFAULT_PLATFORM
 from plugins.types import OPTIONAL_FIELDS, PlatformInfo
-from svc.core import BadRequest, RequestBody, Store
+from svc.core import BadRequest, DisplayName, RequestBody, Store
 from svc.templates import VARIABLE_REFERENCE, hierarchy_depth
 
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Names an install may hold, as the org vault holds at most 500: each is a vault write and
+# is substituted into every prompt, so an unbounded map is a cost and a slow request.
+MAX_INSTALL_SECRETS = 500
+# A credential, variable or secret value, as `unwrap` bounds the PATCH forms.
+FieldValue = Annotated[str, Field(max_length=65_536)]
 BILLING_FIELDS = ("deployerEmail", "payCustomerId", "payPaymentMethodId")
 # Credentials the spec lets the body carry at its top level (a platform's `top_level_credentials`).
 TOP_LEVEL_CREDENTIALS = ("orchABaseUrl", "orchAApiKey")
@@ -24,12 +29,12 @@ class CreateInstallBody(RequestBody):
 
     templateId: str = Field(min_length=1, max_length=64)
     platform: str = Field(default=DEFAULT_PLATFORM, max_length=64)
-    credentials: dict[str, str] | None = None
-    variables: dict[str, str] | None = None
-    secrets: dict[str, str] | None = None
+    credentials: dict[str, FieldValue] | None = Field(default=None, max_length=50)
+    variables: dict[str, FieldValue] | None = Field(default=None, max_length=100)
+    secrets: dict[str, FieldValue] | None = Field(default=None, max_length=MAX_INSTALL_SECRETS)
     model: str | None = Field(default=None, max_length=100)
     companyId: str | None = Field(default=None, max_length=200)
-    companyName: str | None = Field(default=None, max_length=200)
+    companyName: DisplayName | None = Field(default=None, max_length=200)
     adapterType: str | None = Field(default=None, max_length=50)
     webhookUrl: str | None = Field(default=None, max_length=2048)
     cwd: str | None = Field(default=None, max_length=1024)
@@ -119,6 +124,8 @@ def check_variables(definition: dict[str, Any], variables: dict[str, str]) -> di
 
 
 def check_secret_names(values: dict[str, str]) -> dict[str, str]:
+    if len(values) > MAX_INSTALL_SECRETS:
+        raise BadRequest(f"secrets: at most {MAX_INSTALL_SECRETS} names per install (got {len(values)})")
     for name in values:
         if not SECRET_NAME.fullmatch(name):
             raise BadRequest(f"secrets.{name}: not a valid secret name (letters, digits, _)")

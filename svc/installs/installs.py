@@ -22,8 +22,10 @@ from plugins.types import (
     InvokeContext,
     PlatformError,
     PlatformInfo,
+    PlatformInputError,
     PlatformTraits,
     ProvisionContext,
+    ProvisionResult,
 )
 from svc.core import (
     BadGateway,
@@ -44,6 +46,8 @@ from svc.core import (
 )
 from svc.identity import Credentials, Principal, require_unscoped
 from svc.installs import reach
+from svc.installs.abandoned import AbandonedInstalls
+from svc.installs.callback_secret import rotate_callback_secret
 from svc.installs.fields import (
     BILLING_FIELDS,
     CreateInstallBody,
@@ -57,6 +61,7 @@ from svc.installs.fields import (
 )
 from svc.installs.remembered import RememberedSecrets
 from svc.installs.removal import InstallRemoval
+from svc.installs.secret_merge import merge_capped_secrets
 from svc.installs.summaries import managed_summaries
 from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
 from svc.templates import claim_install, is_owner, owner_of, release_install
@@ -71,7 +76,7 @@ async def touch_last_run(store: Store, install_id: str) -> None:
     await store.installs.update_one({"_id": install_id}, {"$set": {"lastRunAt": utcnow()}})
 
 
-class Installs(InstallRemoval):
+class Installs(InstallRemoval, AbandonedInstalls):
     """Create, list, configure and remove installs."""
 
     def __init__(
@@ -186,14 +191,34 @@ class Installs(InstallRemoval):
             webhook_secret=webhook_secret,
             ingest_url=f"{self.settings.public_url}/api/runs/ingest",
             allow_private=self.settings.egress_allow_private,
+            on_created=lambda agent: self._record_upstream(install_id, agent),
         )
         try:
             result = await self.plugins.provision(platform.id, context)
         except BaseException as exc:
             await self._forget(install_id)
             if isinstance(exc, PlatformError):
-                raise BadGateway(exc.detail, upstreamStatus=exc.upstream_status) from None
+                raise platform_failure(exc) from None
             raise
+        try:
+            return await self._finish_install(principal, platform, doc, result, install_secrets, company_id)
+        except BaseException:
+            # Provisioned upstream but not recorded here (a failed write, a cancelled request):
+            # remove what was made rather than leave it running and the install invisible.
+            await self._abandon(doc, result.deployed_agents)
+            raise
+
+    async def _finish_install(
+        self,
+        principal: Principal,
+        platform: PlatformInfo,
+        doc: Document,
+        result: ProvisionResult,
+        install_secrets: dict[str, str],
+        company_id: str | None,
+    ) -> dict[str, Any]:
+        """Record what provisioning made: the steps after the upstream call."""
+        install_id = doc["_id"]
         if platform.traits.uses_secrets and install_secrets:
             await self.remembered.remember(
                 owner_of(principal), company_id or result.company_id, install_secrets
@@ -270,7 +295,10 @@ class Installs(InstallRemoval):
 
     async def _installable_template(self, principal: Principal, template_id: str) -> Document:
         template = await self.store["templates"].find_one({"_id": template_id, "kind": "template"})
-        public = template is not None and template["visibility"] == "public" and template["status"] != "draft"
+        # Someone else's draft or archived template is "not there", as GET answers (404, not 409).
+        public = (
+            template is not None and template["visibility"] == "public" and template["status"] == "published"
+        )
         if template is None or not (public or is_owner(principal, template)):
             raise NotFound("Template not found")
         if template["status"] == "draft":
@@ -302,6 +330,10 @@ class Installs(InstallRemoval):
         """The subset of `keys` the vault holds for this company (and this owner)."""
         require_unscoped(principal)
         return await self.remembered.known(owner_of(principal), company_id, keys)
+
+    async def rotate_callback_secret(self, principal: Principal, install_id: str) -> dict[str, str]:
+        """A new callback signing secret for an install the principal reaches; shown only here."""
+        return await rotate_callback_secret(self.store, self.vault, await self.owned(principal, install_id))
 
     async def owned(self, principal: Principal, install_id: str) -> Document:
         """The install, if the principal reaches it (svc.installs.reach); else 404."""
@@ -355,9 +387,7 @@ class Installs(InstallRemoval):
             raise BadRequest(f"secrets are not accepted for platform {doc['platform']}")
         values = check_secret_names(unwrap(body, "secrets"))
         encrypted = {f"secretsEncrypted.{k}": self.vault.encrypt(v) for k, v in values.items()}
-        await self.store.installs.update_one(
-            {"_id": install_id}, {"$set": {**encrypted, "updatedAt": utcnow()}}
-        )
+        await merge_capped_secrets(self.store, doc, encrypted)
         await self.remembered.remember(owner_of(principal), doc.get("companyId"), values)
         await self._audit(principal, install_id, "secret", "secrets.set", {"keys": sorted(values)})
         return sorted(values)
@@ -410,6 +440,8 @@ class Installs(InstallRemoval):
         supervisor = next(iter(doc.get("deployedAgents") or []), {}).get("key")
         try:
             result = await self.plugins.invoke(doc["platform"], context)
+        except PlatformInputError as exc:
+            raise BadRequest(exc.detail) from None
         except PlatformError as exc:
             await self.runs.record(
                 doc, agent_key=supervisor, status="failed", source="invoke", error_message=exc.detail
@@ -471,3 +503,10 @@ class Installs(InstallRemoval):
 
     def _decrypt_json(self, token: str | None) -> dict[str, Any]:
         return json.loads(self.vault.decrypt(token)) if token else {}
+
+
+def platform_failure(exc: PlatformError) -> BadRequest | BadGateway:
+    """The caller's input refused is a 400; anything else upstream is the spec's 502."""
+    if isinstance(exc, PlatformInputError):
+        return BadRequest(exc.detail)
+    return BadGateway(exc.detail, upstreamStatus=exc.upstream_status)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pymongo import UpdateOne
+
 from svc.core import Document, Store, Vault, tokens, utcnow
 
 
@@ -23,8 +25,9 @@ class RememberedSecrets:
         """Keep an encrypted copy of each value."""
         scope = self._scope(owner, company_id)
         now = utcnow()
-        for name, value in values.items():
-            await self.store["vault_secrets"].update_one(
+        # One batched write: a write per name took ~90 ms each on the embedded store.
+        writes = [
+            UpdateOne(
                 {**scope, "key": name},
                 {
                     "$set": {"valueEncrypted": self.vault.encrypt(value), "updatedAt": now},
@@ -32,6 +35,10 @@ class RememberedSecrets:
                 },
                 upsert=True,
             )
+            for name, value in values.items()
+        ]
+        if writes:
+            await self.store["vault_secrets"].bulk_write(writes, ordered=False)
 
     async def prefill(
         self, owner: Document, company_id: str | None, definition: dict[str, Any]

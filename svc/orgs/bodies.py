@@ -7,13 +7,13 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from svc.core import RequestBody
+from svc.core import DisplayName, RequestBody
 
 
 class CreateOrgBody(RequestBody):
     """POST /api/orgs."""
 
-    name: str = Field(min_length=1, max_length=100)
+    name: DisplayName = Field(min_length=1, max_length=100)
 
     @field_validator("name")
     @classmethod
@@ -26,7 +26,7 @@ class CreateOrgBody(RequestBody):
 class UpdateOrgBody(RequestBody):
     """PATCH /api/orgs/:slug (any of the fields)."""
 
-    name: str | None = Field(default=None, min_length=1, max_length=100)
+    name: DisplayName | None = Field(default=None, min_length=1, max_length=100)
     billingEmail: str | None = Field(default=None, max_length=254)
     avatarUrl: str | None = Field(default=None, max_length=2048)
 
@@ -75,7 +75,7 @@ class ApprovalRequestBody(RequestBody):
 
     installId: str = Field(min_length=1, max_length=64)
     templateId: str = Field(min_length=1, max_length=64)
-    templateName: str = Field(min_length=1, max_length=200)
+    templateName: DisplayName = Field(min_length=1, max_length=200)
 
 
 class ApprovalDecisionBody(RequestBody):

@@ -10,7 +10,7 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
-from svc.core import BadRequest, Conflict, NotFound, Store, Vault, iso, tokens, utcnow
+from svc.core import BadRequest, Conflict, NotFound, Slots, Store, Vault, iso, tokens, utcnow
 from svc.orgs.access import MAX_LISTED, OrgAccess
 from svc.orgs.audit import AuditLog
 from svc.orgs.bodies import SecretBody
@@ -35,6 +35,8 @@ class OrgSecrets:
         self.org_access = org_access
         self.audit = audit
         self.vault = vault
+        # The 500-secret cap is a claim on a per-org counter, not a count before the insert.
+        self.slots = Slots(store["org_secret_slots"])
 
     async def secrets(self, user_id: str, slug: str) -> list[dict[str, Any]]:
         """Secret names and dates (never values), by key."""
@@ -63,8 +65,7 @@ class OrgSecrets:
         now = utcnow()
         collection = self.store["org_secrets"]
         existing = await collection.count_documents({"orgId": org_id, "key": key}) > 0
-        if not existing and await collection.count_documents({"orgId": org_id}) >= MAX_LISTED:
-            raise Conflict(f"Secret limit reached ({MAX_LISTED}); delete one first")
+        claimed = not existing and await self._claim(org_id)
         for _ in range(2):
             try:
                 result = await collection.update_one(
@@ -79,10 +80,30 @@ class OrgSecrets:
             except DuplicateKeyError:
                 continue
         else:
+            if claimed:
+                await self.slots.release(org_id)
             raise Conflict("Concurrent update; try again")
-        action = "secret.created" if result.upserted_id is not None else "secret.updated"
+        created = result.upserted_id is not None
+        if claimed and not created:
+            await self.slots.release(org_id)  # a racing request created it first
+        elif created and not claimed:
+            # Deleted between the check and the write, so this made a new one: it needs a slot.
+            try:
+                await self._claim(org_id)
+            except Conflict:
+                await collection.delete_one({"_id": result.upserted_id})
+                raise
+        action = "secret.created" if created else "secret.updated"
         await self.audit.record(org_id, action, access.actor, {"key": key})
         return key
+
+    async def _claim(self, org_id: str) -> bool:
+        """Take one of the org's secret slots; 409 when all are taken."""
+        collection = self.store["org_secrets"]
+        existing = lambda: collection.count_documents({"orgId": org_id})  # noqa: E731
+        if not await self.slots.claim(org_id, MAX_LISTED, existing):
+            raise Conflict(f"Secret limit reached ({MAX_LISTED}); delete one first")
+        return True
 
     async def delete_secret(self, user_id: str, slug: str, raw_key: str) -> None:
         """Remove a secret; 404 when there is none of that name."""
@@ -91,8 +112,10 @@ class OrgSecrets:
         deleted = await self.store["org_secrets"].delete_one({"orgId": access.org["_id"], "key": key})
         if not deleted.deleted_count:
             raise NotFound("Secret not found")
+        await self.slots.release(access.org["_id"])
         await self.audit.record(access.org["_id"], "secret.deleted", access.actor, {"key": key})
 
     async def delete_all(self, org_id: str) -> None:
         """Delete every secret of an org being deleted."""
         await self.store["org_secrets"].delete_many({"orgId": org_id})
+        await self.slots.forget(org_id)

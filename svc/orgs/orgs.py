@@ -289,13 +289,27 @@ class Orgs:
             raise NotFound("Target user is not a member")
         if body.newOwnerId == user_id:
             raise BadRequest("You already own this org")
-        # Promote first: a crash in between leaves two owners, never none.
-        await self.store.org_members.update_one({"_id": target["_id"]}, {"$set": {"role": "owner"}})
-        await self.store.orgs.update_one(
-            {"_id": org["_id"]}, {"$set": {"ownerId": body.newOwnerId, "updatedAt": utcnow()}}
+        # One conditional sequence: each step states what it expects and the ones before are
+        # undone when it finds otherwise. Promote first (an owner cannot be removed, so the target
+        # can no longer leave), then move the org, then demote; a crash in between leaves two
+        # owners, never none.
+        promoted = await self.store.org_members.update_one(
+            {"_id": target["_id"], "orgId": org["_id"], "userId": body.newOwnerId},
+            {"$set": {"role": "owner"}},
         )
+        if not promoted.matched_count:
+            raise NotFound("Target user is not a member")  # they left meanwhile: nothing changed
+        moved = await self.store.orgs.update_one(
+            {"_id": org["_id"], "ownerId": user_id},
+            {"$set": {"ownerId": body.newOwnerId, "updatedAt": utcnow()}},
+        )
+        if not moved.matched_count:
+            await self.store.org_members.update_one(
+                {"_id": target["_id"], "role": "owner"}, {"$set": {"role": target["role"]}}
+            )
+            raise Conflict("The org changed hands meanwhile; nothing was transferred")
         await self.store.org_members.update_one(
-            {"orgId": org["_id"], "userId": user_id}, {"$set": {"role": "member"}}
+            {"orgId": org["_id"], "userId": user_id, "role": "owner"}, {"$set": {"role": "member"}}
         )
         meta = {"fromUserId": user_id, "toUserId": body.newOwnerId, "previousRole": target["role"]}
         await self.audit.record(org["_id"], "org.transferred", access.actor, meta)

@@ -316,11 +316,15 @@ class InstallRunner:
                 **({"pausedAtGate": outcome["pausedAtGate"]} if outcome.get("pausedAtGate") else {}),
             }
         ).encode()
-        token = install.get("webhookTokenEncrypted")
-        secret = self.vault.decrypt(token) if token else ""
+        # Signed with the install's callback secret, never the webhook token (which starts runs);
+        # an install that has not made one yet gets unsigned callbacks (docs/webhooks.md).
+        stored = install.get("callbackSecretEncrypted")
+        secret = self.vault.decrypt(stored) if stored else None
         async with egress_client(self.allow_private, timeout=15.0) as client:
             for attempt in range(CALLBACK_ATTEMPTS):
-                headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(body, secret)}
+                headers = {"Content-Type": "application/json"}
+                if secret is not None:
+                    headers[SIGNATURE_HEADER] = sign(body, secret)
                 try:
                     response = await client.post(url, content=body, headers=headers)
                     if response.status_code < 500 and response.status_code != 429:

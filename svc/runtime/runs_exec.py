@@ -276,7 +276,7 @@ class HeartbeatBody(RequestBody):
     runId: str = Field(min_length=1, max_length=200)
     agentId: str = Field(min_length=1, max_length=200)
     companyId: str | None = Field(default=None, max_length=200)
-    context: dict[str, Any] = Field(default_factory=dict)
+    context: dict[str, Any] = Field(default_factory=dict, max_length=100)
 
 
 class RuntimeTestBody(RequestBody):

@@ -9,6 +9,7 @@ from svc.templates.definitions import (
     hierarchy_depth,
     json_schema,
 )
+from svc.templates.owner_archive import archive_user_templates
 from svc.templates.portability import ImportQuery, Portability, export_schema
 from svc.templates.resources import (
     LIST_DEFAULT,
@@ -49,6 +50,7 @@ __all__ = [
     "Templates",
     "UpdateTemplateBody",
     "VersionList",
+    "archive_user_templates",
     "backfill_install_counts",
     "check_definition",
     "claim_install",

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from config.catalogue import AGENT_MODELS
-from svc.core import BadRequest
+from svc.core import BadRequest, DisplayName, DisplayText
 
 AgentModel = Literal[AGENT_MODELS]  # type: ignore[valid-type]
 HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -80,14 +80,16 @@ class Agent(Strict):
     """One member of the team."""
 
     key: str = Field(pattern=KEY_PATTERN, description="unique within the team")
-    name: str = Field(min_length=1, max_length=200)
-    title: str = Field(default="", max_length=200)
-    role: str = Field(default="", max_length=100)
+    name: DisplayName = Field(min_length=1, max_length=200)
+    title: DisplayName = Field(default="", max_length=200)
+    role: DisplayName = Field(default="", max_length=100)
     capabilities: str = Field(default="", max_length=5000)
     model: AgentModel
     prompt: str = Field(default="", max_length=MAX_PROMPT)
     adapterType: str | None = Field(default=None, max_length=50)
-    reportsTo: str | None = Field(default=None, description="key of this agent's manager; none for the root")
+    reportsTo: str | None = Field(
+        default=None, max_length=64, description="key of this agent's manager; none for the root"
+    )
     accessPolicy: AccessPolicy | None = None
 
 
@@ -95,9 +97,9 @@ class Gate(Strict):
     """A human gate: the pipeline pauses after step `after` until a person decides."""
 
     name: str = Field(pattern=KEY_PATTERN)
-    after: str = Field(description="key of the agent whose step the gate follows")
+    after: str = Field(max_length=64, description="key of the agent whose step the gate follows")
     kind: GateKind = "approval"
-    description: str | None = Field(default=None, max_length=1000)
+    description: DisplayText | None = Field(default=None, max_length=1000)
 
 
 class TeamDefinition(Strict):
@@ -106,7 +108,7 @@ class TeamDefinition(Strict):
     model_config = ConfigDict(strict=True, extra="ignore", title="TeamDefinition")
 
     version: Literal["v1"] = "v1"
-    description: str = Field(default="", max_length=5000)
+    description: DisplayText = Field(default="", max_length=5000)
     requiredVariables: list[InputName] = Field(
         default_factory=list, max_length=100, json_schema_extra={"uniqueItems": True}
     )

@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from svc.core import (
     BadRequest,
+    DisplayName,
+    DisplayText,
     Document,
     RequestBody,
     aware,
@@ -57,9 +59,9 @@ class CreateTemplateBody(Pricing):
     """POST /api/templates."""
 
     slug: str = Field(pattern=SLUG_PATTERN, max_length=64)
-    name: str = Field(min_length=1, max_length=200)
-    description: str = Field(default="", max_length=5000)
-    ownerTeam: str = Field(default="", max_length=200)
+    name: DisplayName = Field(min_length=1, max_length=200)
+    description: DisplayText = Field(default="", max_length=5000)
+    ownerTeam: DisplayName = Field(default="", max_length=200)
     visibility: Visibility = "team"
     definition: TeamDefinition
     forkable: bool = True
@@ -70,9 +72,9 @@ class UpdateTemplateBody(RequestBody):
 
     definition: TeamDefinition | None = None
     changeLog: str | None = Field(default=None, max_length=10_000)
-    name: str | None = Field(default=None, min_length=1, max_length=200)
-    description: str | None = Field(default=None, max_length=5000)
-    ownerTeam: str | None = Field(default=None, max_length=200)
+    name: DisplayName | None = Field(default=None, min_length=1, max_length=200)
+    description: DisplayText | None = Field(default=None, max_length=5000)
+    ownerTeam: DisplayName | None = Field(default=None, max_length=200)
     visibility: Visibility | None = None
     pricingModel: PricingModel | None = None
     priceUsdCents: int | None = Field(default=None, ge=1, le=MAX_PRICE_CENTS)

@@ -14,6 +14,7 @@ so tests can check the driver never repeats it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -49,6 +50,10 @@ class FakeOrchB:
     requests: list[Recorded] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
     upserts: int = 0
+    # `hold_upsert_at=N` keeps the Nth upsert waiting (after `holding` is set) until `release` is set.
+    hold_upsert_at: int | None = None
+    holding: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def authorization(self) -> str:
@@ -126,6 +131,9 @@ async def upsert(request: web.Request) -> web.Response:
     if "metadata" in body and not isinstance(body["metadata"], dict):
         return _error(400, "metadata must be an object", request)
     fake.upserts += 1
+    if fake.hold_upsert_at is not None and fake.upserts == fake.hold_upsert_at:
+        fake.holding.set()
+        await fake.release.wait()
     if fake.fail_upsert_at is not None and fake.upserts == fake.fail_upsert_at:
         return _error(500, "internal error while saving the agent", request)
     agent_id = body.get("agent_id") or str(uuid.uuid4())
