@@ -105,7 +105,6 @@ def build_services(
     accounts = Accounts(store)
     key_cache: TTLCache[str, Principal] = TTLCache()
     credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
-    api_keys = ApiKeys(store, vault, key_cache)
     templates = Templates(store, mailer)
     tokenless = frozenset(p.id for p in plugins.platforms() if not p.traits.reports_tokens)
     runs = Runs(store, tokenless)
@@ -113,6 +112,8 @@ def build_services(
     org_access = OrgAccess(store, accounts)
     governance = Governance(store, org_access, audit, mailer, settings.public_url)
     installs = Installs(store, vault, plugins, credentials, settings, runs, governance)
+    outreach = Outreach(store, installs)
+    api_keys = ApiKeys(store, vault, key_cache, installs.deployer_may_reach)
     llm = LLM(plugins, settings, store)
     invitations = Invitations(store, org_access, audit, mailer, settings.public_url)
     approvals = Approvals(store, org_access, audit, mailer, governance, installs)
@@ -145,10 +146,10 @@ def build_services(
         run_poller=RunPoller(store, vault, plugins, runs, settings),
         installs=installs,
         llm=llm,
-        run_service=RunService(store, installs, runtime),
+        run_service=RunService(store, installs, runtime, outreach),
         security_log=SecurityLog(store),
         schedules=Schedules(store, installs, runtime),
-        outreach=Outreach(store, installs),
+        outreach=outreach,
         authoring=Authoring(llm),
         org_access=org_access,
         orgs=Orgs(

@@ -24,7 +24,7 @@ from api.schemas import (
     TimelinePage,
 )
 from api.timeline import timeline_response
-from svc.core import Conflict, NotFound, TimelineQuery
+from svc.core import NotFound, TimelineQuery
 from svc.runtime import (
     MAX_DRAFT_ID,
     BulkBody,
@@ -178,21 +178,10 @@ async def edit_draft(request: web.Request, body: DraftEdit) -> web.Response:
 @routes.post("/api/installs/{id}/drafts/{draftId}/approve", auth="K/S", response=Ok)
 async def approve_draft(request: web.Request) -> web.Response:
     """Approve a draft; the pipeline resumes at once when no draft awaits a decision."""
-    svc = services(request)
-    install_id = request.match_info["id"]
     actor = await acting(request)
-    await svc.outreach.approve(principal(request), install_id, draft_id(request), actor)
-    if not await svc.outreach.pending_drafts(install_id):
-        paused = await svc.store["pipeline_runs"].find_one(
-            {"installId": install_id, "status": "paused", "pausedAtGate": "draft-approval"}
-        )
-        if paused is not None:
-            try:
-                await svc.run_service.continue_run(
-                    principal(request), install_id, False, actor, paused["_id"]
-                )
-            except Conflict:
-                pass  # someone continued it first; the approval itself stands
+    await services(request).run_service.approve_draft(
+        principal(request), request.match_info["id"], draft_id(request), actor
+    )
     return web.json_response({"ok": True})
 
 

@@ -18,7 +18,7 @@ from pymongo import DESCENDING
 from api.context import services
 from api.pages.base import PageTable, Viewer, done, form, parse, render
 from api.sse import relay
-from svc.core import BadRequest, Conflict, Document, NotFound, aware, iso, utcnow
+from svc.core import BadRequest, Document, NotFound, aware, iso, utcnow
 from svc.installs import CreateInstallBody
 from svc.runtime import MAX_DRAFT_ID, BulkBody, DraftEdit, RejectBody, RunBody
 
@@ -312,19 +312,11 @@ async def edit_draft(request: web.Request, viewer: Viewer) -> web.StreamResponse
 @routes.post("/installs/{id}/drafts/{draftId}/approve")
 async def approve_draft(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Approve a draft; like the API, the paused pipeline resumes once no draft awaits a decision."""
-    svc = services(request)
     install_id = request.match_info["id"]
     actor = await acting(request, viewer)
-    await svc.outreach.approve(viewer.principal, install_id, draft_number(request), actor)
-    if not await svc.outreach.pending_drafts(install_id):
-        paused = await svc.store["pipeline_runs"].find_one(
-            {"installId": install_id, "status": "paused", "pausedAtGate": "draft-approval"}
-        )
-        if paused is not None:
-            try:
-                await svc.run_service.continue_run(viewer.principal, install_id, False, actor, paused["_id"])
-            except Conflict:
-                pass  # someone continued it first; the approval stands
+    await services(request).run_service.approve_draft(
+        viewer.principal, install_id, draft_number(request), actor
+    )
     return done(request, f"/installs/{install_id}#drafts")
 
 

@@ -7,6 +7,7 @@ index used to authenticate. Org keys (shown once) are stored by hash only.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import Field
@@ -43,11 +44,20 @@ class CreateKeyBody(RequestBody):
 class ApiKeys:
     """List, create and revoke keys: a user's personal keys, and the storage of org keys."""
 
-    def __init__(self, store: Store, vault: Vault, key_cache: TTLCache[str, Any]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        vault: Vault,
+        key_cache: TTLCache[str, Any],
+        may_scope: Callable[[str, str], Awaitable[bool]],
+    ) -> None:
         self.store = store
         self.vault = vault
         # Resolved keys by hash (shared with svc.credentials); a revoked key is dropped from it.
         self.key_cache = key_cache
+        # Whether a user may scope a key to an install: the installs package's one reach rule
+        # (the install's deployer), handed in so identity needs no import of installs.
+        self.may_scope = may_scope
 
     async def list_for_user(self, user_id: str) -> list[dict[str, Any]]:
         """Newest first, with the full key values (bounded by MAX_KEYS_PER_USER)."""
@@ -57,7 +67,8 @@ class ApiKeys:
     async def create_for_user(self, user_id: str, body: CreateKeyBody) -> dict[str, Any]:
         """A new `svc_live_` key, optionally scoped to one of the user's installs."""
         if body.installId is not None:
-            await self._check_install_owner(user_id, body.installId)
+            if not await self.may_scope(user_id, body.installId):
+                raise NotFound("Install not found")
         # The cap is a counter on the user, taken atomically, so concurrent creations cannot pass it.
         claimed = await self.store.users.find_one_and_update(
             {"_id": user_id, "keyCount": {"$lt": MAX_KEYS_PER_USER}}, {"$inc": {"keyCount": 1}}, {"_id": 1}
@@ -153,11 +164,6 @@ class ApiKeys:
         deleted = await self.store.api_keys.delete_many({"_id": {"$in": [d["_id"] for d in docs]}})
         await Slots(self.store["org_key_slots"]).release(org_id, deleted.deleted_count)
         return len(docs)
-
-    async def _check_install_owner(self, user_id: str, install_id: str) -> None:
-        install = await self.store.installs.find_one({"_id": install_id}, {"deployedBy": 1})
-        if install is None or install.get("deployedBy") != user_id:
-            raise NotFound("Install not found")
 
     def _view(self, doc: Document, raw: str | None = None) -> dict[str, Any]:
         return {

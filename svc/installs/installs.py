@@ -48,6 +48,7 @@ from svc.identity import Credentials, Principal, require_unscoped
 from svc.installs import reach
 from svc.installs.abandoned import AbandonedInstalls
 from svc.installs.callback_secret import rotate_callback_secret
+from svc.installs.configuration import InstallConfiguration
 from svc.installs.fields import (
     BILLING_FIELDS,
     CreateInstallBody,
@@ -57,11 +58,9 @@ from svc.installs.fields import (
     check_variables,
     interpolate,
     platform_fields,
-    unwrap,
 )
 from svc.installs.remembered import RememberedSecrets
 from svc.installs.removal import InstallRemoval
-from svc.installs.secret_merge import merge_capped_secrets
 from svc.installs.summaries import managed_summaries
 from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
 from svc.templates import claim_install, is_owner, owner_of, release_install
@@ -76,7 +75,7 @@ async def touch_last_run(store: Store, install_id: str) -> None:
     await store.installs.update_one({"_id": install_id}, {"$set": {"lastRunAt": utcnow()}})
 
 
-class Installs(InstallRemoval, AbandonedInstalls):
+class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
     """Create, list, configure and remove installs."""
 
     def __init__(
@@ -335,6 +334,11 @@ class Installs(InstallRemoval, AbandonedInstalls):
         """A new callback signing secret for an install the principal reaches; shown only here."""
         return await rotate_callback_secret(self.store, self.vault, await self.owned(principal, install_id))
 
+    async def deployer_may_reach(self, user_id: str, install_id: str) -> bool:
+        """Whether the user acts as the install's deployer (svc.installs.reach.deployer_reaches)."""
+        doc = await self.store.installs.find_one({"_id": install_id})
+        return await reach.deployer_reaches(self.store, user_id, doc)
+
     async def owned(self, principal: Principal, install_id: str) -> Document:
         """The install, if the principal reaches it (svc.installs.reach); else 404."""
         doc = await self.store.installs.find_one({"_id": install_id})
@@ -368,56 +372,6 @@ class Installs(InstallRemoval, AbandonedInstalls):
     async def mine(self, user_id: str) -> list[dict[str, Any]]:
         """Managed installs the user deployed or reaches through an org, with what is missing."""
         return await managed_summaries(self.store, self.vault, self.platform_ids("managed"), user_id)
-
-    async def set_variables(self, principal: Principal, install_id: str, body: Any) -> list[str]:
-        """Merge variables (only the template's required ones); the keys updated."""
-        doc = await self.owned(principal, install_id)
-        values = check_variables(doc["definition"], unwrap(body, "variables"))
-        await self.store.installs.update_one(
-            {"_id": install_id},
-            {"$set": {**{f"variables.{k}": v for k, v in values.items()}, "updatedAt": utcnow()}},
-        )
-        await self._audit(principal, install_id, "variable", "variables.set", {"keys": sorted(values)})
-        return sorted(values)
-
-    async def set_secrets(self, principal: Principal, install_id: str, body: Any) -> list[str]:
-        """Merge secrets, encrypted; the keys updated (values are never logged or returned)."""
-        doc = await self.owned(principal, install_id)
-        if not self.traits(doc["platform"]).secrets_updatable:
-            raise BadRequest(f"secrets are not accepted for platform {doc['platform']}")
-        values = check_secret_names(unwrap(body, "secrets"))
-        encrypted = {f"secretsEncrypted.{k}": self.vault.encrypt(v) for k, v in values.items()}
-        await merge_capped_secrets(self.store, doc, encrypted)
-        await self.remembered.remember(owner_of(principal), doc.get("companyId"), values)
-        await self._audit(principal, install_id, "secret", "secrets.set", {"keys": sorted(values)})
-        return sorted(values)
-
-    async def set_credentials(self, principal: Principal, install_id: str, body: Any) -> list[str]:
-        """Replace some of the install's platform credentials (a board key before it expires, a
-        moved base URL); checked by the driver like at install time, stored encrypted, never
-        returned. The keys updated."""
-        doc = await self.owned(principal, install_id)
-        platform = self.plugins.platform(doc["platform"])
-        fields = {f.key for f in platform.credential_fields} if platform else set()
-        if not fields:
-            raise BadRequest(f"platform {doc['platform']} takes no credentials")
-        if doc["status"] == "cancelled" and not self._upstream_left(doc):
-            raise Conflict("Install is already cancelled")
-        values = unwrap(body, "credentials")
-        unknown = sorted(set(values) - fields)
-        if unknown:
-            raise BadRequest(f"credentials.{unknown[0]}: not a credential of platform {doc['platform']}")
-        merged = {**self._decrypt_json(doc.get("credentialsEncrypted")), **values}
-        checked = {"credentials": merged, "companyId": doc.get("companyId") or "-"}
-        problems = await self.plugins.validate_install(doc["platform"], checked, doc["definition"])
-        if problems:
-            raise BadRequest("; ".join(problems))
-        await self.store.installs.update_one(
-            {"_id": install_id},
-            {"$set": {"credentialsEncrypted": self._encrypt_json(merged), "updatedAt": utcnow()}},
-        )
-        await self._audit(principal, install_id, "secret", "credentials.set", {"keys": sorted(values)})
-        return sorted(values)
 
     async def invoke(self, principal: Principal, install_id: str, body: InvokeBody) -> dict[str, Any]:
         """Proxy one input to an orchC team; record the run's count, tokens and outcome."""

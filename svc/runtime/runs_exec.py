@@ -35,6 +35,7 @@ from svc.installs import Installs
 from svc.runs import require_ready
 from svc.runtime.events import Events
 from svc.runtime.execution import CANCELLED, INTERRUPTED, failed_outcome
+from svc.runtime.outreach import Outreach
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +56,29 @@ class WebhookBody(RequestBody):
 class RunService:
     """Starts runs from the API (sync runs, webhook triggers, orchA heartbeats)."""
 
-    def __init__(self, store: Store, installs: Installs, runtime: Runtime | None) -> None:
+    def __init__(self, store: Store, installs: Installs, runtime: Runtime | None, outreach: Outreach) -> None:
         self.store = store
         self.installs = installs
         self.runtime = runtime
+        self.outreach = outreach
+
+    async def approve_draft(
+        self, principal: Principal, install_id: str, draft_id: int, actor: dict[str, Any]
+    ) -> None:
+        """Approve a draft; the pipeline paused at draft approval resumes once no draft awaits a
+        decision (the API and the dashboard alike)."""
+        await self.outreach.approve(principal, install_id, draft_id, actor)
+        if await self.outreach.pending_drafts(install_id):
+            return
+        paused = await self.store["pipeline_runs"].find_one(
+            {"installId": install_id, "status": "paused", "pausedAtGate": "draft-approval"}
+        )
+        if paused is None:
+            return
+        try:
+            await self.continue_run(principal, install_id, False, actor, paused["_id"])
+        except Conflict:
+            pass  # someone continued it first; the approval itself stands
 
     async def run(self, principal: Principal, install_id: str, body: RunBody) -> dict[str, Any]:
         """A synchronous run: answers when the team has finished."""
