@@ -198,9 +198,14 @@ class Tab:
         return response
 
     def shot(self, name: str) -> None:
-        """Save a screenshot for the docs."""
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+        """Take a screenshot of the flow's end; saved for the docs only when SVC_SCREENSHOTS is set
+        (`SVC_SCREENSHOTS=1 make test` refreshes docs/screenshots/), so a test run leaves the
+        checkout as it was."""
+        image = self.page.screenshot(full_page=True)
+        assert image.startswith(b"\x89PNG"), "the page rendered to an image"
+        if os.environ.get("SVC_SCREENSHOTS"):
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            (SCREENSHOTS / f"{name}.png").write_bytes(image)
 
     def sign_in_as(self, session: str) -> None:
         """Carry a session made over the API into the browser."""
