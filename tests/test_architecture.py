@@ -17,9 +17,9 @@ PACKAGES = sorted(p.name for p in (ROOT / "svc").iterdir() if (p / "__init__.py"
 
 # Who owns each collection: only that package's modules write it (others call its functions).
 OWNERS = {
-    "identity": {"users", "sessions", "api_keys", "install_tokens", "rate_limits"},
+    "identity": {"users", "sessions", "api_keys", "install_tokens", "rate_limits", "org_key_slots"},
     "templates": {"templates", "template_versions"},
-    "runs": {"runs", "run_stats"},
+    "runs": {"runs", "run_stats", "runs_newest"},
     "installs": {"installs", "vault_secrets"},
     "runtime": {
         "pipeline_runs",
@@ -31,9 +31,11 @@ OWNERS = {
         "targets",
         "counters",
     },
-    "orgs": {"orgs", "org_members", "org_invitations", "org_secrets", "org_approvals", "org_audit"},
+    "orgs": {
+        "orgs", "org_members", "org_invitations", "org_secrets", "org_approvals", "org_audit", "org_secret_slots",
+    },
     "billing": {"invoices", "payment_events", "pay_customers", "payouts"},
-    "core": {"outbox"},
+    "core": {"outbox", "timeline", "metric_counters"},
 }
 WRITES = (
     "insert_one|insert_many|update_one|update_many|delete_one|delete_many|find_one_and_update"
