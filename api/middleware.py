@@ -36,7 +36,18 @@ async def request_context(request: web.Request, handler: web.Handler) -> web.Str
         try:
             response = await handler(request)
         except web.HTTPException as exc:
-            if exc.status < 400:
+            if exc.status < 400:  # a redirect raised by a page: logged like any answer, then raised
+                log.info(
+                    "%s %s %s",
+                    request.method,
+                    path,
+                    exc.status,
+                    extra={
+                        "requestId": request_id,
+                        "status": exc.status,
+                        "ms": round((time.perf_counter() - started) * 1000, 2),
+                    },
+                )
                 raise
             response = from_http_exception(exc)
         except Exception as exc:

@@ -32,7 +32,8 @@ OWNERS = {
         "counters",
     },
     "orgs": {
-        "orgs", "org_members", "org_invitations", "org_secrets", "org_approvals", "org_audit", "org_secret_slots",
+        "orgs", "org_members", "org_invitations", "org_secrets", "org_approvals", "org_audit",
+        "org_secret_slots",
     },
     "billing": {"invoices", "payment_events", "pay_customers", "payouts"},
     "core": {"outbox", "timeline", "metric_counters"},

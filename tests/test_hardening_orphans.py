@@ -62,6 +62,7 @@ async def test_the_sweeper_removes_what_a_crashed_provisioning_left(make_client,
     await store.installs.insert_one(
         {
             "_id": install_id,
+            "templateId": "a-template",  # every install names its template (its slot is given back)
             "platform": "orchB",
             "status": "pending",
             "owner": {"kind": "user", "id": "someone"},
