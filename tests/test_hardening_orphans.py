@@ -83,3 +83,40 @@ async def test_the_sweeper_removes_what_a_crashed_provisioning_left(make_client,
     assert fake.agents == {}
     assert await store.installs.count_documents({"_id": install_id}) == 0
     assert await store.installs.count_documents({"_id": young}) == 1
+
+
+async def test_orch_a_and_orch_c_record_each_agent_as_it_is_made(make_client, aiohttp_server, monkeypatch):
+    """Every driver that creates agents upstream reports each one at once, so the sweeper (and a
+    failed finish) can remove what a crash left: the stored record lists them before the install
+    completes."""
+    from plugins.builtin import orch_c_bedrock
+    from tests.fakes.orch_c import FakeBedrockAgents
+    from tests.fakes.orch_c import create_app as bedrock_app
+    from tests.support.runs import orch_a_install, paid_template, start_paperclip
+
+    client = await make_client(rate_limit_multiplier=None)
+    _user, key = await user_with_key(client)
+    store = app_store(client)
+    paperclip = await start_paperclip(aiohttp_server)
+    template = await paid_template(client, key)
+    install, _ = await orch_a_install(client, key, paperclip, template["id"])
+    doc = await store.installs.find_one({"_id": install["installId"]})
+    assert sorted(a["externalId"] for a in doc["upstreamCreated"]) == sorted(
+        a["externalId"] for a in install["deployedAgents"]
+    )
+
+    bedrock = FakeBedrockAgents()
+    server = await aiohttp_server(bedrock_app(bedrock))
+    monkeypatch.setenv(orch_c_bedrock.ENDPOINT_ENV, f"http://127.0.0.1:{server.port}")
+    credentials = bedrock.credentials()
+    created = await client.post(
+        "/api/installs",
+        json={"templateId": template["id"], "platform": "orchC", "credentials": credentials},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert created.status == 201, await created.text()
+    body = await created.json()
+    doc = await store.installs.find_one({"_id": body["installId"]})
+    assert sorted(a["externalId"] for a in doc["upstreamCreated"]) == sorted(
+        a["externalId"] for a in body["deployedAgents"]
+    )

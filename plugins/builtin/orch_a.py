@@ -40,7 +40,17 @@ from plugins.types import (
 
 PLATFORM = "orchA"
 ROLES = (
-    "ceo", "cto", "cmo", "cfo", "security", "pm", "engineer", "designer", "qa", "devops", "researcher",
+    "ceo",
+    "cto",
+    "cmo",
+    "cfo",
+    "security",
+    "pm",
+    "engineer",
+    "designer",
+    "qa",
+    "devops",
+    "researcher",
     "general",
 )
 ROLE_ALIASES = {"manager": "pm", "product manager": "pm", "developer": "engineer", "research": "researcher"}
@@ -159,12 +169,16 @@ def adapter(agent: dict[str, Any], context: ProvisionContext) -> tuple[str, dict
     model = options.get("model") or agent["model"]
     if kind == "http":
         url = options.get("webhookUrl") or context.runtime_webhook_url
-        return "http", {
-            "url": url,
-            "headers": {WEBHOOK_SECRET_HEADER: context.webhook_secret},
-            "payloadTemplate": {"installId": context.install_id, "agentKey": agent["key"]},
-            "timeoutMs": HTTP_TIMEOUT_MS,
-        }, {}
+        return (
+            "http",
+            {
+                "url": url,
+                "headers": {WEBHOOK_SECRET_HEADER: context.webhook_secret},
+                "payloadTemplate": {"installId": context.install_id, "agentKey": agent["key"]},
+                "timeoutMs": HTTP_TIMEOUT_MS,
+            },
+            {},
+        )
     kind = kind or LOCAL_ADAPTERS.get(model.split(":", 1)[0], "process")
     env = {
         **context.secrets,
@@ -289,7 +303,7 @@ async def key_expiry_warning(client: Client, install_id: str) -> str | None:
         if isinstance(key, dict) and key.get("id") == me.get("keyId") and key.get("expiresAt"):
             return (
                 f"the board key expires at {key['expiresAt']}: rotate it before then with "
-                f"PATCH /api/installs/{install_id}/credentials {{\"orchAApiKey\": <new key>}}"
+                f'PATCH /api/installs/{install_id}/credentials {{"orchAApiKey": <new key>}}'
             )
     return None
 
@@ -331,6 +345,8 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
             upstream_ids[agent["key"]] = agent_id
             created.append(agent_id)
             deployed.append(DeployedAgent(key=agent["key"], externalId=agent_id, name=agent["name"]))
+            if context.on_created is not None:  # recorded at once: a crash from here leaves no orphan
+                await context.on_created(deployed[-1])
             if kind == "http" and not context.options.get("webhookUrl"):
                 # The runtime writes each run's outcome back to the issue as this agent.
                 made = await client.call("POST", f"/api/agents/{agent_id}/keys", {"name": "svc-runtime"})

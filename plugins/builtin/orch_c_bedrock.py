@@ -20,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from config.catalogue import BEDROCK
 from plugins import egress
 from plugins.types import (
+    DeployedAgent,
     PlatformError,
     ProvisionContext,
 )
@@ -207,6 +208,8 @@ async def _create_agent(
     response = await _call(client, "create_agent", **request)
     entry = _Created(key=key, name=agent.get("name") or key, agent_id=response["agent"]["agentId"])
     created.append(entry)
+    if context.on_created is not None:  # recorded at once: a crash from here leaves no orphan
+        await context.on_created(DeployedAgent(key=key, externalId=entry.agent_id, name=entry.name))
     await _wait(
         client, "get_agent", "agent", "agentStatus", {"NOT_PREPARED", "PREPARED"}, agentId=entry.agent_id
     )
