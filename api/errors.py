@@ -77,10 +77,14 @@ def event_error(exc: BaseException) -> str | None:
     return None
 
 
+def status_of(exc: errors.ServiceError) -> int:
+    """The HTTP status of a domain error (the nearest base class decides)."""
+    return next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 400)
+
+
 def from_service_error(exc: errors.ServiceError) -> web.Response:
-    """Map a domain error to its status (the nearest base class decides)."""
-    status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 400)
-    response = error_response(status, exc.message, **exc.extra)
+    """Map a domain error to its response."""
+    response = error_response(status_of(exc), exc.message, **exc.extra)
     if isinstance(exc, errors.RateLimited):
         response.headers["Retry-After"] = str(exc.retry_after)
     return response

@@ -8,13 +8,24 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
+from tests.fakes.stripe import reverse_transfer, start_subscription
 from tests.support.accounts import app_store, signup
 from tests.support.billing import charge_cycle, paid_install, payment_settings, post_event, start_fake_stripe
+from tests.support.orgs import audit_actions, ok, send, world
 
 SEPTEMBER = {"periodStart": "2026-09-01T00:00:00Z", "periodEnd": "2026-10-01T00:00:00Z"}
 
 
 # ---- event sequences: Checkout and subscriptions (defect 1) -----------------------------------
+
+
+@pytest.fixture
+async def paying(make_client: Any, aiohttp_server: Any) -> tuple[Any, Any]:
+    """A fake payment provider and an app that uses it."""
+    fake = await start_fake_stripe(aiohttp_server)
+    return fake, await make_client(**payment_settings(fake))
 
 
 async def deliver(
@@ -26,20 +37,14 @@ async def deliver(
 
 
 async def open_checkout(client: Any, fake: Any, w: Any) -> dict[str, Any]:
-    from tests.support.orgs import ok, send
 
     await ok(await send(client, w.owner, "POST", f"{w.base}/billing/checkout"))
     return dict(list(fake.checkout_sessions.values())[-1])
 
 
-async def test_checkout_completed_after_an_incomplete_subscription_keeps_the_paid_one(
-    make_client: Any, aiohttp_server: Any
-) -> None:
-    from tests.fakes.stripe import start_subscription
-    from tests.support.orgs import world
+async def test_checkout_completed_after_an_incomplete_subscription_keeps_the_paid_one(paying: Any) -> None:
 
-    fake = await start_fake_stripe(aiohttp_server)
-    client = await make_client(**payment_settings(fake))
+    fake, client = paying
     w = await world(client)
     # The first attempt's payment needs action: the subscription stays `incomplete`.
     first_session = await open_checkout(client, fake, w)
@@ -67,14 +72,9 @@ async def test_checkout_completed_after_an_incomplete_subscription_keeps_the_pai
     assert (org["plan"], org["paySubscriptionId"]) == ("pro", second["id"])
 
 
-async def test_an_incomplete_subscription_that_becomes_active_makes_the_org_pro(
-    make_client: Any, aiohttp_server: Any
-) -> None:
-    from tests.fakes.stripe import start_subscription
-    from tests.support.orgs import world
+async def test_an_incomplete_subscription_that_becomes_active_makes_the_org_pro(paying: Any) -> None:
 
-    fake = await start_fake_stripe(aiohttp_server)
-    client = await make_client(**payment_settings(fake))
+    fake, client = paying
     w = await world(client)
     session = await open_checkout(client, fake, w)
     subscription = start_subscription(fake, session["id"], trial_days=0, status="incomplete")
@@ -87,12 +87,9 @@ async def test_an_incomplete_subscription_that_becomes_active_makes_the_org_pro(
     assert fake.subscriptions[subscription["id"]]["status"] == "active"
 
 
-async def test_a_deleted_subscription_returns_the_org_to_free(make_client: Any, aiohttp_server: Any) -> None:
-    from tests.fakes.stripe import start_subscription
-    from tests.support.orgs import world
+async def test_a_deleted_subscription_returns_the_org_to_free(paying: Any) -> None:
 
-    fake = await start_fake_stripe(aiohttp_server)
-    client = await make_client(**payment_settings(fake))
+    fake, client = paying
     w = await world(client)
     session = await open_checkout(client, fake, w)
     subscription = start_subscription(fake, session["id"], trial_days=0)
@@ -106,11 +103,10 @@ async def test_a_deleted_subscription_returns_the_org_to_free(make_client: Any, 
 # ---- webhook delivery (issue 17 items 13 and 14) ---------------------------------------------------
 
 
-async def test_future_dated_webhooks_are_refused(make_client: Any, aiohttp_server: Any) -> None:
+async def test_future_dated_webhooks_are_refused(paying: Any) -> None:
     import time
 
-    fake = await start_fake_stripe(aiohttp_server)
-    client = await make_client(**payment_settings(fake))
+    fake, client = paying
     payload = fake.event("charge.refunded", {"id": "ch_1"}, "evt_future")
     for offset in (3600, 301):
         response = await post_event(
@@ -123,16 +119,10 @@ async def test_future_dated_webhooks_are_refused(make_client: Any, aiohttp_serve
     assert response.status == 200
 
 
-async def test_concurrent_deliveries_of_one_event_apply_it_once(
-    make_client: Any, aiohttp_server: Any
-) -> None:
+async def test_concurrent_deliveries_of_one_event_apply_it_once(paying: Any) -> None:
     import asyncio
 
-    from tests.fakes.stripe import start_subscription
-    from tests.support.orgs import audit_actions, world
-
-    fake = await start_fake_stripe(aiohttp_server)
-    client = await make_client(**payment_settings(fake))
+    fake, client = paying
     w = await world(client)
     session = await open_checkout(client, fake, w)
     subscription = start_subscription(fake, session["id"], trial_days=0)
@@ -153,11 +143,8 @@ async def test_concurrent_deliveries_of_one_event_apply_it_once(
     assert fake.subscriptions[subscription["id"]]["status"] == "active"
 
 
-async def test_an_event_whose_apply_crashed_is_applied_on_redelivery(
-    make_client: Any, aiohttp_server: Any
-) -> None:
-    fake = await start_fake_stripe(aiohttp_server)
-    client = await make_client(**payment_settings(fake))
+async def test_an_event_whose_apply_crashed_is_applied_on_redelivery(paying: Any) -> None:
+    fake, client = paying
     builder_cookie = (await signup(client)).cookie
     await client.post(
         "/api/stripe/connect/onboard", json={"returnUrl": "https://app.example.com/p"}, headers=builder_cookie
@@ -199,9 +186,8 @@ async def onboard(client: Any, fake: Any, caller: Any) -> str:
     return account_id
 
 
-async def test_reading_the_connect_status_never_moves_money(make_client: Any, aiohttp_server: Any) -> None:
-    fake = await start_fake_stripe(aiohttp_server)
-    client = await make_client(**payment_settings(fake))
+async def test_reading_the_connect_status_never_moves_money(paying: Any) -> None:
+    fake, client = paying
     deal, invoice = await held_invoice(client, fake)
     account_id = await onboard(client, fake, deal.builder)
     for _ in range(3):
@@ -248,13 +234,9 @@ async def test_a_declined_payout_transfer_is_final_until_the_next_account_event(
     assert len(fake.transfers) == 1
 
 
-async def test_a_reversed_transfer_is_recorded_and_not_paid_again(
-    make_client: Any, aiohttp_server: Any
-) -> None:
-    from tests.fakes.stripe import reverse_transfer
+async def test_a_reversed_transfer_is_recorded_and_not_paid_again(paying: Any) -> None:
 
-    fake = await start_fake_stripe(aiohttp_server)
-    client = await make_client(**payment_settings(fake))
+    fake, client = paying
     deal, invoice = await held_invoice(client, fake)
     account_id = await onboard(client, fake, deal.builder)
     await deliver(client, fake, "account.updated", fake.accounts[account_id])
@@ -266,9 +248,8 @@ async def test_a_reversed_transfer_is_recorded_and_not_paid_again(
     assert len(fake.transfers) == 1  # a reversal is the platform's decision: never re-sent
 
 
-async def test_account_updates_set_the_payout_status(make_client: Any, aiohttp_server: Any) -> None:
-    fake = await start_fake_stripe(aiohttp_server)
-    client = await make_client(**payment_settings(fake))
+async def test_account_updates_set_the_payout_status(paying: Any) -> None:
+    fake, client = paying
     builder = await signup(client)
     account_id = await onboard(client, fake, builder)
     await deliver(client, fake, "account.updated", fake.accounts[account_id])
@@ -287,11 +268,8 @@ async def test_account_updates_set_the_payout_status(make_client: Any, aiohttp_s
     assert user["payout"]["status"] == "restricted"
 
 
-async def test_events_about_objects_we_do_not_know_change_nothing_and_are_recorded_once(
-    make_client: Any, aiohttp_server: Any
-) -> None:
-    fake = await start_fake_stripe(aiohttp_server)
-    client = await make_client(**payment_settings(fake))
+async def test_events_about_objects_we_do_not_know_change_nothing_and_are_recorded_once(paying: Any) -> None:
+    fake, client = paying
     _, invoice = await held_invoice(client, fake)
     intent = {
         "id": "pi_unknown",
@@ -316,14 +294,9 @@ async def test_events_about_objects_we_do_not_know_change_nothing_and_are_record
     assert (stored["status"], stored["payout"]) == ("paid", "held")  # an out-of-date attempt changes nothing
 
 
-async def test_an_org_stored_before_the_provider_status_was_kept_is_not_blocked(
-    make_client: Any, aiohttp_server: Any
-) -> None:
-    from tests.fakes.stripe import start_subscription
-    from tests.support.orgs import world
+async def test_an_org_stored_before_the_provider_status_was_kept_is_not_blocked(paying: Any) -> None:
 
-    fake = await start_fake_stripe(aiohttp_server)
-    client = await make_client(**payment_settings(fake))
+    fake, client = paying
     w = await world(client)
     # What the earlier code left after an `incomplete` event: the id, no status, no provider status.
     await app_store(client).orgs.update_one(

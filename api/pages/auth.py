@@ -7,6 +7,7 @@ from aiohttp import web
 from api.auth import SESSION_COOKIE, clear_session_cookie, set_session_cookie
 from api.clientip import client_ip
 from api.context import services
+from api.errors import status_of
 from api.handlers.accounts import SESSION_MAX_AGE
 from api.pages.base import PageTable, Viewer, back, form, parse, render
 from svc.core import ServiceError
@@ -49,7 +50,7 @@ async def signin(request: web.Request, viewer: Viewer | None) -> web.StreamRespo
             request,
             "signin.html",
             None,
-            status=401 if exc.message.startswith("Invalid") else 400,
+            status=status_of(exc),
             next=next_path(request),
             error=exc.message,
             email=data.get("email", ""),
@@ -79,7 +80,7 @@ async def signup(request: web.Request, viewer: Viewer | None) -> web.StreamRespo
             request,
             "signup.html",
             None,
-            status=409 if "taken" in exc.message or "exists" in exc.message else 400,
+            status=status_of(exc),
             next=next_path(request),
             error=exc.message,
             email=data.get("email", ""),

@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from api.context import services
+from api.errors import status_of
 from api.pages.base import PageTable, Viewer, done, form, parse, render
 from api.pages.charts import bar_chart, rate_chart
 from svc.core import ServiceError
@@ -165,16 +166,11 @@ async def accept_invitation(request: web.Request, viewer: Viewer) -> web.StreamR
     try:
         joined = await services(request).org_invitations.accept(viewer.user_id, request.match_info["token"])
     except ServiceError as exc:
-        status = {"Invitation not found": 404}.get(
-            exc.message, 403 if "another email" in exc.message else 400
-        )
-        if "expired" in exc.message:
-            status = 410
         return render(
             request,
             "invitation.html",
             viewer,
-            status=status,
+            status=status_of(exc),
             token=request.match_info["token"],
             error=exc.message,
         )

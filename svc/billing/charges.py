@@ -117,7 +117,6 @@ class Charges:
             raise unavailable()
         return self.provider
 
-    _require_provider = require_provider
 
     # ---- the other money paths (svc/billing/cancellation.py, cycle.py, earnings.py) ------------
 
@@ -143,7 +142,7 @@ class Charges:
 
     async def charge_cycle(self, principal: Principal, body: ChargeCycleBody) -> Document:
         """Charge an install for a period once; a second call answers `already_paid`."""
-        self._require_provider()
+        self.require_provider()
         if principal.install_id is not None and principal.install_id != body.installId:
             raise Forbidden(f"This key is scoped to install {principal.install_id}")
         if (body.periodStart is None) != (body.periodEnd is None):
@@ -186,7 +185,7 @@ class Charges:
         now: datetime | None = None,
     ) -> ChargeOutcome:
         """Claim the period's invoice, charge through the provider, record the outcome."""
-        provider = self._require_provider()
+        provider = self.require_provider()
         if not install.get("payCustomerId") or not install.get("payPaymentMethodId"):
             raise Conflict("The install has no saved payment method (payCustomerId and payPaymentMethodId)")
         now = max(now or utcnow(), utcnow())
