@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import web
 
+from actors.deployment import DeploymentConfig, publish
 from actors.runtime import RayRuntime
 from actors.scheduler import SchedulerKeeper
 from api import metrics, pages
@@ -123,7 +124,7 @@ async def database(app: web.Application) -> AsyncIterator[None]:
     if uri is None:
         embedded = EmbeddedMongo(settings.data_dir)
         uri = await embedded.start()
-    store = Store.connect(uri)
+    store = Store.connect(uri, settings.db_timeout_seconds)
     try:
         await store.ensure_indexes()
         # Records written before these structures existed (each a no-op once done).
@@ -143,6 +144,8 @@ async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
     vault = app[VAULT] = Vault.from_settings(settings.secret_keys, settings.data_dir)
     runtime = RayRuntime(settings.ray_address, app[STORE].uri, settings, vault.keys)
     runtime.start()
+    # What the deployment's actors read instead of creation arguments (actors/deployment.py).
+    publish(DeploymentConfig(settings, app[STORE].uri, tuple(vault.keys)))
     app[RUNTIME] = runtime
     try:
         yield
@@ -151,11 +154,18 @@ async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
 
 
 async def domain_services(app: web.Application) -> AsyncIterator[None]:
-    """Wire the domain services on top of the store and the runtime; keep the scheduler alive."""
+    """Wire the domain services on top of the store and the runtime; keep the scheduler alive.
+
+    The scheduler actor is never stopped here: it belongs to the deployment, not to this
+    process (actors/scheduler.py), and other API processes rely on it.
+    """
     settings = app[SETTINGS]
     services = app[SERVICES] = build_services(settings, app[STORE], app[VAULT], app[RUNTIME])
-    scheduler = SchedulerKeeper(app[RUNTIME])
-    keeper = asyncio.create_task(keep_scheduler(scheduler)) if settings.scheduler_enabled else None
+    keeper = (
+        asyncio.create_task(keep_scheduler(SchedulerKeeper(app[RUNTIME])))
+        if settings.scheduler_enabled
+        else None
+    )
     try:
         yield
     finally:
@@ -163,7 +173,6 @@ async def domain_services(app: web.Application) -> AsyncIterator[None]:
             keeper.cancel()
             # A Ray call still running in a thread would crash the process once Ray disconnects.
             await asyncio.wait([keeper], timeout=SCHEDULER_STOP_S)
-            scheduler.stop_scheduler()
         await services.close()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from pymongo.errors import ConnectionFailure
+from pymongo.errors import ConnectionFailure, ExecutionTimeout, WTimeoutError
 
 from plugins.manager import PluginError
 from plugins.types import PlatformError, ProviderError
@@ -41,6 +41,8 @@ def error_response(status: int, message: str, /, **extra: Any) -> web.Response:
     return web.json_response({"error": message, **extra}, status=status)
 
 
+DATABASE_UNAVAILABLE = "Database unavailable"
+
 # Errors raised outside the domain's own classes: (class, status, the message a client sees).
 # The nearest class wins, so the subclass comes first.
 FOREIGN: tuple[tuple[type[Exception], int, str | None], ...] = (
@@ -49,7 +51,12 @@ FOREIGN: tuple[tuple[type[Exception], int, str | None], ...] = (
     (PlatformError, 502, None),
     (RuntimeFailure, 503, None),
     (PluginError, 503, "A platform driver is unavailable"),
-    (ConnectionFailure, 503, "Database unavailable"),
+    # A database that cannot be reached or does not answer within SVC_DB_TIMEOUT_SECONDS: the
+    # client-side timeout raises a ConnectionFailure (server selection, the socket), the server
+    # side an ExecutionTimeout (maxTimeMS) or a WTimeoutError; each is one answer on every route.
+    (ConnectionFailure, 503, DATABASE_UNAVAILABLE),
+    (ExecutionTimeout, 503, DATABASE_UNAVAILABLE),
+    (WTimeoutError, 503, DATABASE_UNAVAILABLE),
 )
 RETRY_AFTER_S = 5
 
