@@ -185,6 +185,8 @@ async def keep_scheduler(scheduler: SchedulerKeeper) -> None:
             await asyncio.shield(attempt)
         except asyncio.CancelledError:
             await asyncio.wait([attempt], timeout=SCHEDULER_STOP_S)
+            if attempt.done() and not attempt.cancelled() and attempt.exception() is not None:
+                log.info("scheduler check cut by the stop: %s", type(attempt.exception()).__name__)
             raise
         except Exception as exc:  # retried on the next round
             log.warning("could not start the scheduler: %s", type(exc).__name__)
