@@ -47,6 +47,7 @@ from svc.wiring import build_services
 
 log = logging.getLogger(__name__)
 SCHEDULER_CHECK_S = 30.0
+DATABASE_CHECK_S = 2.0
 SCHEDULER_STOP_S = 5.0
 INVITATION_LINK = "/invitations/{token}"
 
@@ -125,6 +126,7 @@ async def database(app: web.Application) -> AsyncIterator[None]:
         embedded = EmbeddedMongo(settings.data_dir)
         uri = await embedded.start()
     store = Store.connect(uri, settings.db_timeout_seconds)
+    watcher = asyncio.create_task(keep_database(embedded)) if embedded is not None else None
     try:
         await store.ensure_indexes()
         # Records written before these structures existed (each a no-op once done).
@@ -133,9 +135,26 @@ async def database(app: web.Application) -> AsyncIterator[None]:
         app[STORE] = store
         yield
     finally:
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.wait([watcher])
         await store.close()
         if embedded is not None:
             await embedded.stop()
+
+
+async def keep_database(embedded: EmbeddedMongo) -> None:
+    """Start the embedded database again if it dies while this process uses it (every 2 s).
+
+    Its port is kept, so this process's client, the other API processes and the actors
+    reconnect by themselves (storage.md). A local check: no database round trip.
+    """
+    while True:
+        await asyncio.sleep(DATABASE_CHECK_S)
+        try:
+            await embedded.revive()
+        except Exception as exc:  # retried on the next round
+            log.warning("could not start the embedded database again: %s", type(exc).__name__)
 
 
 async def ray_runtime(app: web.Application) -> AsyncIterator[None]:

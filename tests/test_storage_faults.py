@@ -135,3 +135,25 @@ async def test_killing_the_api_that_started_the_database_leaves_it_to_the_others
     finally:
         for api in (first, second, third):
             api.kill()
+
+
+async def test_a_database_that_died_under_its_users_is_started_again_on_its_port(
+    tmp_path, secret_key, ray_session
+):
+    data_dir = tmp_path / "data"
+    api = service(data_dir, secret_key)
+    try:
+        origin = await api.start()
+        email, _ = await sign_up(origin)
+        state = json.loads((data_dir / STATE_FILE).read_text())
+        os.kill(state["pid"], signal.SIGKILL)  # a crash of the database itself
+
+        async def answering() -> bool:
+            return (await sign_in(origin, email))[0] == 200
+
+        assert await wait_for(answering, HANG_S), "the API starts the database again and reconnects"
+        revived = json.loads((data_dir / STATE_FILE).read_text())
+        assert revived["pid"] != state["pid"] and alive(revived["pid"])
+        assert revived["port"] == state["port"], "on the same port: addresses handed out earlier still work"
+    finally:
+        api.kill()
