@@ -121,7 +121,15 @@ class SchedulerActor:
             return
         self.fires += await built.core.tick()
         if self._jobs_task is None or self._jobs_task.done():
-            self._jobs_task = asyncio.create_task(built.jobs.tick())
+            self._jobs_task = asyncio.create_task(self._jobs(built.jobs))
+
+    @staticmethod
+    async def _jobs(jobs: Jobs) -> None:
+        """One round of the periodic jobs; a failing round is logged and retried next tick."""
+        try:
+            await jobs.tick()
+        except Exception as exc:
+            log.warning("scheduler jobs failed: %s", type(exc).__name__)
 
     async def _services(self, config: DeploymentConfig) -> Built:
         """The services of the published configuration, rebuilt when its version changed."""

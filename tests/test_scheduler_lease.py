@@ -20,7 +20,7 @@ from actors.scheduler import SchedulerActor, scheduler_name
 from api.app import STORE, VAULT, create_app
 from api.context import SETTINGS
 from config.settings import Settings
-from svc.core.embedded import uri_for
+from svc.core.embedded import EmbeddedMongo, uri_for
 from svc.core.store import Store
 from tests.support.serve import Service
 from tests.support.waiting import wait_for
@@ -115,9 +115,13 @@ async def test_fires_once_a_minute_while_api_processes_stop_and_start(
         second.kill()
 
 
-async def test_two_deployments_on_one_cluster_get_two_schedulers(make_client, mongo_port, store):
+async def test_two_deployments_on_one_cluster_get_two_schedulers(make_client, store, tmp_path):
     client = await make_client(scheduler_enabled=True)
-    other_uri = uri_for(mongo_port, f"{store.db.name}_b")
+    # The other deployment's database has the same name, on another server.
+    other_server = EmbeddedMongo(tmp_path / "other")
+    await other_server.start()
+    assert other_server.port is not None
+    other_uri = uri_for(other_server.port, store.db.name)
     other_settings = client.server.app[SETTINGS].model_copy(update={"mongodb_uri": other_uri})
     other = TestClient(TestServer(create_app(other_settings)))
     other_store = Store.connect(other_uri)
@@ -149,8 +153,8 @@ async def test_two_deployments_on_one_cluster_get_two_schedulers(make_client, mo
         actor = named(names[1])
         if actor is not None:
             ray.kill(actor, no_restart=True)
-        await other_store.client.drop_database(other_store.db.name)
         await other_store.close()
+        await other_server.stop()
 
 
 async def test_a_standby_copy_takes_over_and_a_new_configuration_is_picked_up(make_client, store):
