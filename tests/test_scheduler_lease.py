@@ -13,6 +13,7 @@ from typing import Any
 
 import ray
 from aiohttp.test_utils import TestClient, TestServer
+from ray.exceptions import RayError
 
 from actors.deployment import DeploymentConfig, deployment_id, publish
 from actors.runtime import NAMESPACE
@@ -194,3 +195,20 @@ async def test_a_standby_copy_takes_over_and_a_new_configuration_is_picked_up(ma
 async def _named_leads(name: str) -> bool:
     actor = named(name)
     return actor is not None and bool((await stats(actor))["leading"])
+
+
+async def test_a_crashed_scheduler_is_restarted_by_ray_and_leads_again(make_client, store):
+    client = await make_client(scheduler_enabled=True)
+    name = scheduler_name(deployment_id(client.server.app[SETTINGS], store.uri))
+    assert await wait_for(lambda: _named_leads(name))
+    crashed = (await stats(named(name)))["holder"]
+    ray.kill(named(name), no_restart=False)  # as a crash: Ray restarts the actor
+
+    async def restarted_and_leading() -> bool:
+        try:
+            now = await stats(named(name))
+        except RayError:
+            return False  # restarting
+        return now["holder"] != crashed and now["leading"]
+
+    assert await wait_for(restarted_and_leading), "a new incarnation takes the lease over"

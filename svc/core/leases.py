@@ -6,7 +6,7 @@ running beside the new one. Each copy holds a random `holder` id and calls `hold
 before each round of work: the call renews the lease when this copy holds it, takes it
 when it has expired, and otherwise answers False, so the other copies stand by. A holder
 that stops renewing (killed, frozen, cut off from the database) loses the lease after
-`ttl_s`; one that leaves cleanly releases it at once.
+`ttl_s`.
 
 Expiry uses the holder's clock; copies on hosts whose clocks differ by a good part of the
 TTL could overlap for that long, so callers keep their own work idempotent (the
@@ -51,10 +51,6 @@ class Lease:
         except DuplicateKeyError:
             return False
         return True
-
-    async def release(self) -> None:
-        """Give the lease up now (a clean stop), if this holder still has it."""
-        await self.store[COLLECTION].delete_one({"_id": self.name, "holder": self.holder})
 
     async def current(self) -> Document | None:
         """The lease's document: who holds it and until when (operators, tests)."""
