@@ -28,6 +28,7 @@ from api.handlers import (
     installs,
     openapi,
     orgs,
+    run_watch,
     runs,
     runtime,
     templates,
@@ -60,6 +61,7 @@ ROUTES: tuple[Route, ...] = (
     *billing.routes,
     *orgs.routes,
     *runs.routes,
+    *run_watch.routes,
     *openapi.routes,
 )
 STORE = web.AppKey("store", Store)
