@@ -141,7 +141,7 @@ async def test_unknown_runs_and_other_tenants_get_404(make_client, aiohttp_serve
 
 async def test_a_reported_run_has_nulls_where_its_platform_cannot_say(make_client, aiohttp_server):
     client, _ = await managed_client(make_client, aiohttp_server)
-    builder_key, key, install_id = await deal(client)
+    _builder_key, key, install_id = await deal(client)
     run_id = uuid.uuid4().hex
     report = {"agentKey": "lead", "status": "completed", "runId": run_id, "inputTokens": 7, "outputTokens": 3}
     response = await client.post(f"/api/installs/{install_id}/runs", json=report, headers=key)
@@ -150,5 +150,10 @@ async def test_a_reported_run_has_nulls_where_its_platform_cannot_say(make_clien
     assert body["status"] == "completed" and body["agent"] == "lead"
     assert body["startedAt"] is None and body["durationMs"] is None and body["task"] is None
     [step] = body["steps"]
-    assert (step["agent"], step["iterations"], step["inputTokens"], step["durationMs"]) == ("lead", None, 7, None)
+    assert (step["agent"], step["iterations"], step["inputTokens"], step["durationMs"]) == (
+        "lead",
+        None,
+        7,
+        None,
+    )
     assert body["security"] == [] and body["cost"]["amountCents"] == 25

@@ -100,7 +100,7 @@ async def test_a_subscriber_on_another_api_process_sees_every_step_in_order(
         if event["data"]["type"] == "step_started" and not status_at_first_step:
             status_at_first_step.append((await store["pipeline_runs"].find_one({"_id": run_id}))["status"])
 
-    events, comments = await stream(second, key, install_id, run_id, on_event=note)
+    events, _comments = await stream(second, key, install_id, run_id, on_event=note)
     # Live: the first step reached the second process while the run was still running there.
     assert status_at_first_step == ["running"]
     assert [(e["data"]["type"], e["data"].get("agent")) for e in events] == EXPECTED
@@ -148,7 +148,7 @@ async def test_a_run_that_ended_without_events_still_ends_its_stream(make_client
 
 
 async def test_bad_requests_and_other_tenants(make_client, aiohttp_server):
-    client, llm = await managed_client(make_client, aiohttp_server)
+    client, _llm = await managed_client(make_client, aiohttp_server)
     _, _, key, install_id = await team_install(client)
     run = await client.post(f"/api/installs/{install_id}/run", json={"task": "t"}, headers=key)
     run_id = (await run.json())["runId"]
