@@ -9,7 +9,14 @@ from typing import Any
 
 from tests.support.accounts import bearer, create_key, signup
 from tests.support.installs import install_ok
-from tests.support.runtime import managed_client, member, provider_settings, start_llm, webhook_token
+from tests.support.runtime import (
+    managed_client,
+    member,
+    provider_settings,
+    start_llm,
+    svc_install,
+    webhook_token,
+)
 from tests.support.templates import publish_template
 from tests.support.waiting import wait_status
 
@@ -161,3 +168,54 @@ async def test_bad_requests_and_other_tenants(make_client, aiohttp_server):
     response = await client.get(path, headers={**key, "Last-Event-ID": "abc"})
     assert response.status == 400 and "Last-Event-ID" in (await response.json())["error"]
     assert (await client.get(path)).status == 401
+
+
+async def test_a_paused_run_ends_its_stream_and_a_continue_resumes_it(make_client, aiohttp_server, store):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    _, key, install_id = await svc_install(
+        client, [member("a"), member("b")], gates=[{"name": "g", "after": "a"}]
+    )
+    llm.script(text="first half")
+    response = await client.post(f"/api/installs/{install_id}/run", json={"task": "Go"}, headers=key)
+    paused = await response.json()
+    assert paused["status"] == "paused"
+    events, _ = await stream(client, key, install_id, paused["runId"])
+    assert [(e["id"], e["data"]["type"]) for e in events] == [
+        (1, "run_started"),
+        (2, "step_started"),
+        (3, "step_finished"),
+        (4, "paused"),
+    ]
+    assert events[-1]["data"]["gate"] == "g"
+    detail = await (
+        await client.get(f"/api/installs/{install_id}/runs/{paused['runId']}", headers=key)
+    ).json()
+    assert (detail["status"], detail["pausedAtGate"], detail["cost"], detail["response"]) == (
+        "paused",
+        "g",
+        None,
+        None,
+    )
+    # Reconnecting after the pause, with nothing new, ends at once.
+    assert (await stream(client, key, install_id, paused["runId"], last_id=4))[0] == []
+
+    llm.script(text="second half")
+    assert (await client.post(f"/api/installs/{install_id}/continue", json={}, headers=key)).status == 200
+    await wait_status(store, paused["runId"], "completed")
+    rest, _ = await stream(client, key, install_id, paused["runId"], last_id=4)
+    assert [(e["id"], e["data"]["type"], e["data"].get("agent")) for e in rest] == [
+        (5, "resumed", None),
+        (6, "step_started", "b"),
+        (7, "step_finished", "b"),
+        (8, "completed", "b"),
+    ]
+    detail = await (
+        await client.get(f"/api/installs/{install_id}/runs/{paused['runId']}", headers=key)
+    ).json()
+    assert [s["agent"] for s in detail["steps"]] == ["a", "b"]
+    assert (detail["status"], detail["pausedAtGate"], detail["response"]) == (
+        "completed",
+        None,
+        "second half",
+    )
+    assert detail["task"] == "Go"
