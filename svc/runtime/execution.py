@@ -159,7 +159,7 @@ class InstallRunner:
         def started(step: AgentStep) -> None:
             self.current_steps[run_id] = step
 
-        watch = self.run_events.open(install_id, run_id, payload, root_key)  # h-watch
+        watch = self.run_events.open(install_id, run_id, root_key, payload, source)  # h-watch
         runner = TeamRunner(self.llm, self.security_log, write_step, started, watch)
         pause: dict[str, Any] | None = None
         try:
@@ -195,7 +195,7 @@ class InstallRunner:
                     }
                 },
             )
-            await watch.finish(result, pause)  # h-watch
+            await self.run_events.finish(install_id, run_id, result, pause)  # h-watch
             outcome = {**outcome_of(run_id, result), "pausedAtGate": pause["gate"]}
             if payload.get("callbackUrl"):
                 await self.callback(install, payload["callbackUrl"], outcome)
@@ -210,7 +210,7 @@ class InstallRunner:
             result.error,
             source,
         )
-        await watch.finish(result)  # h-watch
+        await self.run_events.finish(install_id, run_id, result)  # h-watch
         outcome = outcome_of(run_id, result)
         if payload.get("callbackUrl"):
             await self.callback(install, payload["callbackUrl"], outcome)

@@ -134,22 +134,36 @@ class RunEvents:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        # The sinks of the runs executing in this process, until their last event.
+        self._open: dict[str, RunEventSink] = {}
 
-    def open(self, install_id: str, run_id: str, payload: dict[str, Any], agent: str) -> RunEventSink:
-        """The sink of one execution of a run, its first event queued: `run_started` (with the task,
-        which only the deployer sees) or `resumed` when it continues a paused pipeline."""
+    def open(
+        self, install_id: str, run_id: str, agent: str, payload: dict[str, Any], source: str | None
+    ) -> RunEventSink:
+        """The sink of one execution of a run (for `TeamRunner(events=...)`), its first event queued:
+        `run_started` (with the task, which only the deployer sees), or `resumed` when the payload
+        continues a paused pipeline (`fromStep`)."""
         resumed = "fromStep" in payload
         sink = RunEventSink(self.store, install_id, run_id, fresh=not resumed)
         if resumed:
-            sink.emit(
-                "resumed", {"fromStep": payload["fromStep"], "bypassGates": bool(payload.get("bypassGates"))}
-            )
+            data = {"fromStep": payload["fromStep"], "bypassGates": bool(payload.get("bypassGates"))}
+            sink.emit("resumed", data)
         else:
-            sink.emit(
-                "run_started",
-                {"source": payload.get("source", "run"), "agent": agent, "task": payload.get("task")},
-            )
+            sink.emit("run_started", {"source": source or "run", "agent": agent, "task": payload.get("task")})
+        self._open[run_id] = sink
         return sink
+
+    async def finish(
+        self, install_id: str, run_id: str, result: TeamResult, pause: dict[str, Any] | None = None
+    ) -> None:
+        """The run's last event (`paused`, `completed` or `failed`), once every event is written.
+
+        Called after the run is settled in its ledger, so a client told "completed" reads a
+        completed run. A run settled without an open sink here (recovered, aborted) gets its last
+        event after the ones already stored.
+        """
+        sink = self._open.pop(run_id, None) or RunEventSink(self.store, install_id, run_id, fresh=False)
+        await sink.finish(result, pause)
 
     async def after(self, run_id: str, seq: int = 0, limit: int = PAGE) -> list[dict[str, Any]]:
         """The run's stored events after `seq`, oldest first, in wire form."""
