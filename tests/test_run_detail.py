@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from api.schemas.run_watch import RunDetailReply
 from tests.support.accounts import bearer, create_key, signup
 from tests.support.installs import install_ok
 from tests.support.runtime import managed_client, member, start_target
@@ -58,7 +59,10 @@ async def delegated_run(client, llm, key, install_id, target_url):
 async def detail(client, key, install_id, run_id, status=200):
     response = await client.get(f"/api/installs/{install_id}/runs/{run_id}", headers=key)
     assert response.status == status, await response.text()
-    return await response.json()
+    body = await response.json()
+    if status == 200:
+        RunDetailReply.model_validate(body)  # the answer fits what the OpenAPI document declares
+    return body
 
 
 async def test_detail_of_a_delegating_run_with_a_blocked_request(make_client, aiohttp_server):

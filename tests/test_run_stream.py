@@ -7,6 +7,9 @@ import json
 import uuid
 from typing import Any
 
+from pydantic import TypeAdapter
+
+from api.schemas.run_watch import RunEventStream
 from tests.support.accounts import bearer, create_key, signup
 from tests.support.installs import install_ok
 from tests.support.runtime import (
@@ -21,6 +24,7 @@ from tests.support.templates import publish_template
 from tests.support.waiting import wait_status
 
 READ_TIMEOUT_S = 60.0
+EVENT = TypeAdapter(RunEventStream.model_fields["event"].annotation)
 
 
 async def read_sse(response: Any, on_event: Any = None) -> tuple[list[dict[str, Any]], list[str]]:
@@ -40,6 +44,7 @@ async def read_sse(response: Any, on_event: Any = None) -> tuple[list[dict[str, 
         elif text.startswith("data: "):
             current["data"] = json.loads(text[6:])
         elif text == "" and current:
+            EVENT.validate_python(current["data"])  # each event fits the documented shapes
             events.append(current)
             if on_event is not None:
                 await on_event(current)

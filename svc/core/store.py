@@ -116,8 +116,6 @@ INDEXES: dict[str, list[Index]] = {
         Index([("runId", ASCENDING), ("createdAt", ASCENDING)]),
         Index([("createdAt", ASCENDING)], ttl_seconds=30 * 24 * 3600, name="security_requests_ttl"),
     ],
-    # A run's live events, in order (svc/runtime/run_events.py); the seq is unique per run.
-    "run_events": [Index([("runId", ASCENDING), ("seq", ASCENDING)], unique=True)],
     "outbox": [Index([("createdAt", DESCENDING)])],
     "runs": [
         Index([("installId", ASCENDING), ("runId", ASCENDING)], unique=True),

@@ -2,24 +2,30 @@
 
 The install's actor writes them as the run goes (docs/runs.md): `run_started`,
 `step_started`, `tool_call` (with the access policy's decision), `step_finished` (with
-tokens), then `paused`, `completed` or `failed`; a continued run adds `resumed`. Each
-event is `{runId, seq, type, data, at}`, `seq` counting from 1 per run (a unique index
-on (runId, seq)), so a stream can resume after the last id its client saw.
+tokens), then `paused`, `completed` or `failed`; a continued run adds `resumed`.
+
+One document per run, `{_id: runId, installId, seq, events: [{type, data, at}]}`: an
+event's `seq` is its position (from 1), and `seq` on the document counts them. Each write
+is one `$push` + `$inc` on that document, so the order is the database's and a resumed
+run needs no read to continue numbering. A poller asks for the `seq` of every run it
+watches in one query by `_id` (matching one small document per run, however many events
+there are), then reads only the runs that moved, from their cursor (`$slice`). (One
+document per event would need an `$or` of per-run cursors, which the embedded store
+answers by scanning the whole collection: 3.3 s at 20,000 events.)
 
 Writing never slows the run: `RunEventSink.emit` only queues; one flusher per run
-writes what has queued in one `insert_many` (events that come together share a round
-trip) and keeps their order. Only the run's end waits for the writes (`close`), so a
-client that got the run's answer and then opens its stream sees the end too.
+writes what has queued in one update (events that come together share a round trip)
+and keeps their order. Only the run's end waits for the writes (`finish`), so a client
+that got the run's answer and then opens its stream sees the end too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime
 from typing import Any, Literal
 
-from pymongo import ASCENDING, DESCENDING
+from pymongo.errors import DuplicateKeyError
 
 from svc.core import Store, iso, utcnow
 from svc.runtime.agent_loop import TeamResult
@@ -45,9 +51,9 @@ PRIVATE_FIELDS = ("task", "response")
 PAGE = 500
 
 
-def wire(doc: dict[str, Any]) -> dict[str, Any]:
+def wire(seq: int, event: dict[str, Any]) -> dict[str, Any]:
     """An event as clients see it: `{seq, type, at, ...data}`."""
-    return {"seq": doc["seq"], "type": doc["type"], "at": iso(doc["at"]), **(doc.get("data") or {})}
+    return {"seq": seq, "type": event["type"], "at": iso(event["at"]), **(event.get("data") or {})}
 
 
 def redacted(event: dict[str, Any]) -> dict[str, Any]:
@@ -58,13 +64,11 @@ def redacted(event: dict[str, Any]) -> dict[str, Any]:
 class RunEventSink:
     """The events of one run as it executes in this process; `emit` never waits."""
 
-    def __init__(self, store: Store, install_id: str, run_id: str, fresh: bool) -> None:
+    def __init__(self, store: Store, install_id: str, run_id: str) -> None:
         self.store = store
         self.install_id = install_id
         self.run_id = run_id
-        # A fresh run starts at seq 1; a resumed one continues after what is stored (read once).
-        self._seq: int | None = 0 if fresh else None
-        self._queued: list[tuple[str, dict[str, Any], datetime]] = []
+        self._queued: list[dict[str, Any]] = []
         self._flusher: asyncio.Task[None] | None = None
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
@@ -73,15 +77,12 @@ class RunEventSink:
 
     def emit(self, kind: str, data: dict[str, Any]) -> None:
         """Queue one event; a flusher writes it (with whatever else queued meanwhile)."""
-        self._queued.append((kind, data, utcnow()))
+        self._queued.append({"type": kind, "data": data, "at": utcnow()})
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.get_running_loop().create_task(self._flush())
 
     async def finish(self, result: TeamResult, pause: dict[str, Any] | None = None) -> None:
-        """The run's last event (paused, completed or failed), once every event is written.
-
-        Called after the run record is settled, so a client told "completed" reads a completed run.
-        """
+        """The run's last event (paused, completed or failed), once every event is written."""
         if pause is not None:
             self.emit("paused", {**_totals(result), "gate": pause["gate"], "status": "paused"})
         else:
@@ -98,31 +99,18 @@ class RunEventSink:
     async def _flush(self) -> None:
         while self._queued:
             batch, self._queued = self._queued, []
+            update = {
+                "$push": {"events": {"$each": batch}},
+                "$inc": {"seq": len(batch)},
+                "$setOnInsert": {"installId": self.install_id},
+            }
             try:
-                if self._seq is None:
-                    self._seq = await last_seq(self.store, self.run_id)
-                docs = []
-                for kind, data, at in batch:
-                    self._seq += 1
-                    docs.append(
-                        {
-                            "runId": self.run_id,
-                            "installId": self.install_id,
-                            "seq": self._seq,
-                            "type": kind,
-                            "data": data,
-                            "at": at,
-                        }
-                    )
-                await self.store["run_events"].insert_many(docs, ordered=True)
+                try:
+                    await self.store["run_events"].update_one({"_id": self.run_id}, update, upsert=True)
+                except DuplicateKeyError:  # two first writes raced to create it: the loser updates
+                    await self.store["run_events"].update_one({"_id": self.run_id}, update)
             except Exception as exc:  # watching is best effort: the run itself must go on
                 log.warning("run events not written: %s", type(exc).__name__)
-
-
-async def last_seq(store: Store, run_id: str) -> int:
-    """The seq of the run's newest event (0 when none)."""
-    doc = await store["run_events"].find_one({"runId": run_id}, {"seq": 1}, sort=[("seq", DESCENDING)])
-    return int(doc["seq"]) if doc else 0
 
 
 def _totals(result: TeamResult) -> dict[str, Any]:
@@ -143,9 +131,8 @@ class RunEvents:
         """The sink of one execution of a run (for `TeamRunner(events=...)`), its first event queued:
         `run_started` (with the task, which only the deployer sees), or `resumed` when the payload
         continues a paused pipeline (`fromStep`)."""
-        resumed = "fromStep" in payload
-        sink = RunEventSink(self.store, install_id, run_id, fresh=not resumed)
-        if resumed:
+        sink = RunEventSink(self.store, install_id, run_id)
+        if "fromStep" in payload:
             data = {"fromStep": payload["fromStep"], "bypassGates": bool(payload.get("bypassGates"))}
             sink.emit("resumed", data)
         else:
@@ -162,27 +149,22 @@ class RunEvents:
         completed run. A run settled without an open sink here (recovered, aborted) gets its last
         event after the ones already stored.
         """
-        sink = self._open.pop(run_id, None) or RunEventSink(self.store, install_id, run_id, fresh=False)
+        sink = self._open.pop(run_id, None) or RunEventSink(self.store, install_id, run_id)
         await sink.finish(result, pause)
 
     async def after(self, run_id: str, seq: int = 0, limit: int = PAGE) -> list[dict[str, Any]]:
         """The run's stored events after `seq`, oldest first, in wire form."""
-        docs = (
-            await self.store["run_events"]
-            .find({"runId": run_id, "seq": {"$gt": seq}})
-            .sort([("seq", ASCENDING)])
-            .to_list(limit)
-        )
-        return [wire(doc) for doc in docs]
+        doc = await self.store["run_events"].find_one({"_id": run_id}, {"events": {"$slice": [seq, limit]}})
+        return [wire(seq + n, event) for n, event in enumerate((doc or {}).get("events") or [], 1)]
 
     async def newest(self, run_id: str) -> dict[str, Any] | None:
         """The run's newest event in wire form (None when it has none)."""
-        doc = await self.store["run_events"].find_one({"runId": run_id}, sort=[("seq", DESCENDING)])
-        return wire(doc) if doc else None
+        doc = await self.store["run_events"].find_one({"_id": run_id}, {"seq": 1, "events": {"$slice": -1}})
+        if not doc or not doc.get("events"):
+            return None
+        return wire(int(doc["seq"]), doc["events"][-1])
 
-    async def since(self, cursors: dict[str, int], limit: int = PAGE) -> list[dict[str, Any]]:
-        """New events of many runs at once (one query): `{runId: after seq}`; raw documents."""
-        if not cursors:
-            return []
-        query = {"$or": [{"runId": run_id, "seq": {"$gt": seq}} for run_id, seq in cursors.items()]}
-        return await self.store["run_events"].find(query).sort([("seq", ASCENDING)]).to_list(limit)
+    async def heads(self, run_ids: list[str]) -> dict[str, int]:
+        """How many events each of these runs has (runs without events are left out): one query."""
+        docs = await self.store["run_events"].find({"_id": {"$in": run_ids}}, {"seq": 1}).to_list(None)
+        return {doc["_id"]: int(doc["seq"]) for doc in docs}

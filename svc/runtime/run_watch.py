@@ -3,10 +3,11 @@
 A run executes in its install's actor, which may sit on another node and is reached
 through any API process, so a stream cannot wait on an in-process signal: the events
 are in MongoDB (svc/runtime/run_events.py). Each API process runs ONE poll loop while
-it has subscribers: every `POLL_S` it asks, in one query, for the events after each
-watched run's cursor, and hands them to that run's subscribers. The database's load
-from streams is then one small query per tick per process, whatever the number of
-subscribers, and the query matches only events not yet delivered.
+it has subscribers: every `POLL_S` it reads how many events each watched run has (one
+query by `_id`, one small document per run), then reads only the runs that moved, from
+their cursor, and hands the new events to their subscribers. The database's load from
+streams is then one query per tick per process plus one per run that moved, whatever
+the number of subscribers or of stored events.
 
 A run can also end without events (it was refused, cancelled while queued, or settled
 failed by recovery or the sweeper): every `STATUS_EVERY` ticks the loop reads the status
@@ -24,7 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from svc.core import Store, aware, iso, utcnow
-from svc.runtime.run_events import TERMINAL, RunEvents, wire
+from svc.runtime.run_events import TERMINAL, RunEvents
 
 log = logging.getLogger(__name__)
 
@@ -104,18 +105,20 @@ class RunWatch:
                 await asyncio.wait_for(self._wake.wait(), self.poll_s)
 
     async def _poll(self) -> None:
-        cursors: dict[str, int] = {}
-        for run_id, subs in list(self._subs.items())[:MAX_WATCHED]:
-            cursors[run_id] = min(sub.cursor for sub in subs)
+        watched = list(self._subs)[:MAX_WATCHED]
         for sub in (s for subs in self._subs.values() for s in subs):
             sub.quiet_ticks += 1
-        for doc in await self.events.since(cursors):
-            event = wire(doc)
-            for sub in self._subs.get(doc["runId"], ()):
-                if doc["seq"] > sub.cursor:
-                    sub.cursor = doc["seq"]
-                    sub.quiet_ticks = 0
-                    sub.queue.put_nowait(event)
+        heads = await self.events.heads(watched) if watched else {}
+        for run_id, head in heads.items():
+            subs = self._subs.get(run_id)
+            if not subs or head <= min(sub.cursor for sub in subs):
+                continue
+            for event in await self.events.after(run_id, min(sub.cursor for sub in subs)):
+                for sub in self._subs.get(run_id, ()):
+                    if event["seq"] > sub.cursor:
+                        sub.cursor = event["seq"]
+                        sub.quiet_ticks = 0
+                        sub.queue.put_nowait(event)
 
     async def _settled_without_end(self) -> None:
         """A last event made from the run record, for settled runs whose actor wrote none."""
@@ -140,11 +143,9 @@ class RunWatch:
             at = run.get("endedAt") or run.get("pausedAt")
             if at is None or now - aware(at) < GRACE:
                 continue
+            subs = self._subs.get(run["_id"])
             # Read again: the last event may have arrived since this tick's poll.
-            latest = await self.events.after(
-                run["_id"], min(s.cursor for s in self._subs.get(run["_id"], ()))
-            )
-            if latest:
+            if not subs or await self.events.after(run["_id"], min(sub.cursor for sub in subs), 1):
                 continue
             event = settled_event(run)
             for sub in self._subs.get(run["_id"], ()):
