@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 from api.schemas.run_watch import RunDetailReply
 from tests.support.accounts import bearer, create_key, signup
@@ -161,3 +162,41 @@ async def test_a_reported_run_has_nulls_where_its_platform_cannot_say(make_clien
         None,
     )
     assert body["security"] == [] and body["cost"]["amountCents"] == 25
+
+
+async def test_the_callback_delivery_record_is_shown_and_its_url_only_to_the_deployer(
+    make_client, aiohttp_server, store
+):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    builder_key, key, install_id = await deal(client)
+    run_id = (await delegated_run(client, llm, key, install_id, "http://allowed.example.com/"))["runId"]
+    # The record the durable callback delivery keeps (svc/runtime/callbacks.py, written there and
+    # only read here), in its documented shape.
+    first, second = datetime(2026, 11, 24, 0, 0, 1, tzinfo=UTC), datetime(2026, 11, 24, 0, 0, 3, tzinfo=UTC)
+    await store["callbacks"].insert_one(
+        {
+            "_id": run_id,
+            "installId": install_id,
+            "url": "https://hooks.example.com/done?token=abc",
+            "status": "delivered",
+            "attempts": [
+                {"at": first, "status": 503, "latencyMs": 12, "error": "HTTP 503"},
+                {"at": second, "status": 200, "latencyMs": 9, "error": None},
+            ],
+            "nextAttemptAt": None,
+            "createdAt": first,
+        }
+    )
+    body = await detail(client, key, install_id, run_id)
+    assert body["callback"] == {
+        "url": "https://hooks.example.com/done?token=abc",
+        "status": "delivered",
+        "attempts": [
+            {"at": "2026-11-24T00:00:01.000Z", "status": 503, "latencyMs": 12, "error": "HTTP 503"},
+            {"at": "2026-11-24T00:00:03.000Z", "status": 200, "latencyMs": 9, "error": None},
+        ],
+        "nextAttemptAt": None,
+        "createdAt": "2026-11-24T00:00:01.000Z",
+    }
+    seen = await detail(client, builder_key, install_id, run_id)
+    assert seen["callback"] == {**body["callback"], "url": None}
