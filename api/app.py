@@ -89,6 +89,7 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
         [timed("database", database), timed("Ray", ray_runtime), timed("domain services", domain_services)]
     )
     pages.setup(app)  # the operator dashboard, outside /api
+    app.on_shutdown.append(run_watch.end_streams)
     return app
 
 

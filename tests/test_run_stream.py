@@ -7,6 +7,7 @@ import json
 import uuid
 from typing import Any
 
+import ray
 from pydantic import TypeAdapter
 
 from api.schemas.run_watch import RunEventStream
@@ -21,7 +22,7 @@ from tests.support.runtime import (
     webhook_token,
 )
 from tests.support.templates import publish_template
-from tests.support.waiting import wait_status
+from tests.support.waiting import wait_for, wait_status
 
 READ_TIMEOUT_S = 60.0
 EVENT = TypeAdapter(RunEventStream.model_fields["event"].annotation)
@@ -224,3 +225,59 @@ async def test_a_paused_run_ends_its_stream_and_a_continue_resumes_it(make_clien
         "second half",
     )
     assert detail["task"] == "Go"
+
+
+async def test_a_run_settled_without_its_last_event_still_ends_the_stream(make_client, aiohttp_server, store):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    llm.latency_s = 5.0  # the run is still in its first model call when its worker is killed
+    _, key, install_id = await svc_install(client, [member("lead")])
+    running = asyncio.ensure_future(
+        client.post(f"/api/installs/{install_id}/run", json={"task": "Go"}, headers=key)
+    )
+
+    async def started() -> bool:
+        return await store["run_events"].count_documents({"installId": install_id, "seq": {"$gte": 2}}) > 0
+
+    assert await wait_for(started)
+    run_id = (await store["run_events"].find_one({"installId": install_id}))["_id"]
+    actor = ray.get_actor(f"install:{install_id}", namespace="svc")
+    await asyncio.to_thread(ray.kill, actor, no_restart=True)
+    outcome = await (await running).json()
+    assert outcome["status"] == "failed"
+    ledger = await store["pipeline_runs"].find_one({"_id": run_id})
+    # The worker died before writing the last event: the stream ends with one made from the ledger.
+    events, _ = await stream(client, key, install_id, run_id)
+    assert [(e["id"], e["data"]["type"]) for e in events] == [
+        (1, "run_started"),
+        (2, "step_started"),
+        (3, "failed"),
+    ]
+    assert events[-1]["data"]["error"] == ledger["errorMessage"]
+
+
+async def test_a_stopping_api_process_ends_its_streams_with_a_reconnect_hint(
+    make_client, aiohttp_server, store
+):
+    llm, url = await start_llm(aiohttp_server)
+    llm.latency_s = 5.0
+    first = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
+    second = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
+    _, deployer, key, install_id = await team_install(first)
+    token = await webhook_token(first, deployer, install_id)
+    run_id = (await (await first.post(f"/api/webhook/{token}", json={"inputText": "x"})).json())["runId"]
+    response = await second.get(f"/api/installs/{install_id}/runs/{run_id}/stream", headers=key)
+    seen = asyncio.Event()
+
+    async def note(event: dict[str, Any]) -> None:
+        seen.set()
+
+    reading = asyncio.ensure_future(read_sse(response, note))
+    await asyncio.wait_for(seen.wait(), READ_TIMEOUT_S)
+    await second.server.close()  # the second API process stops while its client watches
+    events, comments = await reading
+    assert events and events[-1]["data"]["type"] not in ("completed", "failed")
+    assert comments[-1] == ": the service is stopping; reconnect with Last-Event-ID"
+    # The client resumes on the other process, after the last event it saw, to the end.
+    rest, _ = await stream(first, key, install_id, run_id, last_id=events[-1]["id"])
+    assert rest[0]["id"] == events[-1]["id"] + 1 and rest[-1]["data"]["type"] == "completed"
+    await wait_status(store, run_id, "completed")

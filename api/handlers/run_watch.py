@@ -9,11 +9,11 @@ from typing import Any
 
 from aiohttp import web
 
-from api.context import principal, services
+from api.context import SERVICES, principal, services
 from api.routing import RouteTable
 from api.schemas.run_watch import RunDetailReply, RunEventStream
 from svc.core import BadRequest, Document, NotFound, iso
-from svc.runtime import TERMINAL, redacted, settled_event
+from svc.runtime import CLOSING, TERMINAL, redacted, settled_event
 
 log = logging.getLogger(__name__)
 routes = RouteTable()
@@ -86,6 +86,9 @@ async def follow(
             if event is None:
                 await response.write(b": keep-alive\n\n")
                 continue
+            if event is CLOSING:
+                await response.write(b": the service is stopping; reconnect with Last-Event-ID\n\n")
+                return
             await send(response, event, full)
             if event["type"] in TERMINAL and subscription.queue.empty():
                 return
@@ -121,3 +124,10 @@ def reported_event(record: Document) -> dict[str, Any]:
         "outputTokens": record.get("outputTokens"),
         "error": record.get("errorMessage"),
     }
+
+
+async def end_streams(app: web.Application) -> None:
+    """On shut-down, end the open run streams at once (their clients reconnect elsewhere with
+    Last-Event-ID) instead of holding the shut-down for up to MAX_STREAM_S."""
+    if SERVICES in app:
+        await app[SERVICES].run_watch.close()

@@ -10,7 +10,7 @@ from svc.runtime.pipelines import MAX_DRAFT_ID
 from svc.runtime.policy import read_back
 from svc.runtime.run_detail import RunDetail
 from svc.runtime.run_events import TERMINAL, RunEvents, redacted
-from svc.runtime.run_watch import RunWatch, Subscription, settled_event
+from svc.runtime.run_watch import CLOSING, RunWatch, Subscription, settled_event
 from svc.runtime.runs_exec import HeartbeatBody, RunBody, RunService, RuntimeTestBody, WebhookBody
 from svc.runtime.schedules import (
     ScheduleBody,
@@ -25,6 +25,7 @@ from svc.runtime.security_log import SecurityLog
 
 __all__ = [
     "CANCELLED",
+    "CLOSING",
     "LLM",
     "MAX_DRAFT_ID",
     "TERMINAL",

@@ -49,6 +49,8 @@ PRIVATE_FIELDS = ("task", "response")
 # A run's events are few (steps and tool calls, each bounded by the loop's iteration limit);
 # reads page at this size so no read is unbounded.
 PAGE = 500
+# How many of each watched run's newest events a poll brings back with its count.
+TAIL = 3
 
 
 def wire(seq: int, event: dict[str, Any]) -> dict[str, Any]:
@@ -164,7 +166,16 @@ class RunEvents:
             return None
         return wire(int(doc["seq"]), doc["events"][-1])
 
-    async def heads(self, run_ids: list[str]) -> dict[str, int]:
-        """How many events each of these runs has (runs without events are left out): one query."""
-        docs = await self.store["run_events"].find({"_id": {"$in": run_ids}}, {"seq": 1}).to_list(None)
-        return {doc["_id"]: int(doc["seq"]) for doc in docs}
+    async def heads(self, run_ids: list[str]) -> dict[str, tuple[int, list[dict[str, Any]]]]:
+        """For each of these runs with events: how many it has, and its newest `TAIL` events in
+        wire form (most polls find at most that many new, so one query answers them)."""
+        docs = (
+            await self.store["run_events"]
+            .find({"_id": {"$in": run_ids}}, {"seq": 1, "events": {"$slice": -TAIL}})
+            .to_list(None)
+        )
+        out = {}
+        for doc in docs:
+            head, tail = int(doc["seq"]), doc.get("events") or []
+            out[doc["_id"]] = (head, [wire(head - len(tail) + n, e) for n, e in enumerate(tail, 1)])
+        return out

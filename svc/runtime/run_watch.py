@@ -36,6 +36,8 @@ STATUS_EVERY = 20  # ticks: about once a second
 GRACE = timedelta(seconds=3)
 SETTLED = ("completed", "failed", "cancelled", "paused")
 MAX_WATCHED = 1000  # runs per query; more are polled on later ticks
+# What a subscription receives when the process stops watching.
+CLOSING: dict[str, Any] = {"type": "closing"}
 
 
 @dataclass(eq=False)
@@ -84,7 +86,10 @@ class RunWatch:
                 del self._subs[sub.run_id]
 
     async def close(self) -> None:
-        """Stop the poll loop (the process is shutting down)."""
+        """Stop the poll loop and end every stream (the process is shutting down; clients
+        reconnect, to another process, with Last-Event-ID)."""
+        for sub in (s for subs in self._subs.values() for s in subs):
+            sub.queue.put_nowait(CLOSING)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -109,11 +114,14 @@ class RunWatch:
         for sub in (s for subs in self._subs.values() for s in subs):
             sub.quiet_ticks += 1
         heads = await self.events.heads(watched) if watched else {}
-        for run_id, head in heads.items():
+        for run_id, (head, tail) in heads.items():
             subs = self._subs.get(run_id)
-            if not subs or head <= min(sub.cursor for sub in subs):
+            cursor = min(sub.cursor for sub in subs) if subs else head
+            if head <= cursor:
                 continue
-            for event in await self.events.after(run_id, min(sub.cursor for sub in subs)):
+            # The newest few came with the count; a subscriber further behind reads the rest.
+            fresh = tail if tail and tail[0]["seq"] <= cursor + 1 else await self.events.after(run_id, cursor)
+            for event in fresh:
                 for sub in self._subs.get(run_id, ()):
                     if event["seq"] > sub.cursor:
                         sub.cursor = event["seq"]
