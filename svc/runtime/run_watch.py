@@ -3,9 +3,9 @@
 A run executes in its install's actor, which may sit on another node and is reached
 through any API process, so a stream cannot wait on an in-process signal: the events
 are in MongoDB (svc/runtime/run_events.py). Each API process runs ONE poll loop while
-it has subscribers: every `POLL_S` it reads how many events each watched run has (one
-query by `_id`, one small document per run), then reads only the runs that moved, from
-their cursor, and hands the new events to their subscribers. The database's load from
+it has subscribers: every `POLL_S` it reads how many events each watched run has, with
+its newest few (one query by `_id`, one document per run), reads further back only for a
+run that moved by more than those, and hands the new events to their subscribers. The database's load from
 streams is then one query per tick per process plus one per run that moved, whatever
 the number of subscribers or of stored events.
 
@@ -99,13 +99,13 @@ class RunWatch:
         tick = 0
         while self._subs:
             tick += 1
+            self._wake.clear()  # before the poll: a subscriber arriving during it wakes the next one
             try:
                 await self._poll()
                 if tick % STATUS_EVERY == 0:
                     await self._settled_without_end()
             except Exception as exc:  # a database hiccup: streams wait, the loop goes on
                 log.warning("run watch poll failed: %s", type(exc).__name__)
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_s)
 
