@@ -62,10 +62,10 @@ class RunDetail:
     async def access(self, principal: Principal, install_id: str) -> tuple[Document, bool]:
         """The install and whether the caller sees the deployer's content; 404 for anyone else."""
         install = await self.store.installs.find_one({"_id": install_id})
-        if await reaches(self.store, principal, install):
-            return install, True  # type: ignore[return-value]
-        if await builder_reaches(self.store, principal, install):
-            return install, False  # type: ignore[return-value]
+        if install is not None and await reaches(self.store, principal, install):
+            return install, True
+        if install is not None and await builder_reaches(self.store, principal, install):
+            return install, False
         raise NotFound("Install not found")
 
     async def exists(self, install_id: str, run_id: str) -> Document | None:
