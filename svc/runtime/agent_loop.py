@@ -148,6 +148,7 @@ class TeamRunner:
         security_log: SecurityLog,
         steps_sink: Callable[[AgentStep], Awaitable[None]] | None = None,
         on_step_start: Callable[[AgentStep], None] | None = None,
+        *,
         events: EventSink | None = None,
     ) -> None:
         self.llm = llm

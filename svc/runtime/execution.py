@@ -160,7 +160,7 @@ class InstallRunner:
             self.current_steps[run_id] = step
 
         watch = self.run_events.open(install_id, run_id, root_key, payload, source)  # h-watch
-        runner = TeamRunner(self.llm, self.security_log, write_step, started, watch)
+        runner = TeamRunner(self.llm, self.security_log, write_step, started, events=watch)
         pause: dict[str, Any] | None = None
         try:
             if payload.get("agentKey"):
