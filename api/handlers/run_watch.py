@@ -12,7 +12,7 @@ from aiohttp import web
 from api.context import SERVICES, principal, services
 from api.routing import RouteTable
 from api.schemas.run_watch import RunDetailReply, RunEventStream
-from svc.core import BadRequest, Document, NotFound, iso
+from svc.core import BadRequest, Document, NotFound, RuntimeFailure, iso
 from svc.runtime import CLOSING, TERMINAL, redacted, settled_event
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,8 @@ async def run_stream(request: web.Request) -> web.StreamResponse:
     run = await svc.run_detail.exists(install_id, run_id)
     if run is None:
         raise NotFound("Run not found")
+    if not svc.run_watch.has_room():
+        raise RuntimeFailure("Too many run streams are open on this server; retry shortly")
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )

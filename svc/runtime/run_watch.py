@@ -36,6 +36,7 @@ STATUS_EVERY = 20  # ticks: about once a second
 GRACE = timedelta(seconds=3)
 SETTLED = ("completed", "failed", "cancelled", "paused")
 MAX_WATCHED = 1000  # runs per query; more are polled on later ticks
+MAX_SUBSCRIBERS = 2000  # open streams per API process; more are refused (503, retry)
 # What a subscription receives when the process stops watching.
 CLOSING: dict[str, Any] = {"type": "closing"}
 
@@ -67,6 +68,10 @@ class RunWatch:
         self._subs: dict[str, set[Subscription]] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+
+    def has_room(self) -> bool:
+        """Whether this process takes another stream (a bound on what streams may hold open)."""
+        return sum(len(subs) for subs in self._subs.values()) < MAX_SUBSCRIBERS
 
     def subscribe(self, run_id: str, after: int) -> Subscription:
         """Follow the run from the event after `after` (0: from its first event)."""
