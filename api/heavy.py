@@ -46,7 +46,6 @@ HEAVY_ROUTES: frozenset[tuple[str, str]] = frozenset(
     }
 )
 
-
 class HeavyGate:
     """The slots heavy requests share in one API process."""
 
