@@ -29,6 +29,7 @@ from api.handlers import (
     installs,
     openapi,
     orgs,
+    run_watch,
     runs,
     runtime,
     templates,
@@ -62,6 +63,7 @@ ROUTES: tuple[Route, ...] = (
     *billing.routes,
     *orgs.routes,
     *runs.routes,
+    *run_watch.routes,
     *openapi.routes,
 )
 STORE = web.AppKey("store", Store)
@@ -89,6 +91,7 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
         [timed("database", database), timed("Ray", ray_runtime), timed("domain services", domain_services)]
     )
     pages.setup(app)  # the operator dashboard, outside /api
+    app.on_shutdown.append(run_watch.end_streams)
     return app
 
 

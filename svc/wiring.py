@@ -14,7 +14,7 @@ from typing import Any
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
 from svc.authoring import Authoring
-from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, UsageReport
+from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, UsageReport, run_cost
 from svc.core import Mailer, Runtime, Store, TTLCache, Vault
 from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter, UserAdmin
 from svc.installs import Installs, RunPoller
@@ -30,7 +30,16 @@ from svc.orgs import (
     Plans,
 )
 from svc.runs import RunAnalytics, Runs
-from svc.runtime import LLM, InstallRunner, Outreach, RunService, Schedules, SecurityLog
+from svc.runtime import (
+    LLM,
+    InstallRunner,
+    Outreach,
+    RunDetail,
+    RunService,
+    RunWatch,
+    Schedules,
+    SecurityLog,
+)
 from svc.templates import Portability, Templates, archive_user_templates
 
 
@@ -72,6 +81,8 @@ class Services:
     charges: Charges
     payouts: Payouts
     org_billing: OrgBilling
+    run_detail: RunDetail
+    run_watch: RunWatch
 
     async def delete_user(self, who: str) -> dict[str, Any]:
         """`svc users delete`: end the account (409 while it owns an org), cancel its personal
@@ -85,6 +96,7 @@ class Services:
         """Write out what is held in memory (rate-limit counts) before shut-down."""
         if self.rate_limiter is not None:
             await self.rate_limiter.close()
+        await self.run_watch.close()
 
     async def health(self) -> dict[str, bool]:
         """Whether the database and the actor runtime answer."""
@@ -164,6 +176,8 @@ def build_services(
         charges=charges,
         payouts=Payouts(store, accounts, charges, provider, org_billing.handle_event),
         org_billing=org_billing,
+        run_detail=RunDetail(store, run_cost),
+        run_watch=RunWatch(store),
     )
 
 

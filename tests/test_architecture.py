@@ -30,6 +30,7 @@ OWNERS = {
         "drafts",
         "targets",
         "counters",
+        "run_events",
     },
     "orgs": {
         "orgs", "org_members", "org_invitations", "org_secrets", "org_approvals", "org_audit",

@@ -203,6 +203,7 @@ async def test_streams_are_documented_as_event_streams(client):
         "/api/templates/generate/public",
         "/api/templates/assist",
         "/api/templates/test-chat",
+        "/api/installs/{installId}/runs/{runId}/stream",
     }
 
 

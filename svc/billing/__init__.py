@@ -4,6 +4,7 @@ from svc.billing.charges import ChargeCycleBody, Charges
 from svc.billing.org_billing import OrgBilling
 from svc.billing.payments import PaymentProvider
 from svc.billing.payouts import OnboardBody, Payouts, SetupIntentBody
+from svc.billing.run_cost import run_cost
 from svc.billing.usage import BillingQuery, UsageReport
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "Payouts",
     "SetupIntentBody",
     "UsageReport",
+    "run_cost",
 ]

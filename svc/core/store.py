@@ -109,9 +109,14 @@ INDEXES: dict[str, list[Index]] = {
         Index([("claim", ASCENDING)]),
     ],
     "pipeline_events": [Index([("installId", ASCENDING), ("createdAt", DESCENDING)])],
-    "agent_runs": [Index([("installId", ASCENDING), ("createdAt", DESCENDING)])],
+    "agent_runs": [
+        Index([("installId", ASCENDING), ("createdAt", DESCENDING)]),
+        # The run detail reads a run's steps (docs/runs.md).
+        Index([("runId", ASCENDING), ("startedAt", ASCENDING)]),
+    ],
     "security_requests": [
         Index([("installId", ASCENDING), ("createdAt", DESCENDING)]),
+        Index([("runId", ASCENDING), ("createdAt", ASCENDING)]),
         Index([("createdAt", ASCENDING)], ttl_seconds=30 * 24 * 3600, name="security_requests_ttl"),
     ],
     "outbox": [Index([("createdAt", DESCENDING)])],

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from svc.core import Document, Store
 from svc.identity import Principal
-from svc.templates import owner_of
+from svc.templates import is_owner, owner_of
 
 # Status `pending` means provisioning, except on an install waiting for governance approval
 # (`approval: "pending"`, provisioned and listed, but not ready for runs until approved).
@@ -64,3 +64,15 @@ async def deployer_reaches(store: Store, user_id: str, doc: Document | None) -> 
     if doc.get("deployedBy") != user_id and owner != {"kind": "user", "id": user_id}:
         return False
     return owner.get("kind") != "org" or await is_member(store, owner["id"], user_id)
+
+
+async def builder_reaches(store: Store, principal: Principal, doc: Document | None) -> bool:
+    """Does this principal act as the builder of the install's template? The builder may read the
+    install's runs without their content (docs/runs.md); a credential bound to one install never
+    does (it is the deployer's)."""
+    if doc is None or not is_visible(doc) or principal.via in BOUND_TO_INSTALL:
+        return False
+    if principal.install_id is not None and principal.install_id != doc["_id"]:
+        return False
+    template = await store["templates"].find_one({"_id": doc["templateId"]}, {"owner": 1})
+    return template is not None and is_owner(principal, template)

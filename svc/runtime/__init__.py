@@ -8,6 +8,9 @@ from svc.runtime.llm import LLM, ProviderNotConfigured
 from svc.runtime.outreach import BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody
 from svc.runtime.pipelines import MAX_DRAFT_ID
 from svc.runtime.policy import read_back
+from svc.runtime.run_detail import RunDetail
+from svc.runtime.run_events import TERMINAL, RunEvents, redacted
+from svc.runtime.run_watch import CLOSING, RunWatch, Subscription, settled_event
 from svc.runtime.runs_exec import HeartbeatBody, RunBody, RunService, RuntimeTestBody, WebhookBody
 from svc.runtime.schedules import (
     ScheduleBody,
@@ -22,8 +25,10 @@ from svc.runtime.security_log import SecurityLog
 
 __all__ = [
     "CANCELLED",
+    "CLOSING",
     "LLM",
     "MAX_DRAFT_ID",
+    "TERMINAL",
     "BulkBody",
     "ContinueBody",
     "DraftEdit",
@@ -34,13 +39,17 @@ __all__ = [
     "ProviderNotConfigured",
     "RejectBody",
     "RunBody",
+    "RunDetail",
+    "RunEvents",
     "RunScope",
     "RunService",
+    "RunWatch",
     "RuntimeTestBody",
     "ScheduleBody",
     "SchedulerCore",
     "Schedules",
     "SecurityLog",
+    "Subscription",
     "TeamRunner",
     "ToggleBody",
     "WebhookBody",
@@ -50,5 +59,7 @@ __all__ = [
     "failed_outcome",
     "next_fire",
     "read_back",
+    "redacted",
     "root_agent",
+    "settled_event",
 ]

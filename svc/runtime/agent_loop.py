@@ -28,7 +28,7 @@ import httpx
 
 from plugins.egress import EgressDenied, egress_client
 from plugins.types import ChatMessage, ProviderError, ToolCall, ToolSpec
-from svc.core import utcnow
+from svc.core import iso, utcnow
 from svc.runtime.llm import LLM
 from svc.runtime.policy import CompiledPolicy, compile_policy, evaluate
 from svc.runtime.security_log import RequestRecord, SecurityLog
@@ -67,6 +67,9 @@ JUDGE_SYSTEM = (
 )
 
 
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
 class AgentFailed(Exception):
     """An agent could not finish; the message is shown in the run record."""
 
@@ -83,6 +86,8 @@ class AgentStep:
     output: str | None = None
     started_at: datetime = field(default_factory=utcnow)
     ended_at: datetime | None = None
+    model: str | None = None
+    iterations: int = 0
 
 
 @dataclass
@@ -143,11 +148,16 @@ class TeamRunner:
         security_log: SecurityLog,
         steps_sink: Callable[[AgentStep], Awaitable[None]] | None = None,
         on_step_start: Callable[[AgentStep], None] | None = None,
+        *,
+        events: EventSink | None = None,
     ) -> None:
         self.llm = llm
         self.security_log = security_log
         self.steps_sink = steps_sink
         self.on_step_start = on_step_start
+        # The run's live events (svc/runtime/run_events.py): called, never awaited, so a slow
+        # event write never slows the run.
+        self.events = events
 
     async def run_team(self, scope: RunScope, definition: dict[str, Any], task: str) -> TeamResult:
         """The supervisor's loop, delegating to the other agents."""
@@ -202,15 +212,18 @@ class TeamRunner:
         delegate: Callable[[ToolCall], Awaitable[str]] | None,
         steps: list[AgentStep],
     ) -> AgentStep:
-        step = AgentStep(agent_key=agent["key"])
+        step = AgentStep(agent_key=agent["key"], model=agent.get("model"))
         steps.append(step)
         if self.on_step_start is not None:
             self.on_step_start(step)
+        if self.events is not None:
+            self.events("step_started", step_started(step))
         policy = compiled_policy(agent.get("accessPolicy"))
         messages: list[ChatMessage] = [ChatMessage("user", task)]
         try:
             for _ in range(MAX_ITERATIONS):
                 answer = await self.llm.complete(agent["model"], agent.get("prompt", ""), messages, tools)
+                step.iterations += 1
                 step.input_tokens += answer.input_tokens
                 step.output_tokens += answer.output_tokens
                 if not answer.tool_calls:
@@ -235,9 +248,17 @@ class TeamRunner:
             log.error("agent loop failed: %s", type(exc).__name__)  # the message may hold secrets
             step.status, step.error = "failed", f"Internal error in the agent loop ({type(exc).__name__})"
         step.ended_at = utcnow()
+        if self.events is not None:
+            self.events("step_finished", step_finished(step))
         if self.steps_sink is not None:
             await self.steps_sink(step)
         return step
+
+    async def _logged(self, entry: RequestRecord) -> None:
+        """Write a security-log entry, and tell the run's watchers about the tool call."""
+        await self.security_log.record(entry)
+        if self.events is not None:
+            self.events("tool_call", tool_call(entry))
 
     # ---- http_request ------------------------------------------------------------------
 
@@ -302,7 +323,7 @@ class TeamRunner:
             if not allowed:
                 would_block, reason = True, "Blocked by the security judge"
         if would_block and not reporting:
-            await self.security_log.record(log(decision, source, reason, None, judge))
+            await self._logged(log(decision, source, reason, None, judge))
             if verdict.action == "deny":
                 return f"Blocked by the access policy: {verdict.reason or 'not allowed'}"
             return f"Blocked by the security judge: {judge[0]}"
@@ -317,15 +338,13 @@ class TeamRunner:
                 )
         except EgressDenied as exc:
             # The reason never names the host: the host may carry a substituted secret.
-            await self.security_log.record(log("BLOCK", source, f"Egress guard: {exc.reason}", None, judge))
+            await self._logged(log("BLOCK", source, f"Egress guard: {exc.reason}", None, judge))
             return f"Blocked: {exc.reason}"
         except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
             failure = f"Request failed: {type(exc).__name__}"
-            await self.security_log.record(log(decision, source, failure, None, judge, report_only))
+            await self._logged(log(decision, source, failure, None, judge, report_only))
             return failure
-        await self.security_log.record(
-            log(decision, source, reason, response.status_code, judge, report_only)
-        )
+        await self._logged(log(decision, source, reason, response.status_code, judge, report_only))
         text = response.text
         truncated = len(text) > MAX_BODY_CHARS
         return json.dumps(
@@ -364,3 +383,43 @@ class TeamRunner:
 def substitute_headers(headers: dict[str, str], secrets: dict[str, str]) -> dict[str, str]:
     """Header values with secrets filled in."""
     return {name: substitute(value, secrets) for name, value in headers.items()}
+
+
+# ---- what the run's watchers are told (svc/runtime/run_events.py) ----------------------
+
+
+def step_started(step: AgentStep) -> dict[str, Any]:
+    """A step has begun: which agent, on which model."""
+    return {"agent": step.agent_key, "model": step.model, "startedAt": iso(step.started_at)}
+
+
+def step_finished(step: AgentStep) -> dict[str, Any]:
+    """A step has ended: its outcome, model calls, tokens and duration."""
+    ended = step.ended_at or utcnow()
+    return {
+        "agent": step.agent_key,
+        "model": step.model,
+        "status": step.status,
+        "iterations": step.iterations,
+        "inputTokens": step.input_tokens,
+        "outputTokens": step.output_tokens,
+        "durationMs": int((ended - step.started_at).total_seconds() * 1000),
+        "startedAt": iso(step.started_at),
+        "error": step.error,
+    }
+
+
+def tool_call(entry: RequestRecord) -> dict[str, Any]:
+    """An `http_request` and the access policy's decision (the URL as written, never with secrets)."""
+    return {
+        "agent": entry.agentKey,
+        "tool": HTTP_TOOL.name,
+        "method": entry.method,
+        "url": entry.url,
+        "decision": entry.decision,
+        "decisionSource": entry.decisionSource,
+        "reason": entry.reason,
+        "reportOnly": entry.reportOnly,
+        "statusCode": entry.statusCode,
+        "latencyMs": entry.latencyMs,
+    }

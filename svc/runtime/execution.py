@@ -33,6 +33,7 @@ from svc.runtime.agent_loop import AgentStep, RunScope, TeamResult, TeamRunner
 from svc.runtime.events import Events, EventType
 from svc.runtime.llm import LLM
 from svc.runtime.pipelines import PipelineExecutor
+from svc.runtime.run_events import RunEvents
 from svc.runtime.schedules import note_scheduled_outcome
 from svc.runtime.security_log import SecurityLog
 
@@ -76,6 +77,7 @@ class InstallRunner:
         self.llm = llm
         self.security_log = SecurityLog(store)
         self.events = Events(store)
+        self.run_events = RunEvents(store)  # h-watch: live events of runs (docs/runs.md)
         # The step each active run is in (for cancel-run's answer).
         self.current_steps: dict[str, AgentStep] = {}
         # This runner's incarnation: every run it claims is stamped with it, so a restarted
@@ -157,7 +159,8 @@ class InstallRunner:
         def started(step: AgentStep) -> None:
             self.current_steps[run_id] = step
 
-        runner = TeamRunner(self.llm, self.security_log, write_step, started)
+        watch = self.run_events.open(install_id, run_id, root_key, payload, source)  # h-watch
+        runner = TeamRunner(self.llm, self.security_log, write_step, started, events=watch)
         pause: dict[str, Any] | None = None
         try:
             if payload.get("agentKey"):
@@ -192,6 +195,7 @@ class InstallRunner:
                     }
                 },
             )
+            await self.run_events.finish(install_id, run_id, result, pause)  # h-watch
             outcome = {**outcome_of(run_id, result), "pausedAtGate": pause["gate"]}
             if payload.get("callbackUrl"):
                 await self.callback(install, payload["callbackUrl"], outcome)
@@ -206,6 +210,7 @@ class InstallRunner:
             result.error,
             source,
         )
+        await self.run_events.finish(install_id, run_id, result)  # h-watch
         outcome = outcome_of(run_id, result)
         if payload.get("callbackUrl"):
             await self.callback(install, payload["callbackUrl"], outcome)

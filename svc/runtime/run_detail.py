@@ -1,0 +1,277 @@
+"""What happened in one run: `GET /api/installs/:installId/runs/:runId` (docs/runs.md).
+
+One answer for every platform. A managed run is assembled from its ledger
+(`pipeline_runs`), its steps (`agent_runs`), its live events (`run_events`: model,
+iterations, the task and the final response), its security-log entries, its run record
+(`runs`: what billing counts) and its webhook callback's deliveries (`callbacks`). A run
+reported by another platform has a run record only, so the fields that platform cannot
+give are null.
+
+Who sees what: whoever reaches the install (svc.installs.reach) sees everything; the
+builder of the install's template sees the same run without the task and the response
+(and without the callback's URL), unless the builder also reaches the install. Anyone
+else, and a run of another install: 404.
+
+The reads run concurrently (one round trip of latency after the install), each bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from pymongo import ASCENDING
+
+from svc.core import Document, NotFound, Store, aware, iso
+from svc.identity import Principal
+from svc.installs import builder_reaches, reaches
+from svc.runtime.run_events import RunEvents
+
+# (pricing model, price in cents, completed?, tokens) -> the run's cost (svc.billing.run_cost);
+# injected, because billing sits above the runtime.
+Costing = Callable[[str, int | None, bool, int], dict[str, Any]]
+MAX_STEPS = 200
+MAX_SECURITY = 200
+SECURITY_FIELDS = (
+    "agentKey",
+    "agentName",
+    "method",
+    "url",
+    "hostname",
+    "path",
+    "decision",
+    "decisionSource",
+    "reason",
+    "judgeReasoning",
+    "judgeConfidence",
+    "statusCode",
+    "latencyMs",
+    "reportOnly",
+)
+
+
+class RunDetail:
+    """Answers "what happened in run X"."""
+
+    def __init__(self, store: Store, costing: Costing | None = None) -> None:
+        self.store = store
+        self.events = RunEvents(store)
+        self.costing = costing
+
+    async def access(self, principal: Principal, install_id: str) -> tuple[Document, bool]:
+        """The install and whether the caller sees the deployer's content; 404 for anyone else."""
+        install = await self.store.installs.find_one({"_id": install_id})
+        if install is not None and await reaches(self.store, principal, install):
+            return install, True
+        if install is not None and await builder_reaches(self.store, principal, install):
+            return install, False
+        raise NotFound("Install not found")
+
+    async def exists(self, install_id: str, run_id: str) -> Document | None:
+        """The run's ledger entry (a managed run), or its run record; None when neither exists."""
+        ledger = await self.store["pipeline_runs"].find_one({"_id": run_id, "installId": install_id})
+        if ledger is not None:
+            return ledger
+        return await self.store["runs"].find_one({"installId": install_id, "runId": run_id})
+
+    async def get(self, principal: Principal, install_id: str, run_id: str) -> dict[str, Any]:
+        """The run detail (see the module's docstring)."""
+        install, full = await self.access(principal, install_id)
+        ledger, record, steps, security, events, callback, template = await asyncio.gather(
+            self.store["pipeline_runs"].find_one({"_id": run_id, "installId": install_id}),
+            self.store["runs"].find_one({"installId": install_id, "runId": run_id}),
+            self.store["agent_runs"]
+            .find({"runId": run_id, "installId": install_id})
+            .sort([("startedAt", ASCENDING), ("createdAt", ASCENDING)])
+            .to_list(MAX_STEPS),
+            self.store["security_requests"]
+            .find({"runId": run_id, "installId": install_id})
+            .sort([("createdAt", ASCENDING), ("_id", ASCENDING)])
+            .to_list(MAX_SECURITY),
+            self.events.after(run_id),
+            self.store["callbacks"].find_one({"_id": run_id, "installId": install_id}),
+            self.store["templates"].find_one(
+                {"_id": install["templateId"]}, {"pricingModel": 1, "priceUsdCents": 1}
+            ),
+        )
+        if ledger is None and record is None:
+            raise NotFound("Run not found")
+        models = {a["key"]: a.get("model") for a in install["definition"]["agents"]}
+        by_type: dict[str, dict[str, Any]] = {}
+        for event in events:
+            by_type[event["type"]] = event  # the newest of each kind (a resumed run starts again)
+        first = next((e for e in events if e["type"] == "run_started"), {})
+        step_list = (
+            managed_steps(steps, events, models) if ledger is not None else reported_step(record, models)
+        )
+        detail = {
+            "runId": run_id,
+            "installId": install_id,
+            "templateId": install["templateId"],
+            "platform": install["platform"],
+            "view": "deployer" if full else "builder",
+            **(ledger_fields(ledger, record) if ledger is not None else record_fields(record)),
+            "task": (ledger or {}).get("task", first.get("task")) if full else None,
+            "response": _response(ledger, by_type) if full else None,
+            "steps": step_list,
+            "tokensByAgent": tokens_by_agent(step_list),
+            "security": [security_entry(doc) for doc in security],
+            "cost": self._cost(template, record),
+            "callback": callback_view(callback, full),
+        }
+        return detail
+
+    def _cost(self, template: Document | None, record: Document | None) -> dict[str, Any] | None:
+        """The run's cost to the deployer once it has a run record (what billing counts)."""
+        if record is None or template is None or self.costing is None:
+            return None
+        tokens = (record.get("inputTokens") or 0) + (record.get("outputTokens") or 0)
+        completed = record["status"] == "completed"
+        return self.costing(
+            template.get("pricingModel", "free"), template.get("priceUsdCents"), completed, tokens
+        )
+
+
+def _ms(start: Any, end: Any) -> int | None:
+    if start is None or end is None:
+        return None
+    return int((aware(end) - aware(start)).total_seconds() * 1000)
+
+
+def _response(ledger: Document | None, by_type: dict[str, dict[str, Any]]) -> str | None:
+    if ledger is not None and ledger.get("response") is not None:
+        return str(ledger["response"])
+    completed = by_type.get("completed")
+    return completed.get("response") if completed else None
+
+
+def ledger_fields(ledger: Document, record: Document | None) -> dict[str, Any]:
+    """Status, source, timings and totals of a managed run."""
+    status = ledger["status"]
+    started, ended = ledger.get("startedAt"), ledger.get("endedAt")
+    return {
+        "status": status,
+        "source": ledger.get("source") or (record or {}).get("source"),
+        "retryOf": ledger.get("retryOf"),
+        "agent": ledger.get("agentKey") or (record or {}).get("agentKey"),
+        "errorMessage": ledger.get("errorMessage"),
+        "pausedAtGate": ledger.get("pausedAtGate") if status == "paused" else None,
+        "createdAt": iso(ledger.get("createdAt")),
+        "startedAt": iso(started),
+        "endedAt": iso(ended),
+        "durationMs": _ms(started, ended),
+        "inputTokens": ledger.get("inputTokens", (record or {}).get("inputTokens")),
+        "outputTokens": ledger.get("outputTokens", (record or {}).get("outputTokens")),
+        "platformRunId": ledger.get("platformRunId"),
+    }
+
+
+def record_fields(record: Document) -> dict[str, Any]:
+    """The same fields from a reported run (another platform): what it cannot say is null."""
+    return {
+        "status": record["status"],
+        "source": record.get("source"),
+        "retryOf": None,
+        "agent": record.get("agentKey"),
+        "errorMessage": record.get("errorMessage"),
+        "pausedAtGate": None,
+        "createdAt": iso(record.get("createdAt")),
+        "startedAt": None,
+        "endedAt": iso(record.get("createdAt")),
+        "durationMs": None,
+        "inputTokens": record.get("inputTokens"),
+        "outputTokens": record.get("outputTokens"),
+        "platformRunId": record.get("platformRunId"),
+    }
+
+
+def managed_steps(
+    steps: list[Document], events: list[dict[str, Any]], models: dict[str, str | None]
+) -> list[dict[str, Any]]:
+    """Each agent step in order, with its model and model calls from the run's events."""
+    finished = {(e.get("agent"), e.get("startedAt")): e for e in events if e["type"] == "step_finished"}
+    out = []
+    for doc in steps:
+        started = iso(doc.get("startedAt"))
+        event = finished.get((doc["agentKey"], started), {})
+        out.append(
+            {
+                "agent": doc["agentKey"],
+                "model": event.get("model") or models.get(doc["agentKey"]),
+                "status": doc["status"],
+                "iterations": event.get("iterations"),
+                "inputTokens": doc.get("inputTokens"),
+                "outputTokens": doc.get("outputTokens"),
+                "durationMs": doc.get("durationMs"),
+                "startedAt": started,
+                "endedAt": iso(doc.get("createdAt")),
+                "error": doc.get("errorMessage"),
+            }
+        )
+    return out
+
+
+def reported_step(record: Document | None, models: dict[str, str | None]) -> list[dict[str, Any]]:
+    """A reported run as one step of its agent (the platform reports no finer grain)."""
+    if record is None or record.get("agentKey") is None:
+        return []
+    return [
+        {
+            "agent": record["agentKey"],
+            "model": models.get(record["agentKey"]),
+            "status": record["status"],
+            "iterations": None,
+            "inputTokens": record.get("inputTokens"),
+            "outputTokens": record.get("outputTokens"),
+            "durationMs": None,
+            "startedAt": None,
+            "endedAt": iso(record.get("createdAt")),
+            "error": record.get("errorMessage"),
+        }
+    ]
+
+
+def tokens_by_agent(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Token totals per agent, in the order the agents first ran (null where none were reported)."""
+    totals: dict[str, dict[str, Any]] = {}
+    for step in steps:
+        row = totals.setdefault(
+            step["agent"], {"agent": step["agent"], "inputTokens": None, "outputTokens": None}
+        )
+        for name in ("inputTokens", "outputTokens"):
+            if step[name] is not None:
+                row[name] = (row[name] or 0) + step[name]
+    return list(totals.values())
+
+
+def security_entry(doc: Document) -> dict[str, Any]:
+    """One security-log entry of the run, as GET .../security/requests shows it."""
+    return {"id": doc["_id"], **{k: doc.get(k) for k in SECURITY_FIELDS}, "createdAt": iso(doc["createdAt"])}
+
+
+def _when(value: Any) -> str | None:
+    """A stored time (a datetime, or already a string) on the wire."""
+    return value if value is None or isinstance(value, str) else iso(value)
+
+
+def callback_view(doc: Document | None, full: bool) -> dict[str, Any] | None:
+    """The webhook callback's delivery record (written by svc/runtime/callbacks.py); the URL is
+    the deployer's and is left out of the builder's view."""
+    if doc is None:
+        return None
+    return {
+        "url": doc.get("url") if full else None,
+        "status": doc.get("status"),
+        "attempts": [
+            {
+                "at": _when(a.get("at")),
+                "status": a.get("status"),
+                "latencyMs": a.get("latencyMs"),
+                "error": a.get("error"),
+            }
+            for a in doc.get("attempts") or []
+        ],
+        "nextAttemptAt": _when(doc.get("nextAttemptAt")),
+        "createdAt": _when(doc.get("createdAt")),
+    }
