@@ -23,6 +23,7 @@ from api.handlers import (
     accounts,
     authoring,
     billing,
+    caps,
     console,
     health,
     installs,
@@ -60,6 +61,7 @@ ROUTES: tuple[Route, ...] = (
     *billing.routes,
     *orgs.routes,
     *runs.routes,
+    *caps.routes,
     *openapi.routes,
 )
 STORE = web.AppKey("store", Store)

@@ -81,6 +81,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_SCHEDULER", "`on` or `off`"),
     Variable("SVC_RUN_POLL_SECONDS", "a positive number of seconds"),
     Variable("SVC_SHUTDOWN_GRACE_SECONDS", "a positive number of seconds"),
+    Variable("SVC_CALLBACK_MAX_ATTEMPTS", "a whole number from 1 to 1000"),
     Variable("SVC_DISABLED_PLUGINS", "comma-separated plugin names"),
     Variable("SVC_ORCHB_BASE_URL", "an http(s) URL (read by the orchB driver at call time)"),
     Variable("SVC_ORCHC_ENDPOINT_URL", "an http(s) URL (read by the orchC driver at call time)"),
@@ -195,6 +196,8 @@ class Settings(BaseModel):
     run_poll_seconds: float = Field(default=300.0, gt=0)
     # How long `svc serve` lets in-flight requests end on SIGTERM/SIGINT before cutting them.
     shutdown_grace_seconds: float = Field(default=5.0, gt=0)
+    # How many times a webhook run's callback is tried (within 24 hours) before it is failed.
+    callback_max_attempts: int = Field(default=30, ge=1, le=1000)
 
     @field_validator("billing_cron_schedule")
     @classmethod
@@ -279,6 +282,7 @@ class Settings(BaseModel):
             "scheduler_enabled": parsed("SVC_SCHEDULER", parse_on_off, True),
             "run_poll_seconds": parsed("SVC_RUN_POLL_SECONDS", positive_seconds, 300.0),
             "shutdown_grace_seconds": parsed("SVC_SHUTDOWN_GRACE_SECONDS", positive_seconds, 5.0),
+            "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", parse_attempts, 30),
             "disabled_plugins": parsed("SVC_DISABLED_PLUGINS", parse_names, ()),
         }
         for name in EXPORTED:
@@ -459,6 +463,17 @@ def parse_model_id(raw: str) -> str:
     if raw not in catalogue.DEFAULT_UPSTREAM:
         raise ValueError("not a catalogue model id")
     return raw
+
+
+def parse_attempts(raw: str) -> int:
+    """A whole number of attempts, 1 to 1000."""
+    try:
+        count = int(raw)
+    except ValueError:
+        raise ValueError("not a whole number") from None
+    if not 1 <= count <= 1000:
+        raise ValueError("out of range")
+    return count
 
 
 def parse_price_cents(raw: str) -> int:

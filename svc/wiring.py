@@ -14,7 +14,7 @@ from typing import Any
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
 from svc.authoring import Authoring
-from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, UsageReport
+from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, SpendCaps, UsageReport
 from svc.core import Mailer, Runtime, Store, TTLCache, Vault
 from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter, UserAdmin
 from svc.installs import Installs, RunPoller
@@ -30,7 +30,15 @@ from svc.orgs import (
     Plans,
 )
 from svc.runs import RunAnalytics, Runs
-from svc.runtime import LLM, InstallRunner, Outreach, RunService, Schedules, SecurityLog
+from svc.runtime import (
+    LLM,
+    CallbackDelivery,
+    InstallRunner,
+    Outreach,
+    RunService,
+    Schedules,
+    SecurityLog,
+)
 from svc.templates import Portability, Templates, archive_user_templates
 
 
@@ -72,6 +80,8 @@ class Services:
     charges: Charges
     payouts: Payouts
     org_billing: OrgBilling
+    callbacks: CallbackDelivery
+    spend_caps: SpendCaps
 
     async def delete_user(self, who: str) -> dict[str, Any]:
         """`svc users delete`: end the account (409 while it owns an org), cancel its personal
@@ -127,6 +137,7 @@ def build_services(
     charges = Charges(store, mailer, provider, installs)
     org_billing = OrgBilling(store, org_access, audit, plans, provider, settings)
     multiplier = settings.rate_limit_multiplier
+    spend_caps = SpendCaps(store, mailer)
     return Services(
         settings=settings,
         store=store,
@@ -146,7 +157,7 @@ def build_services(
         run_poller=RunPoller(store, vault, plugins, runs, settings),
         installs=installs,
         llm=llm,
-        run_service=RunService(store, installs, runtime, outreach),
+        run_service=RunService(store, installs, runtime, outreach, admission=spend_caps.admit),
         security_log=SecurityLog(store),
         schedules=Schedules(store, installs, runtime),
         outreach=outreach,
@@ -164,6 +175,10 @@ def build_services(
         charges=charges,
         payouts=Payouts(store, accounts, charges, provider, org_billing.handle_event),
         org_billing=org_billing,
+        callbacks=CallbackDelivery(
+            store, vault, settings.egress_allow_private, settings.callback_max_attempts
+        ),
+        spend_caps=spend_caps,
     )
 
 
@@ -171,11 +186,13 @@ def build_install_runner(settings: Settings, store: Store, vault: Vault) -> Inst
     """What an install's actor needs to run its install: models (no platform drivers, whose
     imports an actor need not pay for), the store, the vault and mail."""
     plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
+    mailer = Mailer(store, settings.smtp_url, settings.mail_from)
     return InstallRunner(
         store,
         vault,
         LLM(plugins, settings, store),
         settings.judge_model,
         settings.egress_allow_private,
-        Mailer(store, settings.smtp_url, settings.mail_from),
+        mailer,
+        admission=SpendCaps(store, mailer).admit,  # spend caps, before any model call
     )

@@ -30,12 +30,13 @@ OWNERS = {
         "drafts",
         "targets",
         "counters",
+        "callbacks",
     },
     "orgs": {
         "orgs", "org_members", "org_invitations", "org_secrets", "org_approvals", "org_audit",
         "org_secret_slots",
     },
-    "billing": {"invoices", "payment_events", "pay_customers", "payouts"},
+    "billing": {"invoices", "payment_events", "pay_customers", "payouts", "spend_alerts"},
     "core": {"outbox", "timeline", "metric_counters"},
 }
 WRITES = (

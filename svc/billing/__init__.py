@@ -4,6 +4,7 @@ from svc.billing.charges import ChargeCycleBody, Charges
 from svc.billing.org_billing import OrgBilling
 from svc.billing.payments import PaymentProvider
 from svc.billing.payouts import OnboardBody, Payouts, SetupIntentBody
+from svc.billing.spend_caps import SpendCaps
 from svc.billing.usage import BillingQuery, UsageReport
 
 __all__ = [
@@ -15,5 +16,6 @@ __all__ = [
     "PaymentProvider",
     "Payouts",
     "SetupIntentBody",
+    "SpendCaps",
     "UsageReport",
 ]

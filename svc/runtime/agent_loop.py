@@ -143,11 +143,15 @@ class TeamRunner:
         security_log: SecurityLog,
         steps_sink: Callable[[AgentStep], Awaitable[None]] | None = None,
         on_step_start: Callable[[AgentStep], None] | None = None,
+        token_cap: int | None = None,
     ) -> None:
         self.llm = llm
         self.security_log = security_log
         self.steps_sink = steps_sink
         self.on_step_start = on_step_start
+        # The install's per-run token cap (spend caps): checked before every model call.
+        self.token_cap = token_cap
+        self.tokens_used = 0
 
     async def run_team(self, scope: RunScope, definition: dict[str, Any], task: str) -> TeamResult:
         """The supervisor's loop, delegating to the other agents."""
@@ -210,9 +214,11 @@ class TeamRunner:
         messages: list[ChatMessage] = [ChatMessage("user", task)]
         try:
             for _ in range(MAX_ITERATIONS):
+                self._check_token_cap()
                 answer = await self.llm.complete(agent["model"], agent.get("prompt", ""), messages, tools)
                 step.input_tokens += answer.input_tokens
                 step.output_tokens += answer.output_tokens
+                self.tokens_used += answer.input_tokens + answer.output_tokens
                 if not answer.tool_calls:
                     step.output = answer.text
                     break
@@ -238,6 +244,14 @@ class TeamRunner:
         if self.steps_sink is not None:
             await self.steps_sink(step)
         return step
+
+    def _check_token_cap(self) -> None:
+        """At a step boundary (before a model call): stop the run once it has used its token cap.
+        A delegate stopped here fails, and so does the supervisor at its next model call."""
+        if self.token_cap is not None and self.tokens_used >= self.token_cap:
+            raise AgentFailed(
+                f"Stopped at the run's token cap: {self.tokens_used} tokens used, cap {self.token_cap}"
+            )
 
     # ---- http_request ------------------------------------------------------------------
 
