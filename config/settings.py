@@ -282,7 +282,7 @@ class Settings(BaseModel):
             "scheduler_enabled": parsed("SVC_SCHEDULER", parse_on_off, True),
             "run_poll_seconds": parsed("SVC_RUN_POLL_SECONDS", positive_seconds, 300.0),
             "shutdown_grace_seconds": parsed("SVC_SHUTDOWN_GRACE_SECONDS", positive_seconds, 5.0),
-            "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", parse_attempts, 30),
+            "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", int, 30),
             "disabled_plugins": parsed("SVC_DISABLED_PLUGINS", parse_names, ()),
         }
         for name in EXPORTED:
@@ -463,17 +463,6 @@ def parse_model_id(raw: str) -> str:
     if raw not in catalogue.DEFAULT_UPSTREAM:
         raise ValueError("not a catalogue model id")
     return raw
-
-
-def parse_attempts(raw: str) -> int:
-    """A whole number of attempts, 1 to 1000."""
-    try:
-        count = int(raw)
-    except ValueError:
-        raise ValueError("not a whole number") from None
-    if not 1 <= count <= 1000:
-        raise ValueError("out of range")
-    return count
 
 
 def parse_price_cents(raw: str) -> int:
