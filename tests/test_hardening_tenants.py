@@ -96,6 +96,7 @@ async def test_no_credential_of_another_tenant_reaches_or_changes_anything(make_
         "draftId": "1",
         "key": "API_TOKEN",
         "installId": install_id,
+        "runId": "0" * 24,
         "a": "1",
         "b": "1",
     }
