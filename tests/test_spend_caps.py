@@ -12,7 +12,12 @@ from tests.support.runtime import member, provider_settings, start_llm, svc_inst
 from tests.support.templates import publish_template
 from tests.support.waiting import wait_status
 
-TEAM = {"version": "v1", "agents": [member("lead")]}
+# Two steps with a gate between them: runs pause there, so a continue can be refused too.
+TEAM = {
+    "version": "v1",
+    "agents": [member("lead"), member("next")],
+    "gates": [{"name": "g", "after": "lead"}],
+}
 
 
 async def limits(client: Any, install_id: str, headers: dict[str, str], **body: Any) -> Any:
@@ -77,11 +82,18 @@ async def test_a_run_past_the_monthly_cap_is_refused_before_any_model_call_for_e
     response = await limits(client, install_id, key, monthlyCapCents=125)
     assert (await response.json())["spentCents"] == 100
 
-    # Under the cap: the run starts (the 80% mail goes once, however many runs start).
-    llm.script(text="one", input_tokens=1, output_tokens=1)
+    # Under the cap: a run starts (the 80% mail goes, once); it pauses at the gate and is
+    # continued to its end: 125 of 125 spent.
+    llm.script(text="first step", input_tokens=1, output_tokens=1)
     run = await client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=key)
     assert run.status == 200, await run.text()
-    assert (await run.json())["status"] == "completed"
+    first = (await run.json())["runId"]
+    await wait_status(store, first, "paused")
+    assert await outbox_kinds(store, deal.deployer.email) == ["install.spend_cap_80"]
+    llm.script(text="second step", input_tokens=1, output_tokens=1)
+    go_on = await client.post(f"/api/installs/{install_id}/continue", json={}, headers=key)
+    assert go_on.status == 200, await go_on.text()
+    await wait_status(store, first, "completed")
     assert await outbox_kinds(store, deal.deployer.email) == ["install.spend_cap_80"]
 
     # 125 of 125 spent: every trigger is refused, and the provider sees no call.
@@ -102,22 +114,34 @@ async def test_a_run_past_the_monthly_cap_is_refused_before_any_model_call_for_e
     assert hook.status == 409 and (await hook.json())["spentCents"] == 125
 
     schedule = {"cronExpression": "0 0 1 1 *"}
-    assert (
-        await client.patch(f"/api/installs/{install_id}/schedule", json=schedule, headers=key)
-    ).status == 200
+    saved = await client.patch(f"/api/installs/{install_id}/schedule", json=schedule, headers=key)
+    assert saved.status == 200, await saved.text()
     fired = await client.post(f"/api/installs/{install_id}/schedule/trigger", headers=key)
     assert fired.status == 200, await fired.text()
     scheduled = await wait_status(store, (await fired.json())["runId"], "failed")
     assert scheduled["errorMessage"].startswith("Monthly spend cap reached")
-
     assert len(llm.requests) == calls, "no model call for a refused run"
     assert await outbox_kinds(store, deal.deployer.email) == ["install.spend_cap_80", "install.spend_cap_100"]
 
-    # Raising the cap lets runs start again; clearing it removes the check.
-    assert (await limits(client, install_id, key, monthlyCapCents=None)).status == 200
-    llm.script(text="two", input_tokens=1, output_tokens=1)
+    # Raising the cap lets runs start again: this one pauses at the gate. Back at the cap,
+    # continuing it is refused too, and it stays paused.
+    assert (await limits(client, install_id, key, monthlyCapCents=1000)).status == 200
+    llm.script(text="first step", input_tokens=1, output_tokens=1)
     again = await client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=key)
-    assert again.status == 200 and (await again.json())["status"] == "completed"
+    assert again.status == 200 and (await again.json())["pausedAtGate"] == "g"
+    assert (await limits(client, install_id, key, monthlyCapCents=125)).status == 200
+    calls = len(llm.requests)
+    resumed = await client.post(f"/api/installs/{install_id}/continue", json={}, headers=key)
+    assert resumed.status == 409 and (await resumed.json())["spentCents"] == 125
+    second = (await again.json())["runId"]
+    assert (await store["pipeline_runs"].find_one({"_id": second}))["status"] == "paused"
+    assert len(llm.requests) == calls
+
+    # Cleared: no check at all.
+    assert (await limits(client, install_id, key, monthlyCapCents=None)).status == 200
+    llm.script(text="second step", input_tokens=1, output_tokens=1)
+    assert (await client.post(f"/api/installs/{install_id}/continue", json={}, headers=key)).status == 200
+    await wait_status(store, second, "completed")
 
 
 async def test_a_run_crossing_its_token_cap_stops_at_the_next_step_and_is_recorded_failed(
