@@ -144,6 +144,7 @@ class TeamRunner:
         steps_sink: Callable[[AgentStep], Awaitable[None]] | None = None,
         on_step_start: Callable[[AgentStep], None] | None = None,
         token_cap: int | None = None,
+        tokens_used: int = 0,
     ) -> None:
         self.llm = llm
         self.security_log = security_log
@@ -151,7 +152,7 @@ class TeamRunner:
         self.on_step_start = on_step_start
         # The install's per-run token cap (spend caps): checked before every model call.
         self.token_cap = token_cap
-        self.tokens_used = 0
+        self.tokens_used = tokens_used
 
     async def run_team(self, scope: RunScope, definition: dict[str, Any], task: str) -> TeamResult:
         """The supervisor's loop, delegating to the other agents."""

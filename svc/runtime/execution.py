@@ -158,8 +158,12 @@ class InstallRunner:
         def started(step: AgentStep) -> None:
             self.current_steps[run_id] = step
 
-        token_cap = (install.get("limits") or {}).get("runTokenCap")
-        runner = TeamRunner(self.llm, self.security_log, write_step, started, token_cap=token_cap)
+        # The per-run token cap (spend caps) counts what a continued run used before its gate too.
+        cap = (install.get("limits") or {}).get("runTokenCap")
+        before = int(payload.get("inputTokens") or 0) + int(payload.get("outputTokens") or 0)
+        runner = TeamRunner(
+            self.llm, self.security_log, write_step, started, token_cap=cap, tokens_used=before
+        )
         pause: dict[str, Any] | None = None
         try:
             if self.admission is not None:
