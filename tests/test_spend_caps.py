@@ -10,7 +10,7 @@ from tests.support.accounts import bearer, create_key, signup
 from tests.support.billing import paid_install, payment_settings, self_report
 from tests.support.runtime import member, provider_settings, start_llm, svc_install
 from tests.support.templates import publish_template
-from tests.support.waiting import wait_status
+from tests.support.waiting import wait_for, wait_status
 
 # Two steps with a gate between them: runs pause there, so a continue can be refused too.
 TEAM = {
@@ -94,6 +94,12 @@ async def test_a_run_past_the_monthly_cap_is_refused_before_any_model_call_for_e
     go_on = await client.post(f"/api/installs/{install_id}/continue", json={}, headers=key)
     assert go_on.status == 200, await go_on.text()
     await wait_status(store, first, "completed")
+
+    async def spent_all() -> bool:  # the run's usage is counted just after its status is written
+        answer = await limits(client, install_id, key, monthlyCapCents=125)
+        return bool((await answer.json())["spentCents"] == 125)
+
+    assert await wait_for(spent_all)
     assert await outbox_kinds(store, deal.deployer.email) == ["install.spend_cap_80"]
 
     # 125 of 125 spent: every trigger is refused, and the provider sees no call.
