@@ -97,6 +97,6 @@ async def notify_deployers(
     return len(emails)
 
 
-def pricing_answer(template: Document, effective: datetime | None) -> dict[str, Any]:
+def pricing_answer(effective: datetime | None) -> dict[str, Any]:
     """The extra fields of PATCH /api/billing/pricing: when the price takes effect."""
     return {"effectiveFrom": iso(effective) if effective is not None else None}

@@ -254,7 +254,7 @@ class Templates:
             "pricingModel": body.pricingModel,
             "priceUsdCents": body.priceUsdCents,
             "envelopeFeePercent": PLATFORM_FEE_PERCENT,
-            **pricing_answer(doc, effective),
+            **pricing_answer(effective),
         }
 
     # ---- publishing ----------------------------------------------------------------
