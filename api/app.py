@@ -24,6 +24,7 @@ from api.handlers import (
     accounts,
     authoring,
     billing,
+    caps,
     console,
     health,
     installs,
@@ -64,6 +65,7 @@ ROUTES: tuple[Route, ...] = (
     *orgs.routes,
     *runs.routes,
     *run_watch.routes,
+    *caps.routes,
     *openapi.routes,
 )
 STORE = web.AppKey("store", Store)

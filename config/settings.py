@@ -11,7 +11,6 @@ every variable (`VARIABLES` below); a test keeps the two in step.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -20,19 +19,34 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config import catalogue
+from config.parsing import (
+    AppKey,
+    IPNetwork,
+    SettingsError,
+    parse_app_keys,
+    parse_cron,
+    parse_directory,
+    parse_fernet_keys,
+    parse_http_url,
+    parse_model_id,
+    parse_mongodb_uri,
+    parse_names,
+    parse_networks,
+    parse_on_off,
+    parse_price_cents,
+    parse_rate_limits,
+    parse_sender,
+    parse_smtp_url,
+    parse_strict_bool,
+    positive_seconds,
+)
 
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 ENV_FILE_VARIABLE = "SVC_ENV_FILE"
 DEFAULT_SENDER = "svc <no-reply@localhost>"
-
-
-class SettingsError(ValueError):
-    """A setting that cannot be used; the message is one line naming the variable."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_SCHEDULER", "`on` or `off`"),
     Variable("SVC_RUN_POLL_SECONDS", "a positive number of seconds"),
     Variable("SVC_SHUTDOWN_GRACE_SECONDS", "a positive number of seconds"),
+    Variable("SVC_CALLBACK_MAX_ATTEMPTS", "a whole number from 1 to 1000"),
     Variable("SVC_DISABLED_PLUGINS", "comma-separated plugin names"),
     Variable("SVC_ORCHB_BASE_URL", "an http(s) URL (read by the orchB driver at call time)"),
     Variable("SVC_ORCHC_ENDPOINT_URL", "an http(s) URL (read by the orchC driver at call time)"),
@@ -90,15 +105,6 @@ ACCEPTED = {variable.name: variable.accepted for variable in VARIABLES}
 # Read from the process environment by the platform drivers at call time: a value from `.env`
 # is exported to the environment so that the file can set them too.
 EXPORTED = ("SVC_ORCHB_BASE_URL", "SVC_ORCHC_ENDPOINT_URL")
-
-
-class AppKey(BaseModel):
-    """One application API key from APP_API_KEYS, optionally scoped to an install."""
-
-    model_config = ConfigDict(frozen=True)
-
-    key: str
-    install_id: str | None = None
 
 
 class ProviderSettings(BaseModel):
@@ -198,6 +204,8 @@ class Settings(BaseModel):
     run_poll_seconds: float = Field(default=300.0, gt=0)
     # How long `svc serve` lets in-flight requests end on SIGTERM/SIGINT before cutting them.
     shutdown_grace_seconds: float = Field(default=5.0, gt=0)
+    # How many times a webhook run's callback is tried (within 24 hours) before it is failed.
+    callback_max_attempts: int = Field(default=30, ge=1, le=1000)
 
     @field_validator("billing_cron_schedule")
     @classmethod
@@ -283,6 +291,7 @@ class Settings(BaseModel):
             "scheduler_enabled": parsed("SVC_SCHEDULER", parse_on_off, True),
             "run_poll_seconds": parsed("SVC_RUN_POLL_SECONDS", positive_seconds, 300.0),
             "shutdown_grace_seconds": parsed("SVC_SHUTDOWN_GRACE_SECONDS", positive_seconds, 5.0),
+            "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", int, 30),
             "disabled_plugins": parsed("SVC_DISABLED_PLUGINS", parse_names, ()),
         }
         for name in EXPORTED:
@@ -326,174 +335,3 @@ def _shown(name: str, value: str) -> str:
             return repr(value.replace(parts.password, "***"))
     return repr(value)
 
-
-def parse_directory(raw: str) -> Path:
-    """A directory path made absolute once, at start-up."""
-    return Path(raw).expanduser().absolute()
-
-
-def positive_seconds(raw: str) -> float:
-    """A positive number of seconds."""
-    try:
-        seconds = float(raw)
-    except ValueError:
-        raise ValueError("not a number") from None
-    if not seconds > 0:
-        raise ValueError("must be positive")
-    return seconds
-
-
-def parse_seconds(name: str, raw: str | None, default: float) -> float:
-    """A positive number of seconds, or the default when unset; the error names the variable."""
-    if raw is None or not raw.strip():
-        return default
-    try:
-        return positive_seconds(raw)
-    except ValueError as exc:
-        raise SettingsError(f"{name}={raw!r}: {exc}; accepted: a positive number of seconds") from None
-
-
-def parse_rate_limits(raw: str | None) -> float | None:
-    """`on` (default) is 1.0, `off` is None, a positive number is a multiplier."""
-    if raw is None or raw.lower() == "on":
-        return 1.0
-    if raw.lower() == "off":
-        return None
-    try:
-        multiplier = float(raw)
-    except ValueError:
-        raise ValueError("neither on, off nor a number") from None
-    if not multiplier > 0:
-        raise ValueError("the multiplier must be positive")
-    return multiplier
-
-
-def parse_networks(raw: str | None) -> tuple[IPNetwork, ...]:
-    """Comma-separated CIDRs (a bare address is a /32 or /128)."""
-    if not raw:
-        return ()
-    networks = []
-    for part in raw.split(","):
-        if part.strip():
-            try:
-                networks.append(ipaddress.ip_network(part.strip(), strict=False))
-            except ValueError:
-                raise ValueError(f"{part.strip()!r} is not an address or CIDR") from None
-    return tuple(networks)
-
-
-def parse_bool(raw: str | None) -> bool:
-    """`1`, `true`, `yes`, `on` (any case) are true; anything else is false."""
-    return (raw or "").lower() in {"1", "true", "yes", "on"}
-
-
-def parse_strict_bool(raw: str) -> bool:
-    """A yes/no value; anything unrecognised is refused rather than read as false."""
-    if raw.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if raw.lower() in {"0", "false", "no", "off"}:
-        return False
-    raise ValueError("not a yes/no value")
-
-
-def parse_on_off(raw: str) -> bool:
-    """`on` or `off` (any case)."""
-    if raw.lower() in {"on", "off"}:
-        return raw.lower() == "on"
-    raise ValueError("neither on nor off")
-
-
-def parse_names(raw: str) -> tuple[str, ...]:
-    """Comma-separated names, blanks dropped."""
-    return tuple(name.strip() for name in raw.split(",") if name.strip())
-
-
-def parse_http_url(raw: str) -> str:
-    """An absolute http(s) URL, without a trailing slash."""
-    parts = urlsplit(raw)
-    if parts.scheme not in {"http", "https"} or not parts.netloc:
-        raise ValueError("not an absolute http:// or https:// URL")
-    return raw.rstrip("/")
-
-
-def parse_mongodb_uri(raw: str) -> str:
-    """A MongoDB connection string."""
-    if urlsplit(raw).scheme not in {"mongodb", "mongodb+srv"}:
-        raise ValueError("not a mongodb:// or mongodb+srv:// URI")
-    return raw
-
-
-def parse_smtp_url(raw: str) -> str:
-    """`smtp://`, `smtp+starttls://` or `smtps://` with a host; the port defaults to 587 or 465."""
-    parts = urlsplit(raw)
-    if parts.scheme not in {"smtp", "smtp+starttls", "smtps"} or not parts.hostname:
-        raise ValueError("not an smtp:// or smtps:// URL with a host")
-    try:
-        parts.port  # noqa: B018 - raises ValueError on a port out of range
-    except ValueError:
-        raise ValueError("the port is not a number from 1 to 65535") from None
-    return raw
-
-
-def parse_sender(raw: str) -> str:
-    """An address with an `@`, optionally `Name <address>`."""
-    from email.utils import parseaddr
-
-    _, address = parseaddr(raw)
-    if "@" not in address or address.startswith("@") or address.endswith("@"):
-        raise ValueError("no email address in it")
-    return raw
-
-
-def parse_fernet_keys(raw: str) -> tuple[str, ...]:
-    """Comma-separated Fernet keys, each checked (the vault would refuse them later anyway)."""
-    from cryptography.fernet import Fernet
-
-    keys = tuple(key.strip() for key in raw.split(",") if key.strip())
-    for number, key in enumerate(keys, 1):
-        try:
-            Fernet(key.encode())
-        except (ValueError, TypeError):
-            raise ValueError(f"key {number} is not a Fernet key") from None
-    return keys
-
-
-def parse_model_id(raw: str) -> str:
-    """A catalogue model id that has an upstream name."""
-    if raw not in catalogue.DEFAULT_UPSTREAM:
-        raise ValueError("not a catalogue model id")
-    return raw
-
-
-def parse_price_cents(raw: str) -> int:
-    """A whole number of cents, at least 50 (the provider's minimum charge)."""
-    try:
-        cents = int(raw)
-    except ValueError:
-        raise ValueError("not a whole number") from None
-    if cents < 50:
-        raise ValueError("below 50")
-    return cents
-
-
-def parse_cron(raw: str) -> str:
-    """A 5-field cron expression."""
-    if len(raw.split()) != 5 or not croniter.is_valid(raw):
-        raise ValueError("not a 5-field cron expression")
-    return raw
-
-
-def parse_app_keys(raw: str | None) -> tuple[AppKey, ...]:
-    """`<installId>:<key>` pairs or bare `<key>`s, comma separated."""
-    if not raw:
-        return ()
-    keys = []
-    for entry in raw.split(","):
-        entry = entry.strip()
-        if not entry:
-            continue
-        install_id, sep, key = entry.partition(":")
-        if sep and not (install_id and key):
-            raise ValueError("an entry has an empty install id or key")
-        keys.append(AppKey(key=key, install_id=install_id) if sep else AppKey(key=install_id))
-    return tuple(keys)

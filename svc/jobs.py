@@ -1,4 +1,4 @@
-"""Periodic service jobs: the monthly billing cycle, the run poller and mail retries.
+"""Periodic service jobs: the monthly billing cycle, the run poller, mail and callback retries.
 
 Each job is one document in `jobs`. A fire is claimed with a conditional update of
 `nextRunAt` (as schedules are), so any number of schedulers run it once. The billing
@@ -19,7 +19,7 @@ from pymongo.errors import DuplicateKeyError
 
 from svc.billing import Charges
 from svc.core import Document, Mailer, Store, aware, iso, tokens, utcnow
-from svc.runtime import next_fire
+from svc.runtime import CallbackDelivery, next_fire
 
 if TYPE_CHECKING:
     from svc.services import Services
@@ -49,9 +49,11 @@ class Jobs:
         poll: Poll | None,
         poll_seconds: float,
         mailer: Mailer | None = None,
+        callbacks: CallbackDelivery | None = None,
     ) -> None:
         self.store = store
         self.mailer = mailer
+        self.callbacks = callbacks
         self.billing_cron = billing_cron
         self.charges = charges
         self.poll = poll
@@ -74,6 +76,12 @@ class Jobs:
             poll=poll_and_sweep,
             poll_seconds=services.settings.run_poll_seconds,
             mailer=services.mailer,
+            callbacks=CallbackDelivery(
+                services.store,
+                services.vault,
+                services.settings.egress_allow_private,
+                services.settings.callback_max_attempts,
+            ),
         )
 
     @property
@@ -98,6 +106,11 @@ class Jobs:
                 await self.mailer.retry_due(now)
             except Exception:
                 log.exception("mail retry failed")
+        if self.callbacks is not None:  # durable webhook callbacks (svc/runtime/callbacks.py)
+            try:
+                await self.callbacks.retry_due(now)
+            except Exception:
+                log.exception("callback retry failed")
 
     async def _ensure(self, name: str, first_run: datetime) -> Document:
         doc = await self._jobs.find_one({"_id": name})

@@ -14,7 +14,7 @@ from typing import Any
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
 from svc.authoring import Authoring
-from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, UsageReport, run_cost
+from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, SpendCaps, UsageReport, run_cost
 from svc.core import Mailer, Runtime, Store, TTLCache, Vault
 from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter, UserAdmin
 from svc.installs import Installs, RunPoller
@@ -32,6 +32,7 @@ from svc.orgs import (
 from svc.runs import RunAnalytics, Runs
 from svc.runtime import (
     LLM,
+    CallbackDelivery,
     InstallRunner,
     Outreach,
     RunDetail,
@@ -83,6 +84,8 @@ class Services:
     org_billing: OrgBilling
     run_detail: RunDetail
     run_watch: RunWatch
+    callbacks: CallbackDelivery
+    spend_caps: SpendCaps
 
     async def delete_user(self, who: str) -> dict[str, Any]:
         """`svc users delete`: end the account (409 while it owns an org), cancel its personal
@@ -139,6 +142,7 @@ def build_services(
     charges = Charges(store, mailer, provider, installs)
     org_billing = OrgBilling(store, org_access, audit, plans, provider, settings)
     multiplier = settings.rate_limit_multiplier
+    spend_caps = SpendCaps(store, mailer)
     return Services(
         settings=settings,
         store=store,
@@ -158,7 +162,7 @@ def build_services(
         run_poller=RunPoller(store, vault, plugins, runs, settings),
         installs=installs,
         llm=llm,
-        run_service=RunService(store, installs, runtime, outreach),
+        run_service=RunService(store, installs, runtime, outreach, admission=spend_caps.admit),
         security_log=SecurityLog(store),
         schedules=Schedules(store, installs, runtime),
         outreach=outreach,
@@ -178,6 +182,10 @@ def build_services(
         org_billing=org_billing,
         run_detail=RunDetail(store, run_cost),
         run_watch=RunWatch(store),
+        callbacks=CallbackDelivery(
+            store, vault, settings.egress_allow_private, settings.callback_max_attempts
+        ),
+        spend_caps=spend_caps,
     )
 
 
@@ -185,11 +193,13 @@ def build_install_runner(settings: Settings, store: Store, vault: Vault) -> Inst
     """What an install's actor needs to run its install: models (no platform drivers, whose
     imports an actor need not pay for), the store, the vault and mail."""
     plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
+    mailer = Mailer(store, settings.smtp_url, settings.mail_from)
     return InstallRunner(
         store,
         vault,
         LLM(plugins, settings, store),
         settings.judge_model,
         settings.egress_allow_private,
-        Mailer(store, settings.smtp_url, settings.mail_from),
+        mailer,
+        admission=SpendCaps(store, mailer).admit,  # spend caps, before any model call
     )

@@ -31,12 +31,13 @@ OWNERS = {
         "targets",
         "counters",
         "run_events",
+        "callbacks",
     },
     "orgs": {
         "orgs", "org_members", "org_invitations", "org_secrets", "org_approvals", "org_audit",
         "org_secret_slots",
     },
-    "billing": {"invoices", "payment_events", "pay_customers", "payouts"},
+    "billing": {"invoices", "payment_events", "pay_customers", "payouts", "spend_alerts"},
     "core": {"outbox", "timeline", "metric_counters", "leases"},
 }
 WRITES = (

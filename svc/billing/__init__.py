@@ -5,6 +5,7 @@ from svc.billing.org_billing import OrgBilling
 from svc.billing.payments import PaymentProvider
 from svc.billing.payouts import OnboardBody, Payouts, SetupIntentBody
 from svc.billing.run_cost import run_cost
+from svc.billing.spend_caps import SpendCaps
 from svc.billing.usage import BillingQuery, UsageReport
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "PaymentProvider",
     "Payouts",
     "SetupIntentBody",
+    "SpendCaps",
     "UsageReport",
     "run_cost",
 ]

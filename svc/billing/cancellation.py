@@ -9,7 +9,7 @@ from datetime import datetime
 
 from svc.billing.charging import ChargeCore
 from svc.billing.leases import CLAIM_LEASE
-from svc.billing.usage import MIN_CHARGE_CENTS, install_amount, money
+from svc.billing.usage import MIN_CHARGE_CENTS, ever_paid, install_amount, money
 from svc.core import (
     BadGateway,
     Conflict,
@@ -50,9 +50,7 @@ class CancelBilling:
         template = await self.store["templates"].find_one({"_id": install["templateId"]}) or {}
         since = await self.charges.billed_until(install)
         amount = (
-            await install_amount(self.store, install_id, template, since, now)
-            if template.get("pricingModel", "free") != "free"
-            else 0
+            await install_amount(self.store, install_id, template, since, now) if ever_paid(template) else 0
         )
         charged, note = False, "No charge: the amount since the last invoice is under $0.50."
         if amount >= MIN_CHARGE_CENTS:

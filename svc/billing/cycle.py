@@ -13,7 +13,7 @@ from typing import Any
 
 from svc.billing.charging import ChargeCore
 from svc.billing.leases import BATCH, CLAIM_LEASE, KEY_LIFETIME, UNBILLED_CANCEL
-from svc.billing.usage import MIN_CHARGE_CENTS, install_amount
+from svc.billing.usage import MIN_CHARGE_CENTS, PAID_MODELS, install_amount
 from svc.core import BadGateway, Conflict, PaymentRequired, Unavailable, aware, iso
 
 log = logging.getLogger("svc.billing.charges")
@@ -43,8 +43,15 @@ class MonthlyCycle:
         paid_templates = {
             doc["_id"]: doc
             async for doc in self.store["templates"].find(
-                {"kind": "template", "pricingModel": {"$in": ["per_run", "per_k_tokens"]}},
-                {"pricingModel": 1, "priceUsdCents": 1, "owner": 1},
+                {
+                    "kind": "template",
+                    # Paid now, or paid earlier in a period not billed yet (a change to free waits).
+                    "$or": [
+                        {"pricingModel": {"$in": list(PAID_MODELS)}},
+                        {"priceHistory.pricingModel": {"$in": list(PAID_MODELS)}},
+                    ],
+                },
+                {"pricingModel": 1, "priceUsdCents": 1, "priceHistory": 1, "owner": 1},
             )
         }
         counts = {"charged": 0, "alreadyPaid": 0, "skipped": 0, "failed": 0, "resumed": 0}

@@ -14,12 +14,13 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field, model_validator
 
-from svc.core import BadRequest, Document, Forbidden, NotFound, Store, iso, utcnow
+from svc.core import BadRequest, Document, Forbidden, NotFound, Store, aware, iso, utcnow
 from svc.identity import Principal
 from svc.runs import usage_by_install
 from svc.templates import PLATFORM_FEE_PERCENT, is_owner
 
 MIN_CHARGE_CENTS = 50
+PAID_MODELS = ("per_run", "per_k_tokens")
 MONTH_DAYS = 30
 MAX_PERIOD_DAYS = 365
 
@@ -64,16 +65,52 @@ def projected_monthly(total_cents: int, days: int) -> int:
 # ---- usage (from the hourly run counters, svc/run_stats.py) ---------------------------
 
 
+def is_paid(pricing_model: str | None) -> bool:
+    """Whether usage under this pricing model costs anything."""
+    return pricing_model in PAID_MODELS
+
+
+def ever_paid(template: Document) -> bool:
+    """Paid now, or at some time in its price history (a usage period may still owe at that price)."""
+    return is_paid(template.get("pricingModel")) or any(
+        is_paid(entry.get("pricingModel")) for entry in template.get("priceHistory") or []
+    )
+
+
+def price_segments(
+    template: Document, start: datetime, end: datetime
+) -> list[tuple[str, int | None, datetime, datetime]]:
+    """[start, end) cut where the template's price in force changes: (model, price, from, to) each.
+
+    A price change of a published template takes effect at the start of the next billing
+    period (svc/templates/price_changes.py records it in `priceHistory`), so usage is always
+    priced at the price in force when it was made (docs/billing.md).
+    """
+    history = sorted(template.get("priceHistory") or [], key=lambda entry: aware(entry["from"]))
+    if not history:
+        return [(template.get("pricingModel", "free"), template.get("priceUsdCents"), start, end)]
+    segments: list[tuple[str, int | None, datetime, datetime]] = []
+    for index, entry in enumerate(history):
+        low = max(start, aware(entry["from"]))
+        high = min(end, aware(history[index + 1]["from"])) if index + 1 < len(history) else end
+        if low < high:
+            segments.append((entry["pricingModel"], entry.get("priceUsdCents"), low, high))
+    return segments
+
+
 async def install_amount(
     store: Store, install_id: str, template: Document, start: datetime, end: datetime
 ) -> int:
-    """What an install owes for its completed runs in [start, end)."""
-    usage = await usage_by_install(store, {"installId": install_id}, start, end)
-    if not usage:
-        return 0
-    return amount_cents(
-        template["pricingModel"], template.get("priceUsdCents"), usage[0].completed, usage[0].billed_tokens
-    )
+    """What an install owes for its completed runs in [start, end), each part of the period at
+    the price in force then."""
+    total = 0
+    for model, price, low, high in price_segments(template, start, end):
+        if not is_paid(model):
+            continue
+        usage = await usage_by_install(store, {"installId": install_id}, low, high)
+        if usage:
+            total += amount_cents(model, price, usage[0].completed, usage[0].billed_tokens)
+    return total
 
 
 # ---- GET /api/billing ------------------------------------------------------------------
@@ -122,17 +159,18 @@ class UsageReport:
             raise NotFound("Install not found")
         end = now or utcnow()
         start = end - timedelta(days=query.periodDays)
-        usage = await usage_by_install(self.store, scope, start, end)
         model, price = template["pricingModel"], template.get("priceUsdCents")
-        by_install = [
-            {
-                "installId": u.install_id,
-                "runs": u.runs,
-                "tokens": u.tokens,
-                "amountCents": amount_cents(model, price, u.completed, u.billed_tokens),
-            }
-            for u in usage
-        ]
+        # Each part of the period is priced at the price in force then (a change waits a period).
+        rows: dict[str, dict[str, int]] = {}
+        usage = []
+        for seg_model, seg_price, low, high in price_segments(template, start, end):
+            for u in await usage_by_install(self.store, scope, low, high):
+                usage.append(u)
+                row = rows.setdefault(u.install_id, {"runs": 0, "tokens": 0, "amountCents": 0})
+                row["runs"] += u.runs
+                row["tokens"] += u.tokens
+                row["amountCents"] += amount_cents(seg_model, seg_price, u.completed, u.billed_tokens)
+        by_install = [{"installId": install_id, **row} for install_id, row in sorted(rows.items())]
         total = sum(row["amountCents"] for row in by_install)
         fee, builder = split_fee(total)
         projected = projected_monthly(total, query.periodDays)

@@ -120,6 +120,10 @@ INDEXES: dict[str, list[Index]] = {
         Index([("createdAt", ASCENDING)], ttl_seconds=30 * 24 * 3600, name="security_requests_ttl"),
     ],
     "outbox": [Index([("createdAt", DESCENDING)])],
+    # Durable webhook callbacks (svc/runtime/callbacks.py): the job runner reads the due ones.
+    "callbacks": [Index([("status", ASCENDING), ("nextAttemptAt", ASCENDING)])],
+    # One spend-cap mail per install, period and threshold; kept past the period, then dropped.
+    "spend_alerts": [Index([("at", ASCENDING)], ttl_seconds=62 * 24 * 3600)],
     "runs": [
         Index([("installId", ASCENDING), ("runId", ASCENDING)], unique=True),
         # GET /api/runs: the newest runs of a template (and billing's period scans by template).

@@ -2,17 +2,21 @@
 
 from svc.installs.fields import CreateInstallBody, interpolate
 from svc.installs.installs import Installs, touch_last_run
+from svc.installs.limits import LimitsBody, limits_of, set_limits
 from svc.installs.reach import builder_reaches, deployer_reaches, is_visible, reaches
 from svc.installs.run_poller import RunPoller
 
 __all__ = [
     "CreateInstallBody",
     "Installs",
+    "LimitsBody",
     "RunPoller",
     "builder_reaches",
     "deployer_reaches",
     "interpolate",
     "is_visible",
+    "limits_of",
     "reaches",
+    "set_limits",
     "touch_last_run",
 ]

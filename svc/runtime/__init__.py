@@ -2,6 +2,7 @@
 access policies, the security log and pipeline events."""
 
 from svc.runtime.agent_loop import RunScope, TeamRunner, root_agent
+from svc.runtime.callbacks import CallbackDelivery
 from svc.runtime.events import Events, agent_runs
 from svc.runtime.execution import CANCELLED, InstallRunner, failed_outcome
 from svc.runtime.llm import LLM, ProviderNotConfigured
@@ -30,6 +31,7 @@ __all__ = [
     "MAX_DRAFT_ID",
     "TERMINAL",
     "BulkBody",
+    "CallbackDelivery",
     "ContinueBody",
     "DraftEdit",
     "Events",

@@ -150,6 +150,8 @@ class TeamRunner:
         on_step_start: Callable[[AgentStep], None] | None = None,
         *,
         events: EventSink | None = None,
+        token_cap: int | None = None,
+        tokens_used: int = 0,
     ) -> None:
         self.llm = llm
         self.security_log = security_log
@@ -158,6 +160,9 @@ class TeamRunner:
         # The run's live events (svc/runtime/run_events.py): called, never awaited, so a slow
         # event write never slows the run.
         self.events = events
+        # The install's per-run token cap (spend caps): checked before every model call.
+        self.token_cap = token_cap
+        self.tokens_used = tokens_used
 
     async def run_team(self, scope: RunScope, definition: dict[str, Any], task: str) -> TeamResult:
         """The supervisor's loop, delegating to the other agents."""
@@ -222,10 +227,12 @@ class TeamRunner:
         messages: list[ChatMessage] = [ChatMessage("user", task)]
         try:
             for _ in range(MAX_ITERATIONS):
+                self._check_token_cap()
                 answer = await self.llm.complete(agent["model"], agent.get("prompt", ""), messages, tools)
                 step.iterations += 1
                 step.input_tokens += answer.input_tokens
                 step.output_tokens += answer.output_tokens
+                self.tokens_used += answer.input_tokens + answer.output_tokens
                 if not answer.tool_calls:
                     step.output = answer.text
                     break
@@ -259,6 +266,13 @@ class TeamRunner:
         await self.security_log.record(entry)
         if self.events is not None:
             self.events("tool_call", tool_call(entry))
+    def _check_token_cap(self) -> None:
+        """At a step boundary (before a model call): stop the run once it has used its token cap.
+        A delegate stopped here fails, and so does the supervisor at its next model call."""
+        if self.token_cap is not None and self.tokens_used >= self.token_cap:
+            raise AgentFailed(
+                f"Stopped at the run's token cap: {self.tokens_used} tokens used, cap {self.token_cap}"
+            )
 
     # ---- http_request ------------------------------------------------------------------
 

@@ -10,16 +10,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-import httpx
-
-from plugins.egress import EgressDenied, egress_client
 from svc.core import (
+    Conflict,
     Document,
     Mailer,
     Store,
@@ -67,8 +65,11 @@ class InstallRunner:
         judge_model: str,
         allow_private: bool,
         mailer: Mailer | None = None,
+        admission: Callable[[Document], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        # Called with the install before any model call (spend caps; raises Conflict to refuse).
+        self.admission = admission
         self.pipelines = PipelineExecutor(store, mailer or Mailer(store))
         self.vault = vault
         self.judge_model = judge_model
@@ -160,9 +161,22 @@ class InstallRunner:
             self.current_steps[run_id] = step
 
         watch = self.run_events.open(install_id, run_id, root_key, payload, source)  # h-watch
-        runner = TeamRunner(self.llm, self.security_log, write_step, started, events=watch)
+        # The per-run token cap (spend caps) counts what a continued run used before its gate too.
+        cap = (install.get("limits") or {}).get("runTokenCap")
+        before = int(payload.get("inputTokens") or 0) + int(payload.get("outputTokens") or 0)
+        runner = TeamRunner(
+            self.llm,
+            self.security_log,
+            write_step,
+            started,
+            events=watch,
+            token_cap=cap,
+            tokens_used=before,
+        )
         pause: dict[str, Any] | None = None
         try:
+            if self.admission is not None:
+                await self.admission(install)
             if payload.get("agentKey"):
                 agent = next(a for a in definition["agents"] if a["key"] == payload["agentKey"])
                 result = await runner.run_agent(scope, agent, payload["task"])
@@ -170,6 +184,8 @@ class InstallRunner:
                 result, pause = await self.pipelines.run(install, definition, scope, runner, payload)
             else:
                 result = await runner.run_team(scope, definition, payload["task"])
+        except Conflict as exc:  # refused by admission (a spend cap): no model was called
+            result = TeamResult("failed", None, root_key, 0, 0, [], exc.message)
         except Exception as exc:  # a bug must end the run visibly, not leave it running
             log.error("run failed unexpectedly: %s", type(exc).__name__)
             result = TeamResult("failed", None, root_key, 0, 0, [], f"Internal error ({type(exc).__name__})")
@@ -309,42 +325,12 @@ class InstallRunner:
             await note_scheduled_outcome(self.store, install["_id"], status == "completed", error)
 
     async def callback(self, install: Document, url: str, outcome: dict[str, Any]) -> bool:
-        """POST the result to the caller's URL, signed, retried with backoff; True when delivered."""
-        body = json.dumps(
-            {
-                "runId": outcome["runId"],
-                "installId": install["_id"],
-                "status": outcome["status"],
-                "response": outcome["response"],
-                "inputTokens": outcome["inputTokens"],
-                "outputTokens": outcome["outputTokens"],
-                **({"pausedAtGate": outcome["pausedAtGate"]} if outcome.get("pausedAtGate") else {}),
-            }
-        ).encode()
-        # Signed with the install's callback secret, never the webhook token (which starts runs);
-        # an install that has not made one yet gets unsigned callbacks (docs/webhooks.md).
-        stored = install.get("callbackSecretEncrypted")
-        secret = self.vault.decrypt(stored) if stored else None
-        async with egress_client(self.allow_private, timeout=15.0) as client:
-            for attempt in range(CALLBACK_ATTEMPTS):
-                headers = {"Content-Type": "application/json"}
-                if secret is not None:
-                    headers[SIGNATURE_HEADER] = sign(body, secret)
-                try:
-                    response = await client.post(url, content=body, headers=headers)
-                    if response.status_code < 500 and response.status_code != 429:
-                        return response.status_code < 300
-                except EgressDenied as exc:
-                    log.warning("callback refused by the egress guard: %s", exc.reason)
-                    return False
-                except (httpx.InvalidURL, ValueError):
-                    log.warning("callback URL is not usable")
-                    return False
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(CALLBACK_BACKOFF_S * 2**attempt)
-        log.warning("callback not delivered after %s attempts", CALLBACK_ATTEMPTS)
-        return False
+        """Store the callback and make its first attempt; the job runner retries it durably
+        (svc/runtime/callbacks.py). True when the first attempt delivered it."""
+        from svc.runtime.callbacks import CallbackDelivery  # the delivery module (h-caps)
+
+        delivery = CallbackDelivery(self.store, self.vault, self.allow_private)
+        return await delivery.deliver(install, url, outcome)
 
 
 def failed_outcome(run_id: str, message: str) -> dict[str, Any]:

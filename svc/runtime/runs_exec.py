@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -56,11 +57,20 @@ class WebhookBody(RequestBody):
 class RunService:
     """Starts runs from the API (sync runs, webhook triggers, orchA heartbeats)."""
 
-    def __init__(self, store: Store, installs: Installs, runtime: Runtime | None, outreach: Outreach) -> None:
+    def __init__(
+        self,
+        store: Store,
+        installs: Installs,
+        runtime: Runtime | None,
+        outreach: Outreach,
+        admission: Callable[[Document], Awaitable[None]] | None = None,
+    ) -> None:
         self.store = store
         self.installs = installs
         self.runtime = runtime
         self.outreach = outreach
+        # Called with the install before a run is started (spend caps; raises Conflict to refuse).
+        self.admission = admission
 
     async def approve_draft(
         self, principal: Principal, install_id: str, draft_id: int, actor: dict[str, Any]
@@ -86,6 +96,8 @@ class RunService:
         if not self.installs.traits(install["platform"]).managed:
             raise BadRequest(f"run is for managed (svc) installs; this install is on {install['platform']}")
         require_ready(install)
+        if self.admission is not None:
+            await self.admission(install)
         run_id = tokens.new_id()
         outcome = await self._dispatch(
             install_id, {"runId": run_id, "task": body.task, "source": "run"}, wait=True
@@ -107,6 +119,8 @@ class RunService:
                 parsed = None
             if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
                 raise BadRequest("callbackUrl: must be an http(s) URL")
+        if self.admission is not None:
+            await self.admission(install)
         run_id = tokens.new_id()
         await self.store["pipeline_runs"].insert_one(
             {
@@ -218,6 +232,8 @@ class RunService:
         state = paused["state"]
         if state["fromStep"] >= len(install["definition"]["agents"]):
             raise Conflict("No agents remaining after gate")
+        if self.admission is not None:
+            await self.admission(install)
         claimed = await self.store["pipeline_runs"].find_one_and_update(
             {"_id": paused["_id"], "status": "paused"}, {"$set": {"status": "queued"}}
         )

@@ -11,6 +11,7 @@ from svc.templates.definitions import (
 )
 from svc.templates.owner_archive import archive_user_templates
 from svc.templates.portability import ImportQuery, Portability, export_schema
+from svc.templates.price_changes import next_period_start, period_start, price_in_force
 from svc.templates.resources import (
     LIST_DEFAULT,
     LIST_MAX,
@@ -59,7 +60,10 @@ __all__ = [
     "hierarchy_depth",
     "is_owner",
     "json_schema",
+    "next_period_start",
     "owner_of",
+    "period_start",
+    "price_in_force",
     "release_install",
     "view",
 ]

@@ -194,6 +194,11 @@ class PricingOut(BaseModel):
     pricingModel: PricingModel
     priceUsdCents: int | None
     envelopeFeePercent: int
+    effectiveFrom: str | None = Field(
+        default=None,
+        description="when the price takes effect: the next billing period for a published template, "
+        "null when it applied at once (a draft)",
+    )
 
 
 def view(doc: Document, **extra: Any) -> dict[str, Any]:

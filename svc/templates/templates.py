@@ -43,6 +43,12 @@ from svc.templates.claims import (
     require_live_owner,
 )
 from svc.templates.definitions import check_definition
+from svc.templates.price_changes import (
+    next_period_start,
+    notify_deployers,
+    pricing_answer,
+    scheduled_history,
+)
 from svc.templates.resources import (
     ACTIVE_INSTALL,
     LIST_DEFAULT,
@@ -228,25 +234,27 @@ class Templates:
         return view(updated)
 
     async def set_pricing(self, principal: Principal, body: PricingBody) -> dict[str, Any]:
-        """PATCH /api/billing/pricing: drafts and published templates alike."""
+        """PATCH /api/billing/pricing: a draft's price changes at once; a published template's
+        from the next billing period, and its deployers are mailed (svc/templates/price_changes.py)."""
         doc = await self._owned(principal, body.templateId)
         if doc["status"] == "archived":
             raise Conflict("Template is archived")
-        await self._templates.update_one(
-            {"_id": doc["_id"]},
-            {
-                "$set": {
-                    "pricingModel": body.pricingModel,
-                    "priceUsdCents": body.priceUsdCents,
-                    "updatedAt": utcnow(),
-                }
-            },
-        )
+        now = utcnow()
+        changes: Document = {"pricingModel": body.pricingModel, "priceUsdCents": body.priceUsdCents}
+        effective = None
+        if doc["status"] == "published":
+            effective = next_period_start(now)
+            changes["priceHistory"] = scheduled_history(doc, body.pricingModel, body.priceUsdCents, effective)
+        await self._templates.update_one({"_id": doc["_id"]}, {"$set": {**changes, "updatedAt": now}})
+        old = (doc["pricingModel"], doc.get("priceUsdCents"))
+        if effective is not None and old != (body.pricingModel, body.priceUsdCents):
+            await notify_deployers(self.store, self.mailer, {**doc, **changes}, old, effective)
         return {
             "id": doc["_id"],
             "pricingModel": body.pricingModel,
             "priceUsdCents": body.priceUsdCents,
             "envelopeFeePercent": PLATFORM_FEE_PERCENT,
+            **pricing_answer(effective),
         }
 
     # ---- publishing ----------------------------------------------------------------
