@@ -80,6 +80,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_ACTOR_IDLE_SECONDS", "a positive number of seconds"),
     Variable("SVC_SCHEDULER", "`on` or `off`"),
     Variable("SVC_RUN_POLL_SECONDS", "a positive number of seconds"),
+    Variable("SVC_RUN_HANDOFF_SECONDS", "a positive number of seconds"),
     Variable("SVC_SHUTDOWN_GRACE_SECONDS", "a positive number of seconds"),
     Variable("SVC_DISABLED_PLUGINS", "comma-separated plugin names"),
     Variable("SVC_ORCHB_BASE_URL", "an http(s) URL (read by the orchB driver at call time)"),
@@ -193,6 +194,9 @@ class Settings(BaseModel):
     scheduler_enabled: bool = True
     # How often the run poller asks pull-only platforms (orchB) for finished runs (spec: 5 minutes).
     run_poll_seconds: float = Field(default=300.0, gt=0)
+    # How long a queued run is handed to its install's worker again (with backoff) before it is
+    # marked failed because the worker could not be started (docs/runtime.md).
+    run_handoff_seconds: float = Field(default=600.0, gt=0)
     # How long `svc serve` lets in-flight requests end on SIGTERM/SIGINT before cutting them.
     shutdown_grace_seconds: float = Field(default=5.0, gt=0)
 
@@ -278,6 +282,7 @@ class Settings(BaseModel):
             "actor_idle_seconds": parsed("SVC_ACTOR_IDLE_SECONDS", positive_seconds, 300.0),
             "scheduler_enabled": parsed("SVC_SCHEDULER", parse_on_off, True),
             "run_poll_seconds": parsed("SVC_RUN_POLL_SECONDS", positive_seconds, 300.0),
+            "run_handoff_seconds": parsed("SVC_RUN_HANDOFF_SECONDS", positive_seconds, 600.0),
             "shutdown_grace_seconds": parsed("SVC_SHUTDOWN_GRACE_SECONDS", positive_seconds, 5.0),
             "disabled_plugins": parsed("SVC_DISABLED_PLUGINS", parse_names, ()),
         }

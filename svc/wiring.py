@@ -30,7 +30,7 @@ from svc.orgs import (
     Plans,
 )
 from svc.runs import RunAnalytics, Runs
-from svc.runtime import LLM, InstallRunner, Outreach, RunService, Schedules, SecurityLog
+from svc.runtime import LLM, Admission, InstallRunner, Outreach, RunService, Schedules, SecurityLog
 from svc.templates import Portability, Templates, archive_user_templates
 
 
@@ -83,6 +83,7 @@ class Services:
 
     async def close(self) -> None:
         """Write out what is held in memory (rate-limit counts) before shut-down."""
+        await self.run_service.close()
         if self.rate_limiter is not None:
             await self.rate_limiter.close()
 
@@ -167,9 +168,12 @@ def build_services(
     )
 
 
-def build_install_runner(settings: Settings, store: Store, vault: Vault) -> InstallRunner:
+def build_install_runner(
+    settings: Settings, store: Store, vault: Vault, admission: Admission | None = None
+) -> InstallRunner:
     """What an install's actor needs to run its install: models (no platform drivers, whose
-    imports an actor need not pay for), the store, the vault and mail."""
+    imports an actor need not pay for), the store, the vault and mail. The job runner's sweeper
+    builds one too, to settle runs whose actor is gone with their records and callbacks."""
     plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
     return InstallRunner(
         store,
@@ -178,4 +182,5 @@ def build_install_runner(settings: Settings, store: Store, vault: Vault) -> Inst
         settings.judge_model,
         settings.egress_allow_private,
         Mailer(store, settings.smtp_url, settings.mail_from),
+        admission,
     )
