@@ -195,11 +195,18 @@ class RayRuntime:
         a fresh one answers. RuntimeFailure when the actor cannot be started or dies."""
         deadline = time.monotonic() + READY_DEADLINE_S
         while True:
+            warm = self._warm.get(install_id)
             actor = await self._ready_actor(install_id, trust_warm)
+            unverified = warm is not None and warm[0] is actor
             try:
                 answer: dict[str, Any] = await getattr(actor, method).remote(payload)
             except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
                 self._warm.pop(install_id, None)
+                if unverified and trust_warm:
+                    # A remembered handle of a copy that has died since: commands are idempotent
+                    # by run id, so ask the live copy (whose recovery settled what died with it).
+                    trust_warm = False
+                    continue
                 log.warning("install actor failed during %s: %s", method, type(exc).__name__)
                 raise RuntimeFailure(STOPPED) from None
             except RayError as exc:
