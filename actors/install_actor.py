@@ -31,7 +31,7 @@ from svc.wiring import build_install_runner
 log = logging.getLogger(__name__)
 
 BEAT_S = 5.0
-CONFIG_CHECK_S = 1.0
+CONFIG_CHECK_S = 0.25
 NO_PENDING_GATE = "No pending gate found for this install"
 NO_AGENTS_LEFT = "No agents remaining after gate"
 
