@@ -31,7 +31,6 @@ from svc.wiring import build_install_runner
 log = logging.getLogger(__name__)
 
 BEAT_S = 5.0
-CONFIG_CHECK_S = 0.25
 NO_PENDING_GATE = "No pending gate found for this install"
 NO_AGENTS_LEFT = "No agents remaining after gate"
 
@@ -56,7 +55,6 @@ class InstallActor:
         self.paused: dict[str, Document] = {}
         self.last_used = time.monotonic()
         self.leaving = False
-        self._config_checked = (0.0, True)
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         self._recovered = loop.create_task(self._recover())
@@ -188,12 +186,10 @@ class InstallActor:
             return True
         if self.active:
             return False
-        checked_at, current = self._config_checked
-        if time.monotonic() - checked_at >= CONFIG_CHECK_S:
-            published = await asyncio.to_thread(deployment.current, self.deployment_id)
-            current = published is None or published.version == self.config_version
-            self._config_checked = (time.monotonic(), current)
-        if not current:
+        # One read of the cluster's key-value store per command (about a millisecond): a command
+        # right after a new configuration was published already meets a fresh actor.
+        published = await asyncio.to_thread(deployment.current, self.deployment_id)
+        if published is not None and published.version != self.config_version:
             log.info("configuration changed; this install actor leaves for a fresh one")
             self.leaving = True
             self._wake.set()

@@ -134,7 +134,7 @@ class InstallRunner:
         )
         run = resumed
         if run is None:
-            run = await ledger.claim(self.store, run_id, self.incarnation, None)
+            run = await ledger.claim(self.store, run_id, self.incarnation, root_key)
             if run is None:
                 return await self.outcome_now(run_id)
         # Written first, read second: a cancellation that answered before this read is seen,
@@ -316,6 +316,7 @@ class InstallRunner:
         )
         if finished is None:
             return False
+        finished["agentKey"] = result.agent or finished.get("agentKey")
         await self._recorded(
             install, finished, result.status, result.input_tokens, result.output_tokens, result.error
         )
