@@ -77,9 +77,6 @@ class Jobs:
             await services.installs.sweep_abandoned()
             return recorded
 
-        from svc.wiring import build_install_runner  # the composition root builds the runner
-
-        runner = build_install_runner(services.settings, services.store, services.vault)
         return cls(
             services.store,
             billing_cron=services.settings.billing_cron_schedule,
@@ -88,7 +85,10 @@ class Jobs:
             poll_seconds=services.settings.run_poll_seconds,
             mailer=services.mailer,
             sweeper=RunSweeper(
-                services.store, runner, services.runtime, services.settings.run_handoff_seconds
+                services.store,
+                services.install_runner,
+                services.runtime,
+                services.settings.run_handoff_seconds,
             ),
         )
 

@@ -57,6 +57,8 @@ class Services:
     installs: Installs
     llm: LLM
     run_service: RunService
+    # Settles runs whose actor is gone, with their records and callbacks (the job runner's sweeper).
+    install_runner: InstallRunner
     security_log: SecurityLog
     schedules: Schedules
     outreach: Outreach
@@ -148,6 +150,9 @@ def build_services(
         installs=installs,
         llm=llm,
         run_service=RunService(store, installs, runtime, outreach),
+        install_runner=InstallRunner(
+            store, vault, llm, settings.judge_model, settings.egress_allow_private, mailer
+        ),
         security_log=SecurityLog(store),
         schedules=Schedules(store, installs, runtime),
         outreach=outreach,
