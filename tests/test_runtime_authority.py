@@ -309,3 +309,39 @@ async def test_actors_follow_the_published_configuration(make_client, aiohttp_se
     assert result["response"] == "new provider"
     assert len(llm.requests) == 1
     await second_client.close()
+
+
+async def test_the_sweeper_settles_a_run_whose_actor_is_gone_for_good(make_client, aiohttp_server, store):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    received, hook = await callback_server(aiohttp_server)
+    caller, key, install_id = await svc_install(client, [member("lead")])
+    token = await webhook_token(client, caller)
+    llm.latency_s = 10.0
+    llm.script(text="never")
+    queued = await (
+        await client.post(f"/api/webhook/{token}", json={"inputText": "x", "callbackUrl": hook})
+    ).json()
+    await wait_status(store, queued["runId"], "running")
+    # Gone and not restarted (its node left): no constructor will recover the run.
+    actor = await asyncio.to_thread(ray.get_actor, actor_name(install_id), namespace=NAMESPACE)
+    await asyncio.to_thread(ray.kill, actor, no_restart=True)
+    jobs = Jobs.for_services(client.server.app[SERVICES])
+
+    async def settled() -> bool:
+        await jobs.tick()
+        run = await store["pipeline_runs"].find_one({"_id": queued["runId"]})
+        return run["status"] == "failed"
+
+    assert await wait_for(settled, timeout_s=90), "the sweeper settles it once the actor's beat is old"
+    run = await store["pipeline_runs"].find_one({"_id": queued["runId"]})
+    assert INTERRUPTED in run["errorMessage"]
+    assert [r["status"] for r in await run_record(store, queued["runId"])] == ["failed"]
+    assert await wait_for(lambda: asyncio.sleep(0, result=bool(received)))
+    assert received[0]["status"] == "failed"
+    llm.latency_s = 0.0
+    llm.replies.clear()
+    llm.script(text="next one")
+    result = await (
+        await client.post(f"/api/installs/{install_id}/run", json={"task": "y"}, headers=key)
+    ).json()
+    assert result["response"] == "next one"
