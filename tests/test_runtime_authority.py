@@ -183,8 +183,8 @@ async def test_kill_9_during_a_scheduled_run_and_a_continued_pipeline(make_clien
     await kill_during_run(store, install_id, fired["runId"])
     run = await wait_status(store, fired["runId"], "failed")
     assert INTERRUPTED in run["errorMessage"]
-    schedule = await store["schedules"].find_one({"_id": install_id})
-    assert schedule["consecutiveFailures"] == 1, "the schedule counts the failure"
+    counted = {"_id": install_id, "consecutiveFailures": 1}
+    assert await wait_for(lambda: store["schedules"].count_documents(counted)), "the schedule counts it"
     # A paused pipeline, continued, then its worker killed mid-step.
     llm.latency_s = 0.0
     llm.replies.clear()  # the killed call's reply was never taken

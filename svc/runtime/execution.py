@@ -103,7 +103,8 @@ class InstallRunner:
         install: Document | None = None
         for run in await ledger.of_install(self.store, install_id):
             if run["status"] == "queued":
-                queued.append(run["_id"])
+                if run.get("handoffAt") is not None:  # asked for (not waiting behind another run)
+                    queued.append(run["_id"])
             elif run["status"] == "paused":
                 paused[run["_id"]] = run
             elif run.get("incarnation") != self.incarnation:
@@ -125,6 +126,11 @@ class InstallRunner:
     async def execute(self, install_id: str, run_id: str, resumed: Document | None = None) -> dict[str, Any]:
         """Claim a queued run (or carry on a resumed one), run the team, persist the outcome,
         post the callback if one was asked for. Idempotent: a run not queued is not run again."""
+        run = resumed or await ledger.claim(self.store, run_id, self.incarnation, None)
+        if run is None:
+            return await self.outcome_now(run_id)
+        # Written first (the claim), read second: a cancellation of the install that answered
+        # before this read is seen, so no run starts after it has answered (docs/consistency.md).
         install = await self.store.installs.find_one({"_id": install_id})
         if install is None or install["status"] != "completed":
             return await self._refused(install, run_id)
@@ -132,18 +138,6 @@ class InstallRunner:
         root_key = next(
             (a["key"] for a in definition["agents"] if not a.get("reportsTo")), definition["agents"][0]["key"]
         )
-        run = resumed
-        if run is None:
-            run = await ledger.claim(self.store, run_id, self.incarnation, root_key)
-            if run is None:
-                return await self.outcome_now(run_id)
-        # Written first, read second: a cancellation that answered before this read is seen,
-        # so no run starts after a cancellation has answered (docs/consistency.md).
-        if not await self.store.installs.count_documents({"_id": install_id, "status": "completed"}, limit=1):
-            await self._end(
-                install, run, TeamResult("failed", None, root_key, 0, 0, [], "Install is not ready")
-            )
-            return {**failed_outcome(run_id, "Install is not ready"), "refused": True}
         if self.admission is not None:
             try:
                 await self.admission(install)
@@ -260,7 +254,8 @@ class InstallRunner:
         message = (
             "Install not found" if install is None else f"Install is not ready (status: {install['status']})"
         )
-        await ledger.fail_queued(self.store, run_id, message)
+        # Claimed by this copy a moment ago: it ends failed, with no run record (it never ran).
+        await ledger.finish(self.store, run_id, self.incarnation, "failed", 0, 0, message)
         return {**failed_outcome(run_id, message), "refused": install is not None}
 
     async def secrets_of(self, install: Document) -> dict[str, str]:
@@ -313,10 +308,10 @@ class InstallRunner:
             result.input_tokens,
             result.output_tokens,
             result.error,
+            result.agent,
         )
         if finished is None:
             return False
-        finished["agentKey"] = result.agent or finished.get("agentKey")
         await self._recorded(
             install, finished, result.status, result.input_tokens, result.output_tokens, result.error
         )

@@ -120,6 +120,7 @@ async def finish(
     tokens_in: int,
     tokens_out: int,
     error: str | None,
+    agent_key: str | None = None,
 ) -> Document | None:
     """running -> completed/failed, only by the incarnation that runs it; the run, or None when
     another writer settled it first (recovery, the sweeper): then nothing more is recorded."""
@@ -132,6 +133,7 @@ async def finish(
                 "inputTokens": tokens_in,
                 "outputTokens": tokens_out,
                 "errorMessage": error,
+                **({"agentKey": agent_key} if agent_key else {}),
             }
         },
         return_document=ReturnDocument.AFTER,
