@@ -31,6 +31,7 @@ from svc.wiring import build_install_runner
 log = logging.getLogger(__name__)
 
 BEAT_S = 5.0
+DATABASE_DOWN = "Database unavailable during the run"
 NO_PENDING_GATE = "No pending gate found for this install"
 NO_AGENTS_LEFT = "No agents remaining after gate"
 
@@ -161,7 +162,11 @@ class InstallActor:
             raise
         except Exception as exc:  # the database failed outside a step: settle what can be settled
             log.error("run could not be carried out: %s", type(exc).__name__)
-            outcome = failed_outcome(run_id, "Database unavailable during the run")
+            outcome = failed_outcome(run_id, DATABASE_DOWN)
+            try:
+                await self.runner.abort(self.install_id, run_id, DATABASE_DOWN)
+            except Exception:  # still down: the sweeper settles it once this copy is gone
+                log.warning("run %s left for the sweeper", run_id)
         finally:
             self.active.pop(run_id, None)
             self.last_used = time.monotonic()
