@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 PING_TIMEOUT_S = 5.0
 # How long a command waits for the install's actor to be placed and answer before it is a
 # RuntimeFailure (the actor's constructor connects and recovers; a cold one takes about a second).
-READY_DEADLINE_S = 20.0
+READY_DEADLINE_S = 30.0
 NAMESPACE = "svc"
 NOT_STARTED = "The install's worker could not be started; try again shortly"
 STOPPED = "The install's worker stopped during the run"
