@@ -47,6 +47,7 @@ class Variable:
 VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_ENV_FILE", "a path to a dotenv file (default `.env` in the current directory)"),
     Variable("SVC_MONGODB_URI", "a mongodb:// or mongodb+srv:// connection string"),
+    Variable("SVC_DB_TIMEOUT_SECONDS", "a positive number of seconds"),
     Variable("SVC_DATA_DIR", "a directory path (relative paths are taken from the current directory)"),
     Variable("SVC_RAY_ADDRESS", "`auto`, `host:port` or `ray://host:10001`"),
     Variable("SVC_SECRET_KEYS", "comma-separated Fernet keys (32 url-safe base64 bytes), newest first"),
@@ -162,6 +163,8 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     mongodb_uri: str | None = None
+    # The bound on every database operation: past it the operation fails (503 at the API).
+    db_timeout_seconds: float = Field(default=10.0, gt=0)
     data_dir: Path = DEFAULT_DATA_DIR
     ray_address: str | None = None
     secret_keys: tuple[str, ...] = ()
@@ -250,6 +253,7 @@ class Settings(BaseModel):
         )
         values: dict[str, object] = {
             "mongodb_uri": parsed("SVC_MONGODB_URI", parse_mongodb_uri, None),
+            "db_timeout_seconds": parsed("SVC_DB_TIMEOUT_SECONDS", positive_seconds, 10.0),
             "data_dir": parsed("SVC_DATA_DIR", parse_directory, DEFAULT_DATA_DIR),
             "ray_address": get("SVC_RAY_ADDRESS"),
             "secret_keys": parsed("SVC_SECRET_KEYS", parse_fernet_keys, ()),
