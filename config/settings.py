@@ -112,10 +112,7 @@ class ProviderSettings(BaseModel):
 
 
 class Environment(BaseSettings):
-    """The raw strings of every variable, from the environment and the dotenv file.
-
-    Unknown variables are ignored; the environment wins over the file.
-    """
+    """Every variable's raw string, from the environment (which wins) and the dotenv file; unknown ignored."""
 
     model_config = SettingsConfigDict(extra="allow", case_sensitive=True, env_ignore_empty=True)
 
@@ -197,8 +194,6 @@ class Settings(BaseModel):
     scheduler_enabled: bool = True
     # How often the run poller asks pull-only platforms (orchB) for finished runs (spec: 5 minutes).
     run_poll_seconds: float = Field(default=300.0, gt=0)
-    # How long a queued run is handed to its install's worker again (with backoff) before it is
-    # marked failed because the worker could not be started (docs/runtime.md).
     run_handoff_seconds: float = Field(default=600.0, gt=0)
     # How long `svc serve` lets in-flight requests end on SIGTERM/SIGINT before cutting them.
     shutdown_grace_seconds: float = Field(default=5.0, gt=0)
