@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import web
 
-from actors.deployment import DeploymentConfig, publish
 from actors.runtime import RayRuntime
 from actors.scheduler import SchedulerKeeper
 from api import metrics, pages
@@ -167,9 +166,7 @@ async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     vault = app[VAULT] = Vault.from_settings(settings.secret_keys, settings.data_dir)
     runtime = RayRuntime(settings.ray_address, app[STORE].uri, settings, vault.keys)
-    runtime.start()
-    # What the deployment's actors read instead of creation arguments (actors/deployment.py).
-    publish(DeploymentConfig(settings, app[STORE].uri, tuple(vault.keys)))
+    runtime.start()  # publishes what the deployment's actors read (actors/deployment.py)
     app[RUNTIME] = runtime
     try:
         yield

@@ -95,6 +95,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_ACTOR_IDLE_SECONDS", "a positive number of seconds"),
     Variable("SVC_SCHEDULER", "`on` or `off`"),
     Variable("SVC_RUN_POLL_SECONDS", "a positive number of seconds"),
+    Variable("SVC_RUN_HANDOFF_SECONDS", "a positive number of seconds"),
     Variable("SVC_SHUTDOWN_GRACE_SECONDS", "a positive number of seconds"),
     Variable("SVC_CALLBACK_MAX_ATTEMPTS", "a whole number from 1 to 1000"),
     Variable("SVC_DISABLED_PLUGINS", "comma-separated plugin names"),
@@ -117,10 +118,7 @@ class ProviderSettings(BaseModel):
 
 
 class Environment(BaseSettings):
-    """The raw strings of every variable, from the environment and the dotenv file.
-
-    Unknown variables are ignored; the environment wins over the file.
-    """
+    """Every variable's raw string, from the environment (which wins) and the dotenv file; unknown ignored."""
 
     model_config = SettingsConfigDict(extra="allow", case_sensitive=True, env_ignore_empty=True)
 
@@ -202,6 +200,7 @@ class Settings(BaseModel):
     scheduler_enabled: bool = True
     # How often the run poller asks pull-only platforms (orchB) for finished runs (spec: 5 minutes).
     run_poll_seconds: float = Field(default=300.0, gt=0)
+    run_handoff_seconds: float = Field(default=600.0, gt=0)
     # How long `svc serve` lets in-flight requests end on SIGTERM/SIGINT before cutting them.
     shutdown_grace_seconds: float = Field(default=5.0, gt=0)
     # How many times a webhook run's callback is tried (within 24 hours) before it is failed.
@@ -290,6 +289,7 @@ class Settings(BaseModel):
             "actor_idle_seconds": parsed("SVC_ACTOR_IDLE_SECONDS", positive_seconds, 300.0),
             "scheduler_enabled": parsed("SVC_SCHEDULER", parse_on_off, True),
             "run_poll_seconds": parsed("SVC_RUN_POLL_SECONDS", positive_seconds, 300.0),
+            "run_handoff_seconds": parsed("SVC_RUN_HANDOFF_SECONDS", positive_seconds, 600.0),
             "shutdown_grace_seconds": parsed("SVC_SHUTDOWN_GRACE_SECONDS", positive_seconds, 5.0),
             "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", int, 30),
             "disabled_plugins": parsed("SVC_DISABLED_PLUGINS", parse_names, ()),

@@ -67,6 +67,8 @@ class Services:
     installs: Installs
     llm: LLM
     run_service: RunService
+    # Settles runs whose actor is gone, with their records and callbacks (the job runner's sweeper).
+    install_runner: InstallRunner
     security_log: SecurityLog
     schedules: Schedules
     outreach: Outreach
@@ -97,6 +99,7 @@ class Services:
 
     async def close(self) -> None:
         """Write out what is held in memory (rate-limit counts) before shut-down."""
+        await self.run_service.close()
         if self.rate_limiter is not None:
             await self.rate_limiter.close()
         await self.run_watch.close()
@@ -163,6 +166,9 @@ def build_services(
         installs=installs,
         llm=llm,
         run_service=RunService(store, installs, runtime, outreach, admission=spend_caps.admit),
+        install_runner=InstallRunner(
+            store, vault, llm, settings.judge_model, settings.egress_allow_private, mailer, spend_caps.admit
+        ),
         security_log=SecurityLog(store),
         schedules=Schedules(store, installs, runtime),
         outreach=outreach,
@@ -191,7 +197,7 @@ def build_services(
 
 def build_install_runner(settings: Settings, store: Store, vault: Vault) -> InstallRunner:
     """What an install's actor needs to run its install: models (no platform drivers, whose
-    imports an actor need not pay for), the store, the vault and mail."""
+    imports an actor need not pay for), the store, the vault, mail and the spend caps."""
     plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
     return InstallRunner(
@@ -201,5 +207,5 @@ def build_install_runner(settings: Settings, store: Store, vault: Vault) -> Inst
         settings.judge_model,
         settings.egress_allow_private,
         mailer,
-        admission=SpendCaps(store, mailer).admit,  # spend caps, before any model call
+        SpendCaps(store, mailer).admit,  # spend caps, before any model call
     )

@@ -32,6 +32,7 @@ OWNERS = {
         "counters",
         "run_events",
         "callbacks",
+        "actor_incarnations",
     },
     "orgs": {
         "orgs", "org_members", "org_invitations", "org_secrets", "org_approvals", "org_audit",

@@ -8,7 +8,7 @@ import time
 
 from aiohttp import web
 
-from svc.runtime.execution import sign
+from svc.runtime.callbacks import sign
 from tests.support.accounts import app_store, signup
 from tests.support.runtime import member, provider_settings, start_llm, svc_install
 
