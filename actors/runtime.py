@@ -20,6 +20,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
+from actors import capacity
 from actors.install_actor import InstallActor
 from config.settings import Settings
 from svc.core import Reaper, RuntimeFailure
@@ -27,7 +28,6 @@ from svc.core import Reaper, RuntimeFailure
 log = logging.getLogger(__name__)
 
 PING_TIMEOUT_S = 5.0
-READY_ATTEMPTS = 30
 NAMESPACE = "svc"
 
 
@@ -139,6 +139,7 @@ class RayRuntime:
             namespace=NAMESPACE,
             get_if_exists=True,
             lifetime="detached",
+            **capacity.actor_resources(self.settings),
         ).remote(install_id, self.settings, self.mongodb_uri, self.vault_keys)
 
     async def _ready_actor(self, install_id: str, trust_warm: bool = True) -> Any:
@@ -146,17 +147,18 @@ class RayRuntime:
         warm = self._warm.get(install_id)
         if trust_warm and warm is not None and time.monotonic() - warm[1] < self._warm_ttl():
             return warm[0]
-        delay = 0.1
-        for _ in range(READY_ATTEMPTS):
+        # Wait for placement up to a deadline, not a number of attempts: a pending actor is
+        # queued for room on the cluster (actors/capacity.py); NoRoom is a RuntimeFailure (503).
+        deadline = capacity.placement_deadline(self.settings)
+        delay = capacity.RETRY_DELAY_S
+        while True:
             actor = await asyncio.to_thread(self._actor, install_id)
             try:
-                await actor.ready.remote()
+                await capacity.ready_by(actor.ready.remote(), deadline)
                 self._warm[install_id] = (actor, time.monotonic())
                 return actor
             except (ActorUnavailableError, ActorDiedError, RayActorError):
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        raise RuntimeFailure("The install's worker could not be started")
+                delay = await capacity.backoff(delay, deadline)
 
     async def run(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         """Run in the install's actor (created on demand) and wait; RuntimeFailure if it dies."""

@@ -78,6 +78,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("APP_API_KEYS", "comma-separated `<installId>:<key>` pairs or bare `<key>`s"),
     Variable("BILLING_CRON_SCHEDULE", "a 5-field cron expression (UTC), e.g. `0 0 1 * *`"),
     Variable("SVC_ACTOR_IDLE_SECONDS", "a positive number of seconds"),
+    Variable("SVC_ACTOR_MEMORY_MB", "a whole number of megabytes, at least 32"),
+    Variable("SVC_ACTOR_PLACEMENT_SECONDS", "a positive number of seconds"),
     Variable("SVC_SCHEDULER", "`on` or `off`"),
     Variable("SVC_RUN_POLL_SECONDS", "a positive number of seconds"),
     Variable("SVC_SHUTDOWN_GRACE_SECONDS", "a positive number of seconds"),
@@ -190,6 +192,11 @@ class Settings(BaseModel):
     max_body_bytes: int = 2 * 1024 * 1024
     disabled_plugins: tuple[str, ...] = ()
     actor_idle_seconds: float = 300.0
+    # What one install actor reserves of a node's memory (Ray's `memory` resource), so Ray spreads
+    # actors over nodes and queues those that fit nowhere (docs/runtime.md, "Capacity").
+    actor_memory_mb: int = Field(default=128, ge=32)
+    # How long a synchronous run waits for its actor to be placed and ready before a 503.
+    actor_placement_seconds: float = Field(default=30.0, gt=0)
     scheduler_enabled: bool = True
     # How often the run poller asks pull-only platforms (orchB) for finished runs (spec: 5 minutes).
     run_poll_seconds: float = Field(default=300.0, gt=0)
@@ -276,6 +283,8 @@ class Settings(BaseModel):
             "app_api_keys": parsed("APP_API_KEYS", parse_app_keys, ()),
             "billing_cron_schedule": parsed("BILLING_CRON_SCHEDULE", parse_cron, "0 0 1 * *"),
             "actor_idle_seconds": parsed("SVC_ACTOR_IDLE_SECONDS", positive_seconds, 300.0),
+            "actor_memory_mb": parsed("SVC_ACTOR_MEMORY_MB", parse_megabytes, 128),
+            "actor_placement_seconds": parsed("SVC_ACTOR_PLACEMENT_SECONDS", positive_seconds, 30.0),
             "scheduler_enabled": parsed("SVC_SCHEDULER", parse_on_off, True),
             "run_poll_seconds": parsed("SVC_RUN_POLL_SECONDS", positive_seconds, 300.0),
             "shutdown_grace_seconds": parsed("SVC_SHUTDOWN_GRACE_SECONDS", positive_seconds, 5.0),
@@ -337,6 +346,17 @@ def positive_seconds(raw: str) -> float:
     if not seconds > 0:
         raise ValueError("must be positive")
     return seconds
+
+
+def parse_megabytes(raw: str) -> int:
+    """A whole number of megabytes, at least 32 (less than an idle Python process)."""
+    try:
+        megabytes = int(raw)
+    except ValueError:
+        raise ValueError("not a whole number") from None
+    if megabytes < 32:
+        raise ValueError("must be at least 32")
+    return megabytes
 
 
 def parse_seconds(name: str, raw: str | None, default: float) -> float:
