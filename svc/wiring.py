@@ -9,29 +9,25 @@ installs (with the org governance gate), runtime, orgs, billing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
-from svc.authoring import Authoring
-from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, UsageReport
-from svc.core import Mailer, Runtime, Store, TTLCache, Vault
-from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter, UserAdmin
-from svc.installs import Installs, RunPoller
-from svc.orgs import (
-    Approvals,
-    AuditLog,
-    Governance,
-    Invitations,
-    OrgAccess,
-    OrgKeys,
-    Orgs,
-    OrgSecrets,
-    Plans,
-)
-from svc.runs import RunAnalytics, Runs
-from svc.runtime import LLM, InstallRunner, Outreach, RunService, Schedules, SecurityLog
-from svc.templates import Portability, Templates, archive_user_templates
+from svc.core import Mailer, Runtime, Store, Vault
+from svc.runtime import LLM, InstallRunner
+
+if TYPE_CHECKING:
+    # The rest of the graph is imported where `build_services` builds it, not at module level:
+    # an install actor imports this module for `build_install_runner` and must not pay for the
+    # payment SDK, billing, orgs or authoring (docs/bench.md, "What an actor imports").
+    from svc.authoring import Authoring
+    from svc.billing import Charges, OrgBilling, Payouts, UsageReport
+    from svc.identity import Accounts, ApiKeys, Credentials, RateLimiter, UserAdmin
+    from svc.installs import Installs, RunPoller
+    from svc.orgs import Approvals, Invitations, OrgAccess, OrgKeys, Orgs, OrgSecrets, Plans
+    from svc.runs import RunAnalytics, Runs
+    from svc.runtime import Outreach, RunService, Schedules, SecurityLog
+    from svc.templates import Portability, Templates
 
 
 @dataclass(frozen=True)
@@ -76,6 +72,8 @@ class Services:
     async def delete_user(self, who: str) -> dict[str, Any]:
         """`svc users delete`: end the account (409 while it owns an org), cancel its personal
         installs and archive its published personal templates (docs/auth.md)."""
+        from svc.templates import archive_user_templates
+
         result = await self.user_admin.tombstone(who)
         result["installsCancelled"] = await self.installs.retire_user_installs(result["userId"])
         result["templatesArchived"] = await archive_user_templates(self.store, result["userId"])
@@ -100,6 +98,26 @@ def build_services(
     plugins: Plugins | None = None,
 ) -> Services:
     """Wire every service for one process (the API, the scheduler actor, the CLI, tests)."""
+    from svc.authoring import Authoring
+    from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, UsageReport
+    from svc.core import TTLCache
+    from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter, UserAdmin
+    from svc.installs import Installs, RunPoller
+    from svc.orgs import (
+        Approvals,
+        AuditLog,
+        Governance,
+        Invitations,
+        OrgAccess,
+        OrgKeys,
+        Orgs,
+        OrgSecrets,
+        Plans,
+    )
+    from svc.runs import RunAnalytics, Runs
+    from svc.runtime import Outreach, RunService, Schedules, SecurityLog
+    from svc.templates import Portability, Templates
+
     plugins = plugins if plugins is not None else Plugins(settings.disabled_plugins)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
     accounts = Accounts(store)
