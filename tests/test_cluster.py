@@ -236,7 +236,7 @@ async def sync_run(remote: Remote, install_id: str, key: dict[str, str], task: s
 
 async def test_runs_go_through_either_api_to_one_actor_per_install(world, remotes, store):
     a, b = remotes
-    caller, key, install_id = await svc_install(a, [member("lead")])
+    _, key, install_id = await svc_install(a, [member("lead")])
     status, (first, _) = await sync_run(a, install_id, key)
     assert status == 200 and first["status"] == "completed", first
     status, (second, _) = await sync_run(b, install_id, key)

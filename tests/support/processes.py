@@ -64,7 +64,7 @@ def start_api(env: dict[str, str], log_dir: Path, name: str, ready_timeout_s: fl
         str(port),
     ]
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(  # noqa: S603 - our own entry point
+        process = subprocess.Popen(
             command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
         )
     api = ApiProcess(f"http://127.0.0.1:{port}", process, log_path)
