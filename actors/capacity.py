@@ -10,7 +10,7 @@ joins. Nothing overcommits a node, and Ray's OOM killer is not the admission con
 
 A pending actor is the queue: the runtime waits for it up to a bound (`SVC_ACTOR_PLACEMENT_SECONDS`)
 instead of counting a few failed attempts, and a synchronous run that gets no actor within
-the bound answers 503 with `Retry-After` (`NoRoom` is a `RuntimeFailure`). The pending
+the bound answers 503 with `Retry-After` (`NoRoom` is a `RuntimeBusy`). The pending
 creation stays queued in Ray, so the retry finds the actor placed once there is room.
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from config.settings import Settings
-from svc.core import RuntimeFailure
+from svc.core import RuntimeBusy
 
 MB = 1024 * 1024
 RETRY_DELAY_S = 0.1
@@ -32,7 +32,7 @@ NO_ROOM = "No room for the install's worker on the cluster now; try again shortl
 T = TypeVar("T")
 
 
-class NoRoom(RuntimeFailure):
+class NoRoom(RuntimeBusy):
     """The install's actor was not placed and ready within the bound (the cluster is full, or
     its node is still coming up)."""
 

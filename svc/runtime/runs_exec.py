@@ -22,6 +22,7 @@ from svc.core import (
     NotFound,
     RequestBody,
     Runtime,
+    RuntimeBusy,
     RuntimeFailure,
     Store,
     Timeline,
@@ -282,11 +283,21 @@ class RunService:
         try:
             return await self.runtime.run(install_id, payload)
         except RuntimeFailure as exc:
-            # The worker died mid-run: record the run as failed (idempotent with its own recovery).
+            # The worker died mid-run, or (RuntimeBusy) never got a place: record the run as failed
+            # (idempotent with its own recovery); a run that never started answers 503.
+            busy = isinstance(exc, RuntimeBusy)
             await self.store["pipeline_runs"].update_one(
                 {"_id": payload["runId"], "status": {"$in": ["queued", "starting", "running"]}},
-                {"$set": {"status": "failed", "errorMessage": INTERRUPTED, "endedAt": utcnow()}},
+                {
+                    "$set": {
+                        "status": "failed",
+                        "errorMessage": str(exc) if busy else INTERRUPTED,
+                        "endedAt": utcnow(),
+                    }
+                },
             )
+            if busy:
+                raise
             return failed_outcome(payload["runId"], str(exc) or INTERRUPTED)
 
 

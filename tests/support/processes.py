@@ -50,9 +50,27 @@ class ApiProcess:
                 self.process.wait(timeout=10)
 
 
-def start_api(env: dict[str, str], log_dir: Path, name: str, ready_timeout_s: float = 180.0) -> ApiProcess:
+def start_api(
+    env: dict[str, str], log_dir: Path, name: str, ready_timeout_s: float = 180.0, attempts: int = 1
+) -> ApiProcess:
     """Start `svc serve` on a free port with `env` over this process's environment; wait until
-    `GET /api/health` answers 200 (the database and Ray both reachable)."""
+    `GET /api/health` answers 200 (the database and Ray both reachable). A process that exits
+    during start-up is started again, up to `attempts` times (a Ray Client's first connection
+    can be refused while the head is still busy starting the previous client's server)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return _start_api(env, log_dir, f"{name}-{attempt}", ready_timeout_s)
+        except ExitedEarly:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+class ExitedEarly(RuntimeError):
+    """The process ended before it was healthy."""
+
+
+def _start_api(env: dict[str, str], log_dir: Path, name: str, ready_timeout_s: float) -> ApiProcess:
     port = free_port()
     log_path = log_dir / f"{name}.log"
     command = [
@@ -64,14 +82,12 @@ def start_api(env: dict[str, str], log_dir: Path, name: str, ready_timeout_s: fl
         str(port),
     ]
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
-        )
+        process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
     api = ApiProcess(f"http://127.0.0.1:{port}", process, log_path)
     deadline = time.monotonic() + ready_timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{name} exited with {process.returncode}:\n{api.log()[-4000:]}")
+            raise ExitedEarly(f"{name} exited with {process.returncode}:\n{api.log()[-4000:]}")
         try:
             with urllib.request.urlopen(f"{api.base}/api/health", timeout=5) as answer:  # noqa: S310
                 if answer.status == 200:
