@@ -193,7 +193,7 @@ class Settings(BaseModel):
     disabled_plugins: tuple[str, ...] = ()
     actor_idle_seconds: float = 300.0
     # What one install actor reserves of a node's memory (Ray's `memory` resource), so Ray spreads
-    # actors over nodes and queues those that fit nowhere (docs/runtime.md, "Capacity").
+    # actors over nodes and queues those that fit nowhere (docs/deploy.md, "Capacity").
     actor_memory_mb: int = Field(default=128, ge=32)
     # How long a synchronous run waits for its actor to be placed and ready before a 503.
     actor_placement_seconds: float = Field(default=30.0, gt=0)
