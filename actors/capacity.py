@@ -46,8 +46,8 @@ def actor_resources(settings: Settings) -> dict[str, Any]:
 
 
 def placement_deadline(settings: Settings | None) -> float:
-    """The monotonic time by which an actor must be ready (30 s without settings)."""
-    bound = settings.actor_placement_seconds if settings is not None else 30.0
+    """The monotonic time by which an actor must be ready (60 s without settings)."""
+    bound = settings.actor_placement_seconds if settings is not None else 60.0
     return time.monotonic() + bound
 
 

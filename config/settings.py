@@ -112,10 +112,8 @@ class ProviderSettings(BaseModel):
 
 
 class Environment(BaseSettings):
-    """The raw strings of every variable, from the environment and the dotenv file.
-
-    Unknown variables are ignored; the environment wins over the file.
-    """
+    """The raw strings of every variable, from the environment and the dotenv file (the
+    environment wins over the file); unknown variables are ignored."""
 
     model_config = SettingsConfigDict(extra="allow", case_sensitive=True, env_ignore_empty=True)
 
@@ -192,11 +190,8 @@ class Settings(BaseModel):
     max_body_bytes: int = 2 * 1024 * 1024
     disabled_plugins: tuple[str, ...] = ()
     actor_idle_seconds: float = 300.0
-    # What one install actor reserves of a node's memory (Ray's `memory` resource), so Ray spreads
-    # actors over nodes and queues those that fit nowhere (docs/deploy.md, "Capacity").
-    actor_memory_mb: int = Field(default=128, ge=32)
-    # How long a synchronous run waits for its actor to be placed and ready before a 503.
-    actor_placement_seconds: float = Field(default=30.0, gt=0)
+    actor_memory_mb: int = Field(default=128, ge=32)  # docs/deploy.md, "Capacity"
+    actor_placement_seconds: float = Field(default=60.0, gt=0)
     scheduler_enabled: bool = True
     # How often the run poller asks pull-only platforms (orchB) for finished runs (spec: 5 minutes).
     run_poll_seconds: float = Field(default=300.0, gt=0)
@@ -283,8 +278,8 @@ class Settings(BaseModel):
             "app_api_keys": parsed("APP_API_KEYS", parse_app_keys, ()),
             "billing_cron_schedule": parsed("BILLING_CRON_SCHEDULE", parse_cron, "0 0 1 * *"),
             "actor_idle_seconds": parsed("SVC_ACTOR_IDLE_SECONDS", positive_seconds, 300.0),
-            "actor_memory_mb": parsed("SVC_ACTOR_MEMORY_MB", parse_megabytes, 128),
-            "actor_placement_seconds": parsed("SVC_ACTOR_PLACEMENT_SECONDS", positive_seconds, 30.0),
+            "actor_memory_mb": parsed("SVC_ACTOR_MEMORY_MB", int, 128),
+            "actor_placement_seconds": parsed("SVC_ACTOR_PLACEMENT_SECONDS", positive_seconds, 60.0),
             "scheduler_enabled": parsed("SVC_SCHEDULER", parse_on_off, True),
             "run_poll_seconds": parsed("SVC_RUN_POLL_SECONDS", positive_seconds, 300.0),
             "shutdown_grace_seconds": parsed("SVC_SHUTDOWN_GRACE_SECONDS", positive_seconds, 5.0),
@@ -346,17 +341,6 @@ def positive_seconds(raw: str) -> float:
     if not seconds > 0:
         raise ValueError("must be positive")
     return seconds
-
-
-def parse_megabytes(raw: str) -> int:
-    """A whole number of megabytes, at least 32 (less than an idle Python process)."""
-    try:
-        megabytes = int(raw)
-    except ValueError:
-        raise ValueError("not a whole number") from None
-    if megabytes < 32:
-        raise ValueError("must be at least 32")
-    return megabytes
 
 
 def parse_seconds(name: str, raw: str | None, default: float) -> float:
