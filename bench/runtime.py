@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -106,18 +107,26 @@ def command_name(header: bytes, rest: bytes) -> str:
     return rest[10:end].decode(errors="replace")
 
 
+# Set in the service's environment and so inherited by its local Ray and every actor: tells this
+# benchmark's actors apart from any other Ray on the machine.
+BENCH_ID = f"SVC_BENCH_ID={uuid.uuid4().hex}"
+
+
 def actor_pids() -> list[int]:
-    """The install actor processes on this machine (their command line names the class)."""
+    """This benchmark's install actor processes (the command line names the class; the
+    environment carries BENCH_ID)."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if "InstallActor" in cmdline and BENCH_ID.encode() in (proc / "environ").read_bytes().split(
+                b"\0"
+            ):
+                pids.append(int(proc.name))
         except OSError:
             continue
-        if "InstallActor" in cmdline:
-            pids.append(int(proc.name))
     return pids
 
 
@@ -182,6 +191,7 @@ async def serving(data_dir: Path, mongodb_uri: str, **env: str) -> AsyncIterator
         "SVC_DATA_DIR": str(data_dir),
         "SVC_SECRET_KEYS": Fernet.generate_key().decode(),
         "SVC_MONGODB_URI": mongodb_uri,
+        BENCH_ID.split("=")[0]: BENCH_ID.split("=")[1],
         **env,
     }
     command = [str(Path(sys.executable).with_name("svc")), "--log-level", "WARNING", "serve"]
