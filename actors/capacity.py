@@ -25,8 +25,6 @@ from config.settings import Settings
 from svc.core import RuntimeBusy
 
 MB = 1024 * 1024
-RETRY_DELAY_S = 0.1
-MAX_RETRY_DELAY_S = 2.0
 NO_ROOM = "No room for the install's worker on the cluster now; try again shortly"
 
 T = TypeVar("T")
@@ -68,11 +66,3 @@ async def ready_by(call: Awaitable[T], deadline: float) -> T:
         return await asyncio.wait_for(_awaited(call), remaining)
     except TimeoutError:
         raise NoRoom from None
-
-
-async def backoff(delay: float, deadline: float) -> float:
-    """Sleep `delay` before another attempt and return the next delay; NoRoom if past the deadline."""
-    if time.monotonic() + delay >= deadline:
-        raise NoRoom
-    await asyncio.sleep(delay)
-    return min(delay * 2, MAX_RETRY_DELAY_S)

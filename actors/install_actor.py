@@ -1,97 +1,228 @@
-"""InstallActor: one Ray actor per install with work, running its runs.
+"""InstallActor: one Ray actor per install with work, the single authority over its runs.
 
-Named `install:<id>` in the `svc` namespace and detached, so any API process
-finds the same actor, and it outlives the process that created it. It keeps no
-state that is not in MongoDB: a restarted actor (Ray restarts it after a crash)
-begins by marking the runs it was running as failed, and new runs work at once.
-It exits by itself after SVC_ACTOR_IDLE_SECONDS without a run.
+Named `install:<id>` in the `svc` namespace and detached, so any API process finds the same
+actor. Every command that changes a run of its install comes here (start, run, continue,
+cancel) and is applied through the run ledger, stamped with this copy's incarnation.
+
+Its constructor reads the deployment's current configuration from Ray's key-value store
+(actors/deployment.py), claims the install's incarnation record, recovers (runs an earlier
+copy had claimed end failed; queued runs are started; paused pipelines are held) and starts
+its clock: a restarted actor settles its runs and idles out without being called. Between
+runs, an actor whose configuration is older than the published one, or that a newer copy
+superseded, leaves with `ray.actor.exit_actor()` (never `ray.kill` on its own handle, which
+after a node crash names the healthy new copy).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import Any
 
 import ray
 
-from config.settings import Settings
-from svc.core import Store, Vault
-from svc.runtime import CANCELLED, InstallRunner, failed_outcome
+from actors import deployment
+from svc.core import Document, Store, Vault
+from svc.runtime import CANCELLED, InstallRunner, failed_outcome, ledger
 from svc.wiring import build_install_runner
 
 log = logging.getLogger(__name__)
 
+BEAT_S = 5.0
+DATABASE_DOWN = "Database unavailable during the run"
+NO_PENDING_GATE = "No pending gate found for this install"
+NO_AGENTS_LEFT = "No agents remaining after gate"
+
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class InstallActor:
-    """Runs one install's work."""
+    """Owns one install's runs."""
 
-    def __init__(self, install_id: str, settings: Settings, mongodb_uri: str, vault_keys: list[str]) -> None:
+    def __init__(self, install_id: str, deployment_id: str) -> None:
+        config = deployment.current(deployment_id)
+        if config is None:
+            raise RuntimeError(f"no configuration published for deployment {deployment_id}")
         self.install_id = install_id
-        self.settings = settings
-        self.mongodb_uri = mongodb_uri
-        self.vault_keys = vault_keys
-        self.runner: InstallRunner | None = None
+        self.deployment_id = deployment_id
+        self.config_version = config.version
+        self.settings = config.settings
+        self.store = Store.connect(config.mongodb_uri)
+        self.runner: InstallRunner = build_install_runner(
+            self.settings, self.store, Vault(list(config.vault_keys))
+        )
         self.active: dict[str, asyncio.Task[dict[str, Any]]] = {}
+        self.paused: dict[str, Document] = {}
         self.last_used = time.monotonic()
-        self._ready = asyncio.Lock()
-        self._watcher: asyncio.Task[None] | None = None
+        self.leaving = False
+        self._wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self._recovered = loop.create_task(self._recover())
+        self._watcher = loop.create_task(self._watch())
 
-    async def _runner(self) -> InstallRunner:
-        """Connect on first use and recover runs a previous incarnation left running."""
-        async with self._ready:
-            if self.runner is None:
-                store = Store.connect(self.mongodb_uri)
-                self.runner = build_install_runner(self.settings, store, Vault(self.vault_keys))
-                recovered = await self.runner.recover(self.install_id)
-                if recovered:
-                    log.warning("marked %s interrupted run(s) failed", recovered)
-                self._watcher = asyncio.create_task(self._evict_when_idle())
-        return self.runner
+    # ---- commands ------------------------------------------------------------------------------
 
     async def ready(self) -> bool:
-        """Answer once connected and recovered (the runtime calls it before handing over a run)."""
-        await self._runner()
-        return True
+        """True once recovered and current; False while this copy is leaving (ask again later)."""
+        await self._recovered
+        return not await self._should_leave()
 
     async def run(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Run and wait for the outcome."""
-        runner = await self._runner()
-        self.last_used = time.monotonic()
-        task = asyncio.create_task(runner.execute(self.install_id, payload))
-        self.active[payload["runId"]] = task
+        """Start a queued run (idempotent by run id) and wait for its outcome."""
+        if not await self.ready():
+            return {"retry": True}
+        task = self._spawn(payload["runId"])
         try:
-            return await task
+            return await asyncio.shield(task)
         except asyncio.CancelledError:
-            if not task.cancelled():
-                raise  # this call itself was cancelled
-            # Cancelled before the run had started its steps.
-            return failed_outcome(payload["runId"], CANCELLED)
-        finally:
-            self.active.pop(payload["runId"], None)
-            self.last_used = time.monotonic()
+            if task.cancelled():  # cancel-run stopped it before its team ran
+                return failed_outcome(payload["runId"], CANCELLED)
+            raise
 
-    async def cancel(self, run_id: str) -> str | None:
-        """Cancel an active run; the key of the step it was in ("" before any), None if not active."""
+    async def start(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Start a queued run without waiting (webhook, schedule, retry, wait:false)."""
+        if not await self.ready():
+            return {"retry": True}
+        self._spawn(payload["runId"])
+        return {"ok": True}
+
+    async def cancel(self, run_id: str) -> dict[str, Any]:
+        """Cancel a run of this install, decided from the ledger: {cancelled, step}."""
+        await self._recovered
         task = self.active.get(run_id)
-        if task is None or self.runner is None:
-            return None
-        step = self.runner.cancel_step(run_id) or ""
-        task.cancel()
-        return step
+        if task is not None:
+            step = self.runner.cancel_step(run_id) or ""
+            task.cancel()
+            return {"cancelled": True, "step": step}
+        # Not running here: a queued run simply never starts.
+        cancelled = await self.runner.abort(self.install_id, run_id, CANCELLED)
+        return {"cancelled": cancelled, "step": None}
+
+    async def resume(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Continue a paused pipeline (the oldest, or `runId`) from the step after its gate."""
+        if not await self.ready():
+            return {"retry": True}
+        wanted = payload.get("runId")
+        candidates = sorted(
+            (run for run in self.paused.values() if wanted in (None, run["_id"])),
+            key=lambda run: (run.get("pausedAt") or run["createdAt"], run["_id"]),
+        )
+        if not candidates:
+            return {"conflict": NO_PENDING_GATE}
+        paused = candidates[0]
+        install = await self.store.installs.find_one({"_id": self.install_id}, {"definition": 1})
+        if install is None or paused["state"]["fromStep"] >= len(install["definition"]["agents"]):
+            return {"conflict": NO_AGENTS_LEFT}
+        run = await ledger.resume(
+            self.store, paused["_id"], self.runner.incarnation, bool(payload.get("bypassGates"))
+        )
+        self.paused.pop(paused["_id"], None)
+        if run is None:
+            return {"conflict": NO_PENDING_GATE}
+        actor = payload.get("actor") or {}
+        await self.runner.events.emit(
+            self.install_id,
+            "gate_approved",
+            gate_name=run["state"]["gate"],
+            meta={"runId": run["_id"]},
+            **actor,
+        )
+        self._spawn(run["_id"], resumed=run)
+        return {"ok": True, "runId": run["_id"], "gate": run["state"]["gate"]}
 
     async def status(self) -> dict[str, Any]:
-        """Active runs and idle time (for tests and operators)."""
-        await self._runner()
-        return {"active": sorted(self.active), "idleSeconds": time.monotonic() - self.last_used}
+        """Active and paused runs, idle time, incarnation and pid (tests and operators)."""
+        await self._recovered
+        return {
+            "active": sorted(self.active),
+            "paused": sorted(self.paused),
+            "idleSeconds": time.monotonic() - self.last_used,
+            "incarnation": self.runner.incarnation,
+            "configVersion": self.config_version,
+            "pid": os.getpid(),
+        }
 
-    async def _evict_when_idle(self) -> None:
+    # ---- inside --------------------------------------------------------------------------------
+
+    def _spawn(self, run_id: str, resumed: Document | None = None) -> asyncio.Task[dict[str, Any]]:
+        """The task running `run_id` here (one per run: a repeated start joins it)."""
+        task = self.active.get(run_id)
+        if task is None:
+            self.last_used = time.monotonic()
+            task = asyncio.get_running_loop().create_task(self._execute(run_id, resumed))
+            self.active[run_id] = task
+        return task
+
+    async def _execute(self, run_id: str, resumed: Document | None) -> dict[str, Any]:
+        try:
+            outcome = await self.runner.execute(self.install_id, run_id, resumed)
+        except asyncio.CancelledError:
+            await self.runner.abort(self.install_id, run_id, CANCELLED)
+            raise
+        except Exception as exc:  # the database failed outside a step: settle what can be settled
+            log.error("run could not be carried out: %s", type(exc).__name__)
+            outcome = failed_outcome(run_id, DATABASE_DOWN)
+            try:
+                await self.runner.abort(self.install_id, run_id, DATABASE_DOWN)
+            except Exception:  # still down: the sweeper settles it once this copy is gone
+                log.warning("run %s left for the sweeper", run_id)
+        finally:
+            self.active.pop(run_id, None)
+            self.last_used = time.monotonic()
+            self._wake.set()
+        if outcome.get("pausedAtGate"):
+            paused = await self.store[ledger.RUNS].find_one({"_id": run_id, "status": "paused"})
+            if paused is not None:
+                self.paused[run_id] = paused
+        return outcome
+
+    async def _recover(self) -> None:
+        queued, paused = await self.runner.recover(self.install_id)
+        self.paused = paused
+        for run_id in queued:
+            self._spawn(run_id)
+        if queued:
+            log.info("starting %s run(s) queued for this install", len(queued))
+
+    async def _should_leave(self) -> bool:
+        """Leave when leaving already, or idle with an older configuration than the published one."""
+        if self.leaving:
+            return True
+        if self.active:
+            return False
+        # One read of the cluster's key-value store per command (about a millisecond): a command
+        # right after a new configuration was published already meets a fresh actor.
+        published = await asyncio.to_thread(deployment.current, self.deployment_id)
+        if published is not None and published.version != self.config_version:
+            log.info("configuration changed; this install actor leaves for a fresh one")
+            self.leaving = True
+            self._wake.set()
+        return self.leaving
+
+    async def _watch(self) -> None:
+        """The clock, from the constructor: beat the incarnation record, leave when superseded,
+        idle, or older than the configuration, and only between runs."""
         idle_limit = self.settings.actor_idle_seconds
+        period = max(0.05, min(BEAT_S, idle_limit / 4))
         while True:
-            await asyncio.sleep(min(5.0, max(idle_limit / 4, 0.1)))
-            if not self.active and time.monotonic() - self.last_used >= idle_limit:
-                log.info("install actor idle for %ss; exiting", idle_limit)
-                ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
-                return
+            try:
+                await asyncio.wait_for(self._wake.wait(), period)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                current = await ledger.beat(self.store, self.install_id, self.runner.incarnation)
+            except Exception as exc:  # a database blip must not stop the clock
+                log.warning("incarnation beat failed: %s", type(exc).__name__)
+                continue
+            if not current:
+                log.warning("a newer copy of this install's actor took over; this copy stops")
+                for task in list(self.active.values()):
+                    task.cancel()
+                ray.actor.exit_actor()
+            idle = time.monotonic() - self.last_used >= idle_limit
+            if not self.active and (idle or await self._should_leave()):
+                await ledger.leave(self.store, self.install_id, self.runner.incarnation)
+                log.info("install actor leaving (idle: %s)", idle)
+                ray.actor.exit_actor()

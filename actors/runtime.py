@@ -1,8 +1,12 @@
 """Connects the process to Ray, and runs installs' work in their actors.
 
 Every `ray.*` call of the API process goes through `RayRuntime`, so the rest of
-the code sees only the `svc.ports.Runtime` protocol. Workers get the database
-URI in their environment, so actors reach the same MongoDB as the API.
+the code sees only the `svc.ports.Runtime` protocol. Connecting publishes the
+deployment's configuration (settings, database URI, vault keys) in Ray's key-value
+store; install actors are created with `(install_id, deployment_id)` only and read it
+from there (actors/deployment.py). Every command for a run goes to the install's
+actor; an actor that cannot be started or reached is a `RuntimeFailure` (503 on the
+sync route, a retried hand-over for queued runs), never a hang.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayError
 
-from actors import capacity
+from actors import capacity, deployment
 from actors.install_actor import InstallActor
 from config.settings import Settings
 from svc.core import Reaper, RuntimeFailure
@@ -29,6 +33,8 @@ log = logging.getLogger(__name__)
 
 PING_TIMEOUT_S = 5.0
 NAMESPACE = "svc"
+NOT_STARTED = "The install's worker could not be started; try again shortly"
+STOPPED = "The install's worker stopped during the run"
 
 
 def actor_name(install_id: str) -> str:
@@ -71,9 +77,16 @@ class RayRuntime:
         self.vault_keys = vault_keys or []
         self._owned = False
         self._reaper: Reaper | None = None
-        self._background: set[asyncio.Task[Any]] = set()
         # Handles of actors that answered recently, so a warm run skips the readiness round trip.
         self._warm: dict[str, tuple[Any, float]] = {}
+        self.deployment_id = deployment.deployment_id(settings, mongodb_uri) if settings is not None else ""
+
+    def publish(self) -> None:
+        """Make this process's configuration the deployment's current one (actors follow it)."""
+        if self.settings is not None:
+            deployment.publish(
+                deployment.DeploymentConfig(self.settings, self.mongodb_uri, tuple(self.vault_keys))
+            )
 
     def start(self) -> None:
         """Connect (joining a Ray this process already has, if any).
@@ -84,6 +97,7 @@ class RayRuntime:
         """
         if ray.is_initialized():
             log.info("using the Ray connection this process already has")
+            self.publish()
             return
         local = self.address is None and not os.environ.get("RAY_ADDRESS")
         reaper = Reaper() if local else None
@@ -105,6 +119,7 @@ class RayRuntime:
             raise
         self._reaper = reaper
         self._owned = True
+        self.publish()
         log.info("connected to Ray (%s)", self.address or "local instance")
 
     async def ping(self) -> bool:
@@ -140,37 +155,81 @@ class RayRuntime:
             get_if_exists=True,
             lifetime="detached",
             **capacity.actor_resources(self.settings),
-        ).remote(install_id, self.settings, self.mongodb_uri, self.vault_keys)
+        ).remote(install_id, self.deployment_id)
 
     async def _ready_actor(self, install_id: str, trust_warm: bool = True) -> Any:
-        """The install's actor once it answers; waits out a restart, replaces a dead one."""
+        """The install's actor once it answers; waits out a restart or a copy that is leaving,
+        replaces a dead one; NoRoom (a RuntimeFailure) when none answers within the placement bound."""
         warm = self._warm.get(install_id)
         if trust_warm and warm is not None and time.monotonic() - warm[1] < self._warm_ttl():
             return warm[0]
         # Wait for placement up to a deadline, not a number of attempts: a pending actor is
         # queued for room on the cluster (actors/capacity.py); NoRoom is a RuntimeBusy (503).
         deadline = capacity.placement_deadline(self.settings)
-        delay = capacity.RETRY_DELAY_S
-        while True:
-            actor = await asyncio.to_thread(self._actor, install_id)
+        delay = 0.05
+        while time.monotonic() < deadline:
             try:
-                await capacity.ready_by(actor.ready.remote(), deadline)
+                actor = await asyncio.to_thread(self._actor, install_id)
+                if await capacity.ready_by(actor.ready.remote(), deadline):
+                    self._warm[install_id] = (actor, time.monotonic())
+                    return actor
+            except ActorDiedError as exc:
+                if exc.actor_init_failed:  # its constructor failed: asking again will not help
+                    log.warning("install actor could not be constructed")
+                    break
+            except (ActorUnavailableError, RayActorError):
+                pass
+            except capacity.NoRoom:
+                self._warm.pop(install_id, None)
+                raise
+            except RayError as exc:
+                log.warning("install actor did not get ready: %s", type(exc).__name__)
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        self._warm.pop(install_id, None)
+        if time.monotonic() >= deadline:
+            raise capacity.NoRoom
+        raise RuntimeFailure(NOT_STARTED)
+
+    async def _command(
+        self, install_id: str, method: str, payload: Any, trust_warm: bool = True
+    ) -> dict[str, Any]:
+        """Send one command to the install's actor; a copy that is leaving is asked again once
+        a fresh one answers. RuntimeFailure when the actor cannot be started or dies."""
+        deadline = capacity.placement_deadline(self.settings)
+        while True:
+            warm = self._warm.get(install_id)
+            actor = await self._ready_actor(install_id, trust_warm)
+            unverified = warm is not None and warm[0] is actor
+            try:
+                answer: dict[str, Any] = await getattr(actor, method).remote(payload)
+            except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
+                self._warm.pop(install_id, None)
+                if unverified and trust_warm:
+                    # A remembered handle of a copy that has died since: commands are idempotent
+                    # by run id, so ask the live copy (whose recovery settled what died with it).
+                    trust_warm = False
+                    continue
+                log.warning("install actor failed during %s: %s", method, type(exc).__name__)
+                raise RuntimeFailure(STOPPED) from None
+            except RayError as exc:
+                self._warm.pop(install_id, None)
+                log.warning("install actor could not carry out %s: %s", method, type(exc).__name__)
+                raise RuntimeFailure(NOT_STARTED) from None
+            if not answer.get("retry"):
                 self._warm[install_id] = (actor, time.monotonic())
-                return actor
-            except (ActorUnavailableError, ActorDiedError, RayActorError):
-                delay = await capacity.backoff(delay, deadline)
+                return answer
+            self._warm.pop(install_id, None)
+            trust_warm = False
+            if time.monotonic() >= deadline:
+                raise RuntimeFailure(NOT_STARTED)
+            await asyncio.sleep(0.1)
 
     async def run(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """Run in the install's actor (created on demand) and wait; RuntimeFailure if it dies."""
-        actor = await self._ready_actor(install_id)
-        try:
-            result = await actor.run.remote(payload)
-        except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
-            self._warm.pop(install_id, None)
-            log.warning("install actor failed during a run: %s", type(exc).__name__)
-            raise RuntimeFailure("The install's worker stopped during the run") from None
-        self._warm[install_id] = (actor, time.monotonic())
-        return result
+        """Start a queued run in the install's actor and wait; RuntimeFailure if it cannot start
+        or dies (its restarted copy settles the run)."""
+        return await self._command(install_id, "run", payload)
 
     def _warm_ttl(self) -> float:
         """How long a handle counts as warm: well within the actor's idle exit."""
@@ -178,27 +237,18 @@ class RayRuntime:
         return min(30.0, idle / 2)
 
     async def submit(self, install_id: str, payload: dict[str, Any]) -> None:
-        """Start a run in the install's actor without waiting for it (always checked live: nobody
-        waits on the answer to notice a dead actor)."""
-        actor = await self._ready_actor(install_id, trust_warm=False)
-        task = asyncio.ensure_future(actor.run.remote(payload))
-        self._background.add(task)
-        task.add_done_callback(self._settled)
+        """Hand a queued run to the install's actor without waiting for it to finish (checked
+        live: nobody waits on the outcome to notice a dead actor); RuntimeFailure when it
+        cannot be handed over (the job runner tries again)."""
+        await self._command(install_id, "start", payload, trust_warm=False)
 
-    def _settled(self, task: asyncio.Future[Any]) -> None:
-        self._background.discard(task)  # type: ignore[arg-type]
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("queued run ended with %s", type(task.exception()).__name__)
+    async def cancel(self, install_id: str, run_id: str) -> dict[str, Any]:
+        """Ask the install's actor to cancel a run: {cancelled, step}."""
+        return await self._command(install_id, "cancel", run_id)
 
-    async def cancel(self, install_id: str, run_id: str) -> str | None:
-        """Cancel a run in the install's actor; the step it was in, or None if it is not running there."""
-        actor = await asyncio.to_thread(self.actor_handle, install_id)
-        if actor is None:
-            return None
-        try:
-            return await actor.cancel.remote(run_id)
-        except (RayActorError, ActorDiedError, ActorUnavailableError):
-            return None
+    async def resume(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Ask the install's actor to continue a paused pipeline: {ok, runId} or {conflict}."""
+        return await self._command(install_id, "resume", payload)
 
     def actor_handle(self, install_id: str) -> Any:
         """The install's actor if it exists (tests and operators), else None."""

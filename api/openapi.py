@@ -90,6 +90,7 @@ UPSTREAM: dict[str, dict[int, str]] = {
             "approve_draft",
             "cancel_run",
             "trigger_schedule",
+            "retry_run",
         )
     },
     **{

@@ -44,8 +44,11 @@ class RecordingRuntime:
     async def submit(self, install_id: str, payload: dict[str, Any]) -> None:
         self.started.append(time.time())
 
-    async def cancel(self, install_id: str, run_id: str) -> str | None:
-        return None
+    async def cancel(self, install_id: str, run_id: str) -> dict[str, Any]:
+        return {"cancelled": False, "step": None}
+
+    async def resume(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError("the scheduler only submits")  # pragma: no cover
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -82,6 +82,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_ACTOR_PLACEMENT_SECONDS", "a positive number of seconds"),
     Variable("SVC_SCHEDULER", "`on` or `off`"),
     Variable("SVC_RUN_POLL_SECONDS", "a positive number of seconds"),
+    Variable("SVC_RUN_HANDOFF_SECONDS", "a positive number of seconds"),
     Variable("SVC_SHUTDOWN_GRACE_SECONDS", "a positive number of seconds"),
     Variable("SVC_DISABLED_PLUGINS", "comma-separated plugin names"),
     Variable("SVC_ORCHB_BASE_URL", "an http(s) URL (read by the orchB driver at call time)"),
@@ -140,11 +141,8 @@ class Environment(BaseSettings):
 
 
 def _default_data_dir() -> Path:
-    """`<checkout>/.svc-data` when running from a source checkout, else the XDG data directory.
-
-    Absolute either way, so `svc serve` and `svc users create` find the same database from
-    any working directory.
-    """
+    """`<checkout>/.svc-data` from a source checkout, else the XDG data directory: absolute
+    either way, so `svc serve` and `svc users create` find the same database from anywhere."""
     root = Path(__file__).resolve().parent.parent
     if (root / "pyproject.toml").is_file():
         return root / ".svc-data"
@@ -195,6 +193,8 @@ class Settings(BaseModel):
     scheduler_enabled: bool = True
     # How often the run poller asks pull-only platforms (orchB) for finished runs (spec: 5 minutes).
     run_poll_seconds: float = Field(default=300.0, gt=0)
+    # How long a queued run is handed to its worker again before it fails (docs/runtime.md).
+    run_handoff_seconds: float = Field(default=600.0, gt=0)
     # How long `svc serve` lets in-flight requests end on SIGTERM/SIGINT before cutting them.
     shutdown_grace_seconds: float = Field(default=5.0, gt=0)
 
@@ -282,6 +282,7 @@ class Settings(BaseModel):
             "actor_placement_seconds": parsed("SVC_ACTOR_PLACEMENT_SECONDS", positive_seconds, 60.0),
             "scheduler_enabled": parsed("SVC_SCHEDULER", parse_on_off, True),
             "run_poll_seconds": parsed("SVC_RUN_POLL_SECONDS", positive_seconds, 300.0),
+            "run_handoff_seconds": parsed("SVC_RUN_HANDOFF_SECONDS", positive_seconds, 600.0),
             "shutdown_grace_seconds": parsed("SVC_SHUTDOWN_GRACE_SECONDS", positive_seconds, 5.0),
             "disabled_plugins": parsed("SVC_DISABLED_PLUGINS", parse_names, ()),
         }

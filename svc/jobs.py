@@ -1,4 +1,5 @@
-"""Periodic service jobs: the monthly billing cycle, the run poller and mail retries.
+"""Periodic service jobs: the monthly billing cycle, the run poller, mail retries and the run
+sweeper (runs whose actor is gone are settled; queued runs not yet taken are handed over again).
 
 Each job is one document in `jobs`. A fire is claimed with a conditional update of
 `nextRunAt` (as schedules are), so any number of schedulers run it once. The billing
@@ -18,8 +19,8 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
 from svc.billing import Charges
-from svc.core import Document, Mailer, Store, aware, iso, tokens, utcnow
-from svc.runtime import next_fire
+from svc.core import Document, Mailer, Runtime, RuntimeFailure, Store, aware, iso, tokens, utcnow
+from svc.runtime import InstallRunner, ledger, next_fire
 
 if TYPE_CHECKING:
     from svc.services import Services
@@ -28,7 +29,14 @@ log = logging.getLogger(__name__)
 
 BILLING = "billing-cycle"
 RUN_POLL = "run-poll"
+RUN_SWEEP = "run-sweep"
 LEASE = timedelta(minutes=10)
+SWEEP_EVERY = timedelta(seconds=2)
+# An actor beats its incarnation record every 5 s; this long without a beat means it is gone.
+ACTOR_GONE_AFTER = timedelta(seconds=30)
+HANDOFF_FIRST_RETRY_S = 2.0
+HANDOFF_MAX_BACKOFF_S = 60.0
+INTERRUPTED = "Interrupted: the install's worker stopped during the run; start it again"
 
 Poll = Callable[[datetime], Awaitable[int]]
 
@@ -49,9 +57,11 @@ class Jobs:
         poll: Poll | None,
         poll_seconds: float,
         mailer: Mailer | None = None,
+        sweeper: RunSweeper | None = None,
     ) -> None:
         self.store = store
         self.mailer = mailer
+        self.sweeper = sweeper
         self.billing_cron = billing_cron
         self.charges = charges
         self.poll = poll
@@ -74,6 +84,12 @@ class Jobs:
             poll=poll_and_sweep,
             poll_seconds=services.settings.run_poll_seconds,
             mailer=services.mailer,
+            sweeper=RunSweeper(
+                services.store,
+                services.install_runner,
+                services.runtime,
+                services.settings.run_handoff_seconds,
+            ),
         )
 
     @property
@@ -98,6 +114,11 @@ class Jobs:
                 await self.mailer.retry_due(now)
             except Exception:
                 log.exception("mail retry failed")
+        if self.sweeper is not None:
+            try:
+                await self._sweep(now)
+            except Exception:
+                log.exception("run sweep failed")
 
     async def _ensure(self, name: str, first_run: datetime) -> Document:
         doc = await self._jobs.find_one({"_id": name})
@@ -176,3 +197,72 @@ class Jobs:
         )
         if claimed is not None:
             await self.poll(now)
+
+    # ---- the run sweeper ----------------------------------------------------------------------
+
+    async def _sweep(self, now: datetime) -> None:
+        """One sweeper per cluster: the fire is claimed like the run poll's, every SWEEP_EVERY."""
+        assert self.sweeper is not None
+        doc = await self._ensure(RUN_SWEEP, now)
+        if aware(doc["nextRunAt"]) > now:
+            return
+        claimed = await self._jobs.find_one_and_update(
+            {"_id": RUN_SWEEP, "nextRunAt": doc["nextRunAt"]}, {"$set": {"nextRunAt": now + SWEEP_EVERY}}
+        )
+        if claimed is not None:
+            await self.sweeper.sweep(now)
+
+
+class RunSweeper:
+    """Nothing stays queued, starting or running forever.
+
+    - A claimed run whose actor is gone (its incarnation is not the install's current one, or
+      the current one left or stopped beating) ends failed as interrupted, with its run record,
+      step event and callback (a restarted actor does the same for its own install at once).
+    - A queued run handed over but not taken is handed over again with backoff (the actor's
+      start is idempotent by run id), and after `handoff_seconds` ends failed with a clear message.
+    """
+
+    def __init__(
+        self, store: Store, runner: InstallRunner, runtime: Runtime | None, handoff_seconds: float
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        self.runtime = runtime
+        self.handoff = timedelta(seconds=handoff_seconds)
+
+    async def sweep(self, now: datetime) -> dict[str, int]:
+        """One round; how many runs were settled, handed over again and expired."""
+        counts = {"settled": 0, "handedOver": 0, "expired": 0}
+        for run in await ledger.orphaned(self.store, now, ACTOR_GONE_AFTER):
+            install = await self.store.installs.find_one({"_id": run["installId"]})
+            counts["settled"] += await self.runner.settle_failed(install, run, INTERRUPTED)
+        waiting = (
+            await self.store[ledger.RUNS]
+            .find({"status": "queued", "handoffAt": {"$ne": None, "$lte": now - timedelta(seconds=1)}})
+            .sort("handoffAt", 1)
+            .to_list(200)
+        )
+        for run in waiting:
+            if aware(run["createdAt"]) <= now - self.handoff:
+                message = (
+                    f"The install's worker could not be started within {int(self.handoff.total_seconds())} s"
+                )
+                counts["expired"] += await self.runner.expire(run, message)
+                continue
+            attempts = int(run.get("handoffs") or 0)
+            backoff = min(HANDOFF_FIRST_RETRY_S * 2**attempts, HANDOFF_MAX_BACKOFF_S)
+            if aware(run["handoffAt"]) > now - timedelta(seconds=backoff):
+                continue
+            taken = await self.store[ledger.RUNS].update_one(
+                {"_id": run["_id"], "status": "queued", "handoffAt": run["handoffAt"]},
+                {"$set": {"handoffAt": now}, "$inc": {"handoffs": 1}},
+            )
+            if not taken.modified_count or self.runtime is None:
+                continue
+            try:
+                await self.runtime.submit(run["installId"], {"runId": run["_id"]})
+                counts["handedOver"] += 1
+            except RuntimeFailure as exc:
+                log.warning("queued run still not handed over (attempt %s): %s", attempts + 1, exc)
+        return counts

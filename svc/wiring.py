@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
 from svc.core import Mailer, Runtime, Store, Vault
-from svc.runtime import LLM, InstallRunner
+from svc.runtime import LLM, Admission, InstallRunner
 
 if TYPE_CHECKING:
     # The rest of the graph is imported where `build_services` builds it, not at module level:
@@ -53,6 +53,8 @@ class Services:
     installs: Installs
     llm: LLM
     run_service: RunService
+    # Settles runs whose actor is gone, with their records and callbacks (the job runner's sweeper).
+    install_runner: InstallRunner
     security_log: SecurityLog
     schedules: Schedules
     outreach: Outreach
@@ -81,6 +83,7 @@ class Services:
 
     async def close(self) -> None:
         """Write out what is held in memory (rate-limit counts) before shut-down."""
+        await self.run_service.close()
         if self.rate_limiter is not None:
             await self.rate_limiter.close()
 
@@ -165,6 +168,9 @@ def build_services(
         installs=installs,
         llm=llm,
         run_service=RunService(store, installs, runtime, outreach),
+        install_runner=InstallRunner(
+            store, vault, llm, settings.judge_model, settings.egress_allow_private, mailer
+        ),
         security_log=SecurityLog(store),
         schedules=Schedules(store, installs, runtime),
         outreach=outreach,
@@ -185,9 +191,12 @@ def build_services(
     )
 
 
-def build_install_runner(settings: Settings, store: Store, vault: Vault) -> InstallRunner:
+def build_install_runner(
+    settings: Settings, store: Store, vault: Vault, admission: Admission | None = None
+) -> InstallRunner:
     """What an install's actor needs to run its install: models (no platform drivers, whose
-    imports an actor need not pay for), the store, the vault and mail."""
+    imports an actor need not pay for), the store, the vault and mail. The job runner's sweeper
+    builds one too, to settle runs whose actor is gone with their records and callbacks."""
     plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
     return InstallRunner(
         store,
@@ -196,4 +205,5 @@ def build_install_runner(settings: Settings, store: Store, vault: Vault) -> Inst
         settings.judge_model,
         settings.egress_allow_private,
         Mailer(store, settings.smtp_url, settings.mail_from),
+        admission,
     )

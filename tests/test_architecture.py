@@ -30,6 +30,7 @@ OWNERS = {
         "drafts",
         "targets",
         "counters",
+        "actor_incarnations",
     },
     "orgs": {
         "orgs", "org_members", "org_invitations", "org_secrets", "org_approvals", "org_audit",

@@ -132,8 +132,11 @@ async def test_consecutive_failures_pause_the_schedule_and_turning_it_on_clears_
     assert await wait_for(paused, timeout_s=10)
     schedule = (await (await client.get(url_schedule, headers=key)).json())["schedule"]
     assert "2 failed scheduled runs in a row" in schedule["pausedNote"]
-    event = await store["pipeline_events"].find_one({"installId": install_id, "eventType": "schedule_paused"})
-    assert event is not None and event["meta"]["failures"] == 2
+    found = {"installId": install_id, "eventType": "schedule_paused"}
+    # The event follows the pause (one writer, in order): wait for it rather than race it.
+    assert await wait_for(lambda: store["pipeline_events"].count_documents(found))
+    event = await store["pipeline_events"].find_one(found)
+    assert event["meta"]["failures"] == 2
 
     await client.patch(f"{url_schedule}/toggle", json={"enabled": True}, headers=key)
     schedule = (await (await client.get(url_schedule, headers=key)).json())["schedule"]

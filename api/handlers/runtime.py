@@ -7,7 +7,15 @@ from aiohttp import web
 from api.context import principal, services
 from api.errors import error_response
 from api.routing import RouteTable
-from api.schemas import HeartbeatReply, PolicyList, Queued, RunOutcome, RuntimeTestReply, SecurityRequestList
+from api.schemas import (
+    HeartbeatReply,
+    PolicyList,
+    Queued,
+    RetryQueued,
+    RunOutcome,
+    RuntimeTestReply,
+    SecurityRequestList,
+)
 from svc.runtime import HeartbeatBody, RunBody, RunScope, RuntimeTestBody, TeamRunner, WebhookBody, read_back
 
 routes = RouteTable()
@@ -17,11 +25,22 @@ TEST_MODEL = "providerA:small"
 
 @routes.post("/api/installs/{installId}/run", auth="K", body=RunBody, response=RunOutcome)
 async def run(request: web.Request, body: RunBody) -> web.Response:
-    """Run the team on a task and answer when it has finished."""
+    """Run the team on a task and answer when it has finished (202 at once with `wait: false`)."""
     result = await services(request).run_service.run(
         principal(request), request.match_info["installId"], body
     )
-    return web.json_response(result)
+    return web.json_response(result, status=202 if result["status"] == "queued" else 200)
+
+
+@routes.post(
+    "/api/installs/{installId}/runs/{runId}/retry", auth="K/S", status=202, response=RetryQueued
+)
+async def retry_run(request: web.Request) -> web.Response:
+    """Start a new run with a finished run's input, linked to it by `retryOf`."""
+    result = await services(request).run_service.retry(
+        principal(request), request.match_info["installId"], request.match_info["runId"]
+    )
+    return web.json_response(result, status=202)
 
 
 @routes.post("/api/webhook/{token}", auth="T", body=WebhookBody, response=Queued)

@@ -10,14 +10,15 @@ from api.schemas.common import Reply, Timestamp
 
 
 class RunOutcome(Reply):
-    """POST /api/installs/:installId/run: answered when the team finished or paused at a gate."""
+    """POST /api/installs/:installId/run: answered when the team finished or paused at a gate
+    (200), or at once with `{runId, status: "queued"}` when the body says `wait: false` (202)."""
 
     runId: str
-    status: Literal["completed", "paused", "failed"]
-    response: str | None
-    agent: str | None = Field(description="the agent that wrote the response")
-    inputTokens: int
-    outputTokens: int
+    status: Literal["completed", "paused", "failed", "queued"]
+    response: str | None = None
+    agent: str | None = Field(default=None, description="the agent that wrote the response")
+    inputTokens: int = 0
+    outputTokens: int = 0
     errorMessage: str | None = None
     pausedAtGate: str | None = Field(default=None, description="the gate's name when paused")
 
@@ -27,6 +28,14 @@ class Queued(Reply):
 
     runId: str
     status: Literal["queued"]
+
+
+class RetryQueued(Reply):
+    """POST /api/installs/:installId/runs/:runId/retry: the new run is queued (202)."""
+
+    runId: str
+    status: Literal["queued"]
+    retryOf: str = Field(description="the run this one retries")
 
 
 class HeartbeatReply(Reply):

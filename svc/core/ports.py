@@ -22,15 +22,22 @@ class Runtime(Protocol):
         ...
 
     async def run(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """Run in the install's actor and wait for the outcome; RuntimeFailure if the actor dies."""
+        """Start the queued run `payload["runId"]` in the install's actor and wait for the outcome;
+        RuntimeFailure if the actor cannot be started or dies."""
         ...
 
     async def submit(self, install_id: str, payload: dict[str, Any]) -> None:
-        """Start a run in the install's actor without waiting."""
+        """Hand the queued run `payload["runId"]` to the install's actor without waiting for it;
+        RuntimeFailure when it cannot be handed over (it stays queued)."""
         ...
 
-    async def cancel(self, install_id: str, run_id: str) -> str | None:
-        """Cancel a run; the key of the step it was in, or None when it is not running."""
+    async def cancel(self, install_id: str, run_id: str) -> dict[str, Any]:
+        """Ask the install's actor to cancel a run: {cancelled: bool, step: key | "" | None}."""
+        ...
+
+    async def resume(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Ask the install's actor to continue a paused run ({runId?, bypassGates, actor}):
+        {ok, runId, gate} or {conflict: message}."""
         ...
 
 

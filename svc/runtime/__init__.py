@@ -1,9 +1,10 @@
 """The managed runtime: starting and executing runs, the agent loop, pipelines and gates, schedules,
 access policies, the security log and pipeline events."""
 
+from svc.runtime import ledger
 from svc.runtime.agent_loop import RunScope, TeamRunner, root_agent
 from svc.runtime.events import Events, agent_runs
-from svc.runtime.execution import CANCELLED, InstallRunner, failed_outcome
+from svc.runtime.execution import CANCELLED, Admission, InstallRunner, failed_outcome
 from svc.runtime.llm import LLM, ProviderNotConfigured
 from svc.runtime.outreach import BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody
 from svc.runtime.pipelines import MAX_DRAFT_ID
@@ -24,6 +25,7 @@ __all__ = [
     "CANCELLED",
     "LLM",
     "MAX_DRAFT_ID",
+    "Admission",
     "BulkBody",
     "ContinueBody",
     "DraftEdit",
@@ -48,6 +50,7 @@ __all__ = [
     "check_cron",
     "check_timezone",
     "failed_outcome",
+    "ledger",
     "next_fire",
     "read_back",
     "root_agent",

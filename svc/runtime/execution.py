@@ -1,8 +1,8 @@
 """Executing runs of managed installs, inside the install's actor.
 
-`InstallRunner` loads the install, fills in its secrets, runs the team, and persists
-every state change (the pipeline run, each agent step, the run record) before answering;
-a webhook run's outcome is then posted to its callback, signed.
+`InstallRunner` claims a queued run in the ledger, loads the install, fills in its secrets,
+runs the team, and persists every state change (the pipeline run, each agent step, the run
+record) before answering; a webhook run's outcome is then posted to its callback, signed.
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ import hmac
 import json
 import logging
 import time
-from datetime import timedelta
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+from pymongo.errors import PyMongoError
 
 from plugins.egress import EgressDenied, egress_client
 from svc.core import (
+    Conflict,
     Document,
     Mailer,
     Store,
@@ -29,6 +31,7 @@ from svc.core import (
 )
 from svc.installs import interpolate, touch_last_run
 from svc.runs import Runs
+from svc.runtime import ledger
 from svc.runtime.agent_loop import AgentStep, RunScope, TeamResult, TeamRunner
 from svc.runtime.events import Events, EventType
 from svc.runtime.llm import LLM
@@ -43,9 +46,11 @@ INTERRUPTED = "Interrupted: the install's worker stopped during the run; start i
 CALLBACK_ATTEMPTS = 5
 CALLBACK_BACKOFF_S = 0.5
 SIGNATURE_HEADER = "Svc-Signature"
-# A run handed over this long ago that never started was lost on its way (its start never came).
-STALE_START = timedelta(minutes=10)
+SUPERSEDED = "Superseded: a newer copy of the install's worker took the run over"
+DATABASE_DOWN = "Database unavailable during the run"
 UPSTREAM_IDS = ("platformRunId", "platformAgentId", "platformTaskId")
+# Spend caps (h-caps): called with the install before any model call; a Conflict refuses the run.
+Admission = Callable[[Document], Awaitable[None]]
 
 
 def sign(body: bytes, secret: str, timestamp: int | None = None) -> str:
@@ -56,7 +61,11 @@ def sign(body: bytes, secret: str, timestamp: int | None = None) -> str:
 
 
 class InstallRunner:
-    """Runs one install's work; lives in the install's actor."""
+    """Runs one install's work; lives in the install's actor, which owns the install's runs.
+
+    Every status change goes through the ledger (svc/runtime/ledger.py) stamped with this
+    runner's incarnation, so a copy a newer one superseded can neither finish nor pause a run.
+    """
 
     def __init__(
         self,
@@ -66,12 +75,14 @@ class InstallRunner:
         judge_model: str,
         allow_private: bool,
         mailer: Mailer | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.store = store
         self.pipelines = PipelineExecutor(store, mailer or Mailer(store))
         self.vault = vault
         self.judge_model = judge_model
         self.allow_private = allow_private
+        self.admission = admission
         self.runs = Runs(store)
         self.llm = llm
         self.security_log = SecurityLog(store)
@@ -82,73 +93,81 @@ class InstallRunner:
         # worker recovers only what an earlier incarnation had claimed.
         self.incarnation = tokens.new_id()
 
-    async def recover(self, install_id: str) -> int:
-        """Mark runs an earlier incarnation was running (its worker stopped) as failed, and runs
-        handed over long ago that never started; how many there were. A run only handed over
-        (`starting`: its start is on its way to this worker) is left to start."""
-        stale = utcnow() - STALE_START
-        interrupted = (
-            await self.store["pipeline_runs"]
-            .find(
-                {
-                    "installId": install_id,
-                    "$or": [
-                        {"status": "running", "incarnation": {"$ne": self.incarnation}},
-                        {"status": "starting", "createdAt": {"$lt": stale}},
-                    ],
-                }
-            )
-            .to_list(None)
-        )
-        install = await self.store.installs.find_one({"_id": install_id})
-        for run in interrupted:
-            await self._finish(
-                install,
-                run["_id"],
-                run.get("agentKey"),
-                "failed",
-                0,
-                0,
-                INTERRUPTED,
-                run.get("source", "run"),
-            )
-        return len(interrupted)
+    async def recover(self, install_id: str) -> tuple[list[str], dict[str, Document]]:
+        """Take the install over from any earlier incarnation: runs an earlier one had claimed end
+        failed (with their run record, step event and callback); runs only queued are returned to
+        be started, and paused runs to be held (pipeline state lives with the actor)."""
+        await ledger.take_over(self.store, install_id, self.incarnation)
+        queued: list[str] = []
+        paused: dict[str, Document] = {}
+        install: Document | None = None
+        for run in await ledger.of_install(self.store, install_id):
+            if run["status"] == "queued":
+                if run.get("handoffAt") is not None:  # asked for (not waiting behind another run)
+                    queued.append(run["_id"])
+            elif run["status"] == "paused":
+                paused[run["_id"]] = run
+            elif run.get("incarnation") != self.incarnation:
+                install = install or await self.store.installs.find_one({"_id": install_id})
+                await self.settle_failed(install, run, INTERRUPTED)
+        return queued, paused
 
-    async def execute(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """Run the team on the task; persist the outcome; post the callback if one was asked for."""
-        run_id, source = payload["runId"], payload.get("source", "run")
+    async def settle_failed(self, install: Document | None, run: Document, message: str) -> bool:
+        """End a run whose worker is gone as failed, and write what a failed run leaves everywhere
+        else: its run record, a step_failed event (the run log) and its callback."""
+        settled = await ledger.settle(self.store, run, message)
+        if settled is None:
+            return False
+        await self._recorded(install, settled, "failed", 0, 0, message, step_event="step_failed")
+        if install is not None and settled.get("callbackUrl"):
+            await self.callback(install, settled["callbackUrl"], failed_outcome(run["_id"], message))
+        return True
+
+    async def execute(self, install_id: str, run_id: str, resumed: Document | None = None) -> dict[str, Any]:
+        """Claim a queued run (or carry on a resumed one), run the team, persist the outcome,
+        post the callback if one was asked for. Idempotent: a run not queued is not run again."""
+        run = resumed or await ledger.claim(self.store, run_id, self.incarnation, None)
+        if run is None:
+            return await self.outcome_now(run_id)
+        # Written first (the claim), read second: a cancellation of the install that answered
+        # before this read is seen, so no run starts after it has answered (docs/consistency.md).
         install = await self.store.installs.find_one({"_id": install_id})
         if install is None or install["status"] != "completed":
-            return await self._refused(install_id, run_id)
+            return await self._refused(install, run_id)
         definition = interpolate(install["definition"], install.get("variables") or {})
         root_key = next(
             (a["key"] for a in definition["agents"] if not a.get("reportsTo")), definition["agents"][0]["key"]
         )
-        await self.store["pipeline_runs"].update_one(
-            {"_id": run_id},
-            {
-                "$set": {
-                    "status": "running",
-                    "startedAt": utcnow(),
-                    "agentKey": root_key,
-                    "incarnation": self.incarnation,
-                },
-                "$setOnInsert": {
-                    "installId": install_id,
-                    "source": source,
-                    "createdAt": utcnow(),
-                    # A heartbeat's upstream ids, so the run can be found on the platform too.
-                    **{k: payload[k] for k in UPSTREAM_IDS if payload.get(k)},
-                },
-            },
-            upsert=True,
-        )
-        # Written first, read second: a cancellation that answered before this read is seen,
-        # so no run starts after a cancellation has answered (docs/consistency.md).
-        if not await self.store.installs.count_documents({"_id": install_id, "status": "completed"}, limit=1):
-            return await self._refused(install_id, run_id)
+        if self.admission is not None:
+            try:
+                await self.admission(install)
+            except Conflict as exc:  # a spend cap: no model call, the run ends failed
+                await self._end(install, run, TeamResult("failed", None, root_key, 0, 0, [], exc.message))
+                return {**failed_outcome(run_id, exc.message), "conflict": exc.message, "extra": exc.extra}
+        result, pause = await self._team(install, definition, root_key, run)
+        if pause is not None:
+            if not await ledger.pause(
+                self.store, run_id, self.incarnation, pause, result.input_tokens, result.output_tokens
+            ):
+                return failed_outcome(run_id, SUPERSEDED)
+            outcome = {**outcome_of(run_id, result), "pausedAtGate": pause["gate"]}
+            if run.get("callbackUrl"):
+                await self.callback(install, run["callbackUrl"], outcome)
+            return outcome
+        if not await self._end(install, run, result):
+            return failed_outcome(run_id, SUPERSEDED)
+        outcome = outcome_of(run_id, result)
+        if run.get("callbackUrl"):
+            await self.callback(install, run["callbackUrl"], outcome)
+        return outcome
+
+    async def _team(
+        self, install: Document, definition: dict[str, Any], root_key: str, run: Document
+    ) -> tuple[TeamResult, dict[str, Any] | None]:
+        """Run the team (one agent, the pipeline from where it stopped, or the whole team)."""
+        run_id = run["_id"]
         scope = RunScope(
-            install_id, run_id, await self.secrets_of(install), self.allow_private, self.judge_model
+            install["_id"], run_id, await self.secrets_of(install), self.allow_private, self.judge_model
         )
 
         async def write_step(step: AgentStep) -> None:
@@ -158,69 +177,85 @@ class InstallRunner:
             self.current_steps[run_id] = step
 
         runner = TeamRunner(self.llm, self.security_log, write_step, started)
-        pause: dict[str, Any] | None = None
+        state = run.get("state")  # a resumed pipeline carries on from its gate
+        payload = {
+            "task": run.get("task") or "",
+            "bypassGates": bool(run.get("bypassGates")),
+            **({k: state[k] for k in ("input", "fromStep", "inputTokens", "outputTokens")} if state else {}),
+        }
         try:
-            if payload.get("agentKey"):
-                agent = next(a for a in definition["agents"] if a["key"] == payload["agentKey"])
-                result = await runner.run_agent(scope, agent, payload["task"])
-            elif definition.get("gates"):
-                result, pause = await self.pipelines.run(install, definition, scope, runner, payload)
-            else:
-                result = await runner.run_team(scope, definition, payload["task"])
+            if run.get("runAgent"):
+                agent = next(a for a in definition["agents"] if a["key"] == run["runAgent"])
+                return await runner.run_agent(scope, agent, payload["task"]), None
+            if definition.get("gates"):
+                return await self.pipelines.run(install, definition, scope, runner, payload)
+            return await runner.run_team(scope, definition, payload["task"]), None
+        except PyMongoError as exc:
+            log.error("database error during a run: %s", type(exc).__name__)
+            return TeamResult("failed", None, root_key, 0, 0, [], DATABASE_DOWN), None
         except Exception as exc:  # a bug must end the run visibly, not leave it running
             log.error("run failed unexpectedly: %s", type(exc).__name__)
-            result = TeamResult("failed", None, root_key, 0, 0, [], f"Internal error ({type(exc).__name__})")
+            return TeamResult(
+                "failed", None, root_key, 0, 0, [], f"Internal error ({type(exc).__name__})"
+            ), None
         except asyncio.CancelledError:
             # cancel-run: the step in progress ends as cancelled and the run as failed.
             step = self.current_steps.get(run_id)
             if step is not None:
                 step.status, step.error, step.ended_at = "failed", CANCELLED, utcnow()
                 await self._write_step(install, run_id, step, event="step_cancelled")
-            result = TeamResult("failed", None, root_key, 0, 0, [], CANCELLED)
+            return TeamResult("failed", None, root_key, 0, 0, [], CANCELLED), None
         finally:
             self.current_steps.pop(run_id, None)
-        if pause is not None:
-            await self.store["pipeline_runs"].update_one(
-                {"_id": run_id},
-                {
-                    "$set": {
-                        "status": "paused",
-                        "pausedAtGate": pause["gate"],
-                        "state": pause,
-                        "callbackUrl": payload.get("callbackUrl"),
-                        "pausedAt": utcnow(),
-                    }
-                },
-            )
-            outcome = {**outcome_of(run_id, result), "pausedAtGate": pause["gate"]}
-            if payload.get("callbackUrl"):
-                await self.callback(install, payload["callbackUrl"], outcome)
-            return outcome
-        await self._finish(
-            install,
-            run_id,
-            result.agent,
-            result.status,
-            result.input_tokens,
-            result.output_tokens,
-            result.error,
-            source,
-        )
-        outcome = outcome_of(run_id, result)
-        if payload.get("callbackUrl"):
-            await self.callback(install, payload["callbackUrl"], outcome)
+
+    async def abort(self, install_id: str, run_id: str, message: str) -> bool:
+        """End a run this copy was about to start or was running (cancelled before its team ran):
+        queued -> failed, or running under this incarnation -> failed; with its run record."""
+        run = await ledger.fail_queued(self.store, run_id, message)
+        if run is None:
+            run = await ledger.finish(self.store, run_id, self.incarnation, "failed", 0, 0, message)
+        if run is None:
+            return False
+        install = await self.store.installs.find_one({"_id": install_id})
+        event: EventType = "step_cancelled" if message == CANCELLED else "step_failed"
+        await self._recorded(install, run, "failed", 0, 0, message, step_event=event)
+        return True
+
+    async def expire(self, run: Document, message: str) -> bool:
+        """A queued run that could never be handed over ends failed, recorded and reported."""
+        failed = await ledger.fail_queued(self.store, run["_id"], message)
+        if failed is None:
+            return False
+        install = await self.store.installs.find_one({"_id": run["installId"]})
+        await self._recorded(install, failed, "failed", 0, 0, message, step_event="step_failed")
+        if install is not None and failed.get("callbackUrl"):
+            await self.callback(install, failed["callbackUrl"], failed_outcome(run["_id"], message))
+        return True
+
+    async def outcome_now(self, run_id: str) -> dict[str, Any]:
+        """The answer for a run this call did not run (a repeated start): what the ledger says."""
+        run = await self.store[ledger.RUNS].find_one({"_id": run_id})
+        if run is None:
+            return failed_outcome(run_id, "Run not found")
+        outcome = {
+            "runId": run_id,
+            "status": run["status"],
+            "response": run.get("response"),
+            "agent": run.get("agentKey"),
+            "inputTokens": run.get("inputTokens") or 0,
+            "outputTokens": run.get("outputTokens") or 0,
+        }
+        if run.get("errorMessage"):
+            outcome["errorMessage"] = run["errorMessage"]
         return outcome
 
-    async def _refused(self, install_id: str, run_id: str) -> dict[str, Any]:
+    async def _refused(self, install: Document | None, run_id: str) -> dict[str, Any]:
         """A run handed over after its install stopped being ready ends failed, marked `refused`."""
-        install = await self.store.installs.find_one({"_id": install_id}, {"status": 1})
         message = (
             "Install not found" if install is None else f"Install is not ready (status: {install['status']})"
         )
-        await self.store["pipeline_runs"].update_one(
-            {"_id": run_id, "status": {"$in": ["queued", "running"]}},
-            {"$set": {"status": "failed", "errorMessage": message, "endedAt": utcnow()}},
-        )
+        # Claimed by this copy a moment ago: it ends failed, with no run record (it never ran).
+        await ledger.finish(self.store, run_id, self.incarnation, "failed", 0, 0, message)
         return {**failed_outcome(run_id, message), "refused": install is not None}
 
     async def secrets_of(self, install: Document) -> dict[str, str]:
@@ -262,45 +297,57 @@ class InstallRunner:
         step = self.current_steps.get(run_id)
         return step.agent_key if step is not None else None
 
-    async def _finish(
+    async def _end(self, install: Document, run: Document, result: TeamResult) -> bool:
+        """running -> completed/failed (fenced by this incarnation) and its run record; False when
+        another writer had settled the run (this copy was superseded): nothing is recorded."""
+        finished = await ledger.finish(
+            self.store,
+            run["_id"],
+            self.incarnation,
+            result.status,
+            result.input_tokens,
+            result.output_tokens,
+            result.error,
+            result.agent,
+        )
+        if finished is None:
+            return False
+        await self._recorded(
+            install, finished, result.status, result.input_tokens, result.output_tokens, result.error
+        )
+        return True
+
+    async def _recorded(
         self,
         install: Document | None,
-        run_id: str,
-        agent_key: str | None,
+        run: Document,
         status: str,
         input_tokens: int,
         output_tokens: int,
         error: str | None,
-        source: str,
+        step_event: EventType | None = None,
     ) -> None:
-        finished = await self.store["pipeline_runs"].find_one_and_update(
-            {"_id": run_id, "status": {"$in": ["queued", "starting", "running"]}},
-            {
-                "$set": {
-                    "status": status,
-                    "endedAt": utcnow(),
-                    "inputTokens": input_tokens,
-                    "outputTokens": output_tokens,
-                    "errorMessage": error,
-                }
-            },
-        )
-        if finished is None or install is None:
-            return  # already finished (a retried call, or recovered by another process)
+        """The run record (the run list, counters, billing), lastRunAt and the schedule's count."""
+        if install is None:
+            return
+        if step_event:  # a run settled from outside has no step record of its own end (the run log)
+            await self.events.emit(
+                install["_id"], step_event, step_key=run.get("agentKey"), meta={"runId": run["_id"]}
+            )
         await self.runs.record(
             install,
-            agent_key=agent_key,
-            status=status,
-            source=source,  # type: ignore[arg-type]
+            agent_key=run.get("agentKey"),
+            status=status,  # type: ignore[arg-type]
+            source=run.get("source") or "run",
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             error_message=error,
-            run_id=run_id,
-            platform_agent_id=finished.get("platformAgentId"),
-            platform_run_id=finished.get("platformRunId"),
+            run_id=run["_id"],
+            platform_agent_id=run.get("platformAgentId"),
+            platform_run_id=run.get("platformRunId"),
         )
         await touch_last_run(self.store, install["_id"])
-        if source == "schedule":
+        if run.get("source") == "schedule":
             await note_scheduled_outcome(self.store, install["_id"], status == "completed", error)
 
     async def callback(self, install: Document, url: str, outcome: dict[str, Any]) -> bool:

@@ -1,10 +1,13 @@
-"""Starting runs of managed installs, on the API side (sync runs, webhook triggers, heartbeats,
-continue and cancel): `RunService` checks the caller and the install, then hands the run to the
-runtime port. The install's actor executes it (svc/runtime/execution.py).
+"""Asking for runs of managed installs, on the API side (sync runs, webhook triggers, heartbeats,
+retries, continue and cancel): `RunService` checks the caller and the install, persists a queued
+run in the ledger and asks the install's actor, the only writer of a run's status, to act
+(svc/runtime/execution.py, actors/install_actor.py). A run that could not be handed over stays
+queued: the job runner hands it over again (svc/jobs.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from dataclasses import replace
@@ -22,20 +25,18 @@ from svc.core import (
     NotFound,
     RequestBody,
     Runtime,
-    RuntimeBusy,
     RuntimeFailure,
     Store,
     Timeline,
     Unauthorized,
     actor_of,
-    tokens,
     utcnow,
 )
 from svc.identity import Principal
 from svc.installs import Installs
 from svc.runs import require_ready
-from svc.runtime.events import Events
-from svc.runtime.execution import CANCELLED, INTERRUPTED, failed_outcome
+from svc.runtime import ledger
+from svc.runtime.execution import INTERRUPTED, Admission, failed_outcome
 from svc.runtime.outreach import Outreach
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ class RunBody(RequestBody):
     """POST /api/installs/:installId/run."""
 
     task: str = Field(min_length=1, max_length=100_000)
+    # False: answer 202 {runId, status: "queued"} at once; the run goes on in the install's actor.
+    wait: bool = True
 
 
 class WebhookBody(RequestBody):
@@ -57,11 +60,20 @@ class WebhookBody(RequestBody):
 class RunService:
     """Starts runs from the API (sync runs, webhook triggers, orchA heartbeats)."""
 
-    def __init__(self, store: Store, installs: Installs, runtime: Runtime | None, outreach: Outreach) -> None:
+    def __init__(
+        self,
+        store: Store,
+        installs: Installs,
+        runtime: Runtime | None,
+        outreach: Outreach,
+        admission: Admission | None = None,
+    ) -> None:
         self.store = store
         self.installs = installs
         self.runtime = runtime
         self.outreach = outreach
+        self.admission = admission
+        self._handing_over: set[asyncio.Task[None]] = set()
 
     async def approve_draft(
         self, principal: Principal, install_id: str, draft_id: int, actor: dict[str, Any]
@@ -82,15 +94,20 @@ class RunService:
             pass  # someone continued it first; the approval itself stands
 
     async def run(self, principal: Principal, install_id: str, body: RunBody) -> dict[str, Any]:
-        """A synchronous run: answers when the team has finished."""
+        """A run: answers when the team has finished, or at once (`wait: false`) with the queued run."""
         install = await self.installs.owned(principal, install_id)
         if not self.installs.traits(install["platform"]).managed:
             raise BadRequest(f"run is for managed (svc) installs; this install is on {install['platform']}")
         require_ready(install)
-        run_id = tokens.new_id()
-        outcome = await self._dispatch(
-            install_id, {"runId": run_id, "task": body.task, "source": "run"}, wait=True
-        )
+        await self._admit(install)
+        run = ledger.new_run(install_id, body.task, "run", handoffAt=utcnow())
+        if not body.wait:
+            await ledger.enqueue(self.store, run)
+            self._hand_over(install_id, run["_id"])
+            return {"runId": run["_id"], "status": "queued"}
+        outcome = await self._wait(install_id, run)
+        if "conflict" in outcome:
+            raise Conflict(outcome["conflict"], **(outcome.get("extra") or {}))
         if "refused" in outcome:  # cancelled since the check above: the answer a later call gets
             raise Conflict(outcome["errorMessage"]) if outcome["refused"] else NotFound("Install not found")
         return outcome
@@ -108,24 +125,38 @@ class RunService:
                 parsed = None
             if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
                 raise BadRequest("callbackUrl: must be an http(s) URL")
-        run_id = tokens.new_id()
-        await self.store["pipeline_runs"].insert_one(
-            {
-                "_id": run_id,
-                "installId": install_id,
-                "status": "queued",
-                "source": "webhook",
-                "createdAt": utcnow(),
-            }
+        await self._admit(install)
+        run = ledger.new_run(
+            install_id, body.inputText or "", "webhook", callbackUrl=body.callbackUrl, handoffAt=utcnow()
         )
-        payload = {
-            "runId": run_id,
-            "task": body.inputText or "",
-            "source": "webhook",
-            "callbackUrl": body.callbackUrl,
-        }
-        await self._dispatch(install_id, payload, wait=False)
-        return {"runId": run_id, "status": "queued"}
+        await ledger.enqueue(self.store, run)
+        self._hand_over(install_id, run["_id"])
+        return {"runId": run["_id"], "status": "queued"}
+
+    async def retry(self, principal: Principal, install_id: str, run_id: str) -> dict[str, Any]:
+        """A new run with the first one's input, the install's current variables and pinned version,
+        linked by `retryOf` (409 while the first is still active; 404 for a run not of this install)."""
+        install = await self.installs.owned(principal, install_id)
+        first = await self.store["pipeline_runs"].find_one({"_id": run_id, "installId": install_id})
+        if first is None:
+            raise NotFound("Run not found")
+        if first["status"] in (*ledger.ACTIVE, "paused"):
+            raise Conflict(f"Run is still active (status: {first['status']})")
+        require_ready(install)
+        await self._admit(install)
+        run = ledger.new_run(
+            install_id,
+            first.get("task") or "",
+            "retry",
+            retryOf=run_id,
+            callbackUrl=first.get("callbackUrl"),
+            bypassGates=bool(first.get("bypassGates")),
+            runAgent=first.get("runAgent"),
+            handoffAt=utcnow(),
+        )
+        await ledger.enqueue(self.store, run)
+        self._hand_over(install_id, run["_id"])
+        return {"runId": run["_id"], "status": "queued", "retryOf": run_id}
 
     async def heartbeat(self, body: HeartbeatBody, secret: str | None) -> dict[str, Any]:
         """Run one orchA `http` agent for a heartbeat; answers in the deployer-webhook shape."""
@@ -166,16 +197,20 @@ class RunService:
                 f"task id: {context.get('taskId') or 'none'}). Do your work for this wake-up and report."
             )
         )
-        payload = {
-            "runId": tokens.new_id(),
-            "task": task,
-            "source": "heartbeat",
-            "agentKey": agent["key"],
-            "platformAgentId": body.agentId,
-            "platformRunId": (read.platform_run_id if read else None) or body.runId,
-            "platformTaskId": (read.platform_task_id if read else None) or context.get("taskId"),
-        }
-        outcome = await self._dispatch(install["_id"], payload, wait=True)
+        run = ledger.new_run(
+            install["_id"],
+            task,
+            "heartbeat",
+            runAgent=agent["key"],
+            platformAgentId=body.agentId,
+            platformRunId=(read.platform_run_id if read else None) or body.runId,
+            platformTaskId=(read.platform_task_id if read else None) or context.get("taskId"),
+            handoffAt=utcnow(),
+        )
+        await self._admit(install)
+        outcome = await self._wait(install["_id"], run)
+        if "conflict" in outcome:
+            raise Conflict(outcome["conflict"], **(outcome.get("extra") or {}))
         try:
             problems = await self.installs.plugins.heartbeat_finished(
                 install["platform"], replace(beat, outcome=outcome)
@@ -208,97 +243,84 @@ class RunService:
         actor: dict[str, Any],
         run_id: str | None = None,
     ) -> dict[str, Any]:
-        """Resume the paused run (the oldest, or `run_id`) from the step after its gate (409 when none)."""
+        """Ask the install's actor to resume the paused run (the oldest, or `run_id`) from the step
+        after its gate; the actor decides from the ledger (409 when none is paused)."""
         install = await self.installs.owned(principal, install_id)
-        query: Document = {"installId": install_id, "status": "paused"}
-        if run_id is not None:
-            query["_id"] = run_id
-        paused = await self.store["pipeline_runs"].find_one(query, sort=[("pausedAt", 1), ("_id", 1)])
-        if paused is None:
-            raise Conflict("No pending gate found for this install")
-        state = paused["state"]
-        if state["fromStep"] >= len(install["definition"]["agents"]):
-            raise Conflict("No agents remaining after gate")
-        claimed = await self.store["pipeline_runs"].find_one_and_update(
-            {"_id": paused["_id"], "status": "paused"}, {"$set": {"status": "queued"}}
+        if run_id is not None and not await self.store["pipeline_runs"].count_documents(
+            {"_id": run_id, "installId": install_id}, limit=1
+        ):
+            raise NotFound("Run not found")
+        await self._admit(install)
+        if self.runtime is None:
+            raise RuntimeFailure("The runtime is not available")
+        answer = await self.runtime.resume(
+            install_id, {"runId": run_id, "bypassGates": bypass_gates, "actor": actor}
         )
-        if claimed is None:
-            raise Conflict("No pending gate found for this install")
-        await Events(self.store).emit(
-            install_id, "gate_approved", gate_name=state["gate"], meta={"runId": paused["_id"]}, **actor
-        )
-        payload = {
-            "runId": paused["_id"],
-            "task": "",
-            "source": paused.get("source", "run"),
-            "input": state["input"],
-            "fromStep": state["fromStep"],
-            "inputTokens": state["inputTokens"],
-            "outputTokens": state["outputTokens"],
-            "bypassGates": bypass_gates,
-            "callbackUrl": paused.get("callbackUrl"),
-        }
-        await self._dispatch(install_id, payload, wait=False)
+        if "conflict" in answer:
+            raise Conflict(answer["conflict"])
         await Timeline(self.store).record(
             "gate",
             "gate.continue",
             install_id=install_id,
             actor=actor_of(principal.user_id, principal.via),
-            meta={"runId": paused["_id"], "gate": state["gate"], "bypassGates": bypass_gates},
+            meta={"runId": answer["runId"], "gate": answer["gate"], "bypassGates": bypass_gates},
         )
         return {"ok": True}
 
     async def cancel(self, principal: Principal, install_id: str) -> dict[str, Any]:
-        """Cancel the install's active run: {ok, runId, cancelledStep}; 404 when none is active."""
+        """Cancel the install's active run: {ok, runId, cancelledStep}; 404 when none is active.
+        The actor decides: a run it runs is stopped, a queued one never starts."""
         await self.installs.owned(principal, install_id)
         active = await self.store["pipeline_runs"].find_one(
-            {"installId": install_id, "status": {"$in": ["queued", "starting", "running"]}},
+            {"installId": install_id, "status": {"$in": list(ledger.ACTIVE)}},
             sort=[("createdAt", -1)],
         )
         if active is None or self.runtime is None:
             raise NotFound("No active run for this install")
-        if active["status"] == "queued":
-            # Not started yet: nothing to stop in a worker, the run simply never starts.
-            await self.store["pipeline_runs"].update_one(
-                {"_id": active["_id"], "status": "queued"},
-                {"$set": {"status": "failed", "errorMessage": CANCELLED, "endedAt": utcnow()}},
-            )
-            return {"ok": True, "runId": active["_id"], "cancelledStep": None}
-        step = await self.runtime.cancel(install_id, active["_id"])
-        if step is None:
-            # The record says running but no worker runs it: it was interrupted.
-            await self.store["pipeline_runs"].update_one(
-                {"_id": active["_id"], "status": "running"},
-                {"$set": {"status": "failed", "errorMessage": INTERRUPTED, "endedAt": utcnow()}},
-            )
+        answer = await self.runtime.cancel(install_id, active["_id"])
+        if not answer.get("cancelled"):
             raise NotFound("No active run for this install")
-        return {"ok": True, "runId": active["_id"], "cancelledStep": step or None}
+        return {"ok": True, "runId": active["_id"], "cancelledStep": answer.get("step") or None}
 
-    async def _dispatch(self, install_id: str, payload: dict[str, Any], wait: bool) -> dict[str, Any]:
+    async def _admit(self, install: Document) -> None:
+        """The spend-cap check (h-caps) before a run is asked for; a Conflict answers 409."""
+        if self.admission is not None:
+            await self.admission(install)
+
+    async def _wait(self, install_id: str, run: Document) -> dict[str, Any]:
+        """Persist the run, have the install's actor run it and wait for the outcome."""
         if self.runtime is None:
             raise RuntimeFailure("The runtime is not available")
-        if not wait:
-            await self.runtime.submit(install_id, payload)
-            return {}
+        await ledger.enqueue(self.store, run)
         try:
-            return await self.runtime.run(install_id, payload)
-        except RuntimeFailure as exc:
-            # The worker died mid-run, or (RuntimeBusy) never got a place: record the run as failed
-            # (idempotent with its own recovery); a run that never started answers 503.
-            busy = isinstance(exc, RuntimeBusy)
-            await self.store["pipeline_runs"].update_one(
-                {"_id": payload["runId"], "status": {"$in": ["queued", "starting", "running"]}},
-                {
-                    "$set": {
-                        "status": "failed",
-                        "errorMessage": str(exc) if busy else INTERRUPTED,
-                        "endedAt": utcnow(),
-                    }
-                },
-            )
-            if busy:
+            return await self.runtime.run(install_id, {"runId": run["_id"]})
+        except RuntimeFailure:
+            # Never handed over: it must not start later (the caller is told 503). Handed over and
+            # then lost: the actor's restarted copy (or the sweeper) settles it as interrupted.
+            if await ledger.fail_queued(self.store, run["_id"], "The install's worker could not be started"):
                 raise
-            return failed_outcome(payload["runId"], str(exc) or INTERRUPTED)
+            return failed_outcome(run["_id"], INTERRUPTED)
+
+    def _hand_over(self, install_id: str, run_id: str) -> None:
+        """Hand a queued run to the install's actor in the background: the caller has its answer
+        already; a failed hand-over leaves the run queued for the job runner to try again."""
+        if self.runtime is None:
+            return
+        task = asyncio.ensure_future(self._submit(install_id, run_id))
+        self._handing_over.add(task)
+        task.add_done_callback(self._handing_over.discard)
+
+    async def _submit(self, install_id: str, run_id: str) -> None:
+        assert self.runtime is not None
+        try:
+            await self.runtime.submit(install_id, {"runId": run_id})
+        except RuntimeFailure as exc:
+            log.warning("run not handed over yet (%s); the job runner tries again", exc)
+
+    async def close(self) -> None:
+        """Let hand-overs in progress end (shut-down); what they miss the job runner hands over."""
+        if self._handing_over:
+            await asyncio.wait(set(self._handing_over), timeout=5.0)
 
 
 class HeartbeatBody(RequestBody):

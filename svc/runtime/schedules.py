@@ -31,6 +31,7 @@ from svc.core import (
     NotFound,
     RequestBody,
     Runtime,
+    RuntimeFailure,
     Store,
     Timeline,
     actor_of,
@@ -42,6 +43,7 @@ from svc.core import (
 )
 from svc.identity import Principal
 from svc.installs import Installs
+from svc.runtime import ledger
 from svc.runtime.events import Events
 
 log = logging.getLogger(__name__)
@@ -399,20 +401,19 @@ class SchedulerCore:
                     )
                     meta.update(runId=None, skipped=True, reason=reason)
                 else:
-                    run_id = tokens.new_id()
                     queued = install_id in busy
-                    runs.append(
-                        {
-                            "_id": run_id,
-                            "installId": install_id,
-                            "status": "queued" if queued else "starting",
-                            "source": "schedule",
-                            "task": schedule.get("label") or "Scheduled run",
-                            "bypassGates": bool(schedule.get("bypassGates")),
-                            "scheduledFor": fire_at,
-                            "createdAt": now,
-                        }
+                    run = ledger.new_run(
+                        install_id,
+                        schedule.get("label") or "Scheduled run",
+                        "schedule",
+                        bypassGates=bool(schedule.get("bypassGates")),
+                        scheduledFor=fire_at,
+                        createdAt=now,
+                        # Handed over now; a run waiting for its install to be free gets it later.
+                        handoffAt=None if queued else now,
                     )
+                    run_id = run["_id"]
+                    runs.append(run)
                     meta.update(runId=run_id, queued=queued)
                     # Later fires of this batch find the install busy (and this run waiting).
                     busy.add(install_id)
@@ -424,44 +425,46 @@ class SchedulerCore:
             await self.store["pipeline_runs"].insert_many(runs)
         await self.store["pipeline_events"].insert_many(events)
         for run in runs:
-            if run["status"] == "starting" and self.runtime is not None:
-                await self.runtime.submit(
-                    run["installId"],
-                    {
-                        "runId": run["_id"],
-                        "task": run["task"],
-                        "source": "schedule",
-                        "bypassGates": bool(run.get("bypassGates")),
-                    },
-                )
+            if run["handoffAt"] is not None:
+                await self._hand_over(run["installId"], run["_id"])
         return metas
 
     async def _start_queued(self) -> None:
-        """Start scheduled runs that waited for an active run to finish."""
+        """Hand over scheduled runs that waited for an active run of their install to finish."""
         queued = (
             await self.store["pipeline_runs"]
-            .find({"status": "queued", "source": "schedule"})
+            .find({"status": "queued", "source": "schedule", "handoffAt": None})
             .sort("createdAt", 1)
             .to_list(CLAIM_BATCH)
         )
         for run in queued:
-            running = await self.store["pipeline_runs"].count_documents(
-                {"installId": run["installId"], "status": {"$in": ["starting", "running"]}}
+            busy = await self.store["pipeline_runs"].count_documents(
+                {
+                    "installId": run["installId"],
+                    "$or": [
+                        {"status": {"$in": ["starting", "running"]}},
+                        {"status": "queued", "handoffAt": {"$ne": None}},
+                    ],
+                },
+                limit=1,
             )
-            if not running:
+            if not busy:
                 await self._start(run["_id"])
 
     async def _start(self, run_id: str) -> None:
         run = await self.store["pipeline_runs"].find_one_and_update(
-            {"_id": run_id, "status": "queued"}, {"$set": {"status": "starting"}}
+            {"_id": run_id, "status": "queued", "handoffAt": None}, {"$set": {"handoffAt": utcnow()}}
         )
         if run is None:
-            return  # another scheduler started it
-        payload = {
-            "runId": run_id,
-            "task": run["task"],
-            "source": "schedule",
-            "bypassGates": bool(run.get("bypassGates")),
-        }
-        if self.runtime is not None:
-            await self.runtime.submit(run["installId"], payload)
+            return  # another scheduler handed it over
+        await self._hand_over(run["installId"], run_id)
+
+    async def _hand_over(self, install_id: str, run_id: str) -> None:
+        """Ask the install's actor to start the run; when it cannot be reached the run stays
+        queued and the job runner hands it over again (svc/jobs.py)."""
+        if self.runtime is None:
+            return
+        try:
+            await self.runtime.submit(install_id, {"runId": run_id})
+        except RuntimeFailure as exc:
+            log.warning("scheduled run not handed over yet (%s)", exc)

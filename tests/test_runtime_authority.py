@@ -1,0 +1,347 @@
+"""The install actor as the single authority over its runs (#14), wait:false and retry (#18).
+
+Real HTTP to the real app, the embedded database and a real local Ray; the fake providerA
+counts its calls; the install's worker is killed with SIGKILL where a scenario says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from typing import Any
+
+import ray
+from aiohttp import web
+from ray.experimental import internal_kv
+
+from actors import deployment
+from actors.install_actor import InstallActor
+from actors.runtime import NAMESPACE, actor_name
+from api.app import RUNTIME, SERVICES
+from svc.jobs import Jobs
+from tests.support.runtime import managed_client, member, svc_install, webhook_token
+from tests.support.waiting import wait_for, wait_status
+
+INTERRUPTED = "stopped during the run"
+
+
+async def callback_server(aiohttp_server: Any) -> tuple[list[dict[str, Any]], str]:
+    """A callback receiver: what it got, and its URL."""
+    received: list[dict[str, Any]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append(json.loads(await request.read()))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    server = await aiohttp_server(app)
+    return received, str(server.make_url("/hook"))
+
+
+async def actor_pid(install_id: str) -> int:
+    """The install actor's own process id (it reports it)."""
+    actor = await asyncio.to_thread(ray.get_actor, actor_name(install_id), namespace=NAMESPACE)
+    return int((await actor.status.remote())["pid"])
+
+
+async def run_record(store: Any, run_id: str) -> list[dict[str, Any]]:
+    return await store["runs"].find({"runId": run_id}).to_list(None)
+
+
+async def kill_during_run(store: Any, install_id: str, run_id: str) -> None:
+    """SIGKILL the install's worker once the run is running in it."""
+    await wait_status(store, run_id, "running")
+    os.kill(await actor_pid(install_id), signal.SIGKILL)
+
+
+async def test_cold_scheduled_run_is_recorded_completed(make_client, aiohttp_server, store):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    _, key, install_id = await svc_install(client, [member("lead")])
+    await client.patch(
+        f"/api/installs/{install_id}/schedule", json={"cronExpression": "0 0 1 1 *"}, headers=key
+    )
+    llm.script(text="scheduled work", input_tokens=11, output_tokens=4)
+    fired = await (await client.post(f"/api/installs/{install_id}/schedule/trigger", headers=key)).json()
+    run = await wait_status(store, fired["runId"], "completed")
+    assert run["inputTokens"] == 11 and run["source"] == "schedule" and run["incarnation"]
+    records = await run_record(store, fired["runId"])
+    assert [(r["status"], r["inputTokens"]) for r in records] == [("completed", 11)], "billed as it ran"
+    template_id = (await store.installs.find_one({"_id": install_id}))["templateId"]
+    listed = await (await client.get(f"/api/runs?templateId={template_id}", headers=key)).json()
+    assert listed["summary"]["failedRuns"] == 0 and listed["summary"]["totalRuns"] == 1
+    assert len(llm.requests) == 1
+
+
+async def test_a_cancelled_queued_run_never_calls_the_provider(make_client, aiohttp_server, store):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    _, key, install_id = await svc_install(client, [member("lead")])
+    schedule = {"cronExpression": "0 0 1 1 *", "onBacklog": "queue"}
+    await client.patch(f"/api/installs/{install_id}/schedule", json=schedule, headers=key)
+    llm.latency_s = 2.0
+    llm.script(text="the first run")
+    first = asyncio.ensure_future(
+        client.post(f"/api/installs/{install_id}/run", json={"task": "slow"}, headers=key)
+    )
+    assert await wait_for(lambda: asyncio.sleep(0, result=bool(llm.requests)))
+    fired = await (await client.post(f"/api/installs/{install_id}/schedule/trigger", headers=key)).json()
+    queued = await store["pipeline_runs"].find_one({"_id": fired["runId"]})
+    assert queued["status"] == "queued", "waits behind the active run"
+    cancelled = await client.post(f"/api/installs/{install_id}/cancel-run", headers=key)
+    assert await cancelled.json() == {"ok": True, "runId": fired["runId"], "cancelledStep": None}
+    assert (await (await first).json())["status"] == "completed"
+    run = await store["pipeline_runs"].find_one({"_id": fired["runId"]})
+    assert run["status"] == "failed" and run["errorMessage"] == "Run cancelled"
+    assert [r["status"] for r in await run_record(store, fired["runId"])] == ["failed"], "in analytics"
+    # Hand it over as the scheduler and the job runner would: it does not start.
+    await client.server.app[RUNTIME].submit(install_id, {"runId": fired["runId"]})
+    await Jobs.for_services(client.server.app[SERVICES]).tick()
+    assert len(llm.requests) == 1, "the cancelled run never reached the provider"
+    again = await client.post(f"/api/installs/{install_id}/cancel-run", headers=key)
+    assert again.status == 404
+
+
+async def test_an_actor_that_cannot_start_answers_503_and_queued_runs_settle_later(
+    make_client, aiohttp_server, store
+):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    caller, key, install_id = await svc_install(client, [member("lead")])
+    token = await webhook_token(client, caller)
+    runtime = client.server.app[RUNTIME]
+    # The deployment's configuration is gone from the cluster: no actor can be built.
+    await asyncio.to_thread(
+        internal_kv._internal_kv_del,
+        f"config:{runtime.deployment_id}".encode(),
+        namespace=deployment.KV_NAMESPACE,
+    )
+    response = await client.post(f"/api/installs/{install_id}/run", json={"task": "now"}, headers=key)
+    assert response.status == 503 and response.headers["Retry-After"]
+    assert "could not be started" in (await response.json())["error"]
+    assert await store["pipeline_runs"].count_documents({"installId": install_id, "status": "queued"}) == 0
+    queued = await (await client.post(f"/api/webhook/{token}", json={"inputText": "later"})).json()
+    assert queued["status"] == "queued"
+    jobs = Jobs.for_services(client.server.app[SERVICES])
+    await jobs.tick()
+    run = await store["pipeline_runs"].find_one({"_id": queued["runId"]})
+    assert run["status"] == "queued", "stays queued while the worker cannot start"
+    assert not llm.requests
+    runtime.publish()  # an API process (re)publishes the configuration
+    llm.script(text="handed over again")
+
+    async def settled() -> bool:
+        await jobs.tick()
+        doc = await store["pipeline_runs"].find_one({"_id": queued["runId"]})
+        return doc["status"] == "completed"
+
+    assert await wait_for(settled, timeout_s=90)
+    assert [r["status"] for r in await run_record(store, queued["runId"])] == ["completed"]
+
+
+async def test_kill_9_during_a_webhook_run_settles_it_without_another_call(
+    make_client, aiohttp_server, store
+):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    received, hook = await callback_server(aiohttp_server)
+    caller, key, install_id = await svc_install(client, [member("lead")])
+    token = await webhook_token(client, caller)
+    llm.latency_s = 10.0
+    llm.script(text="never")
+    queued = await (
+        await client.post(f"/api/webhook/{token}", json={"inputText": "x", "callbackUrl": hook})
+    ).json()
+    await kill_during_run(store, install_id, queued["runId"])
+    # Nobody calls the actor: its restarted copy settles the run from its constructor.
+    run = await wait_status(store, queued["runId"], "failed")
+    assert INTERRUPTED in run["errorMessage"]
+    assert await wait_for(lambda: asyncio.sleep(0, result=bool(received)))
+    assert received[0]["runId"] == queued["runId"] and received[0]["status"] == "failed"
+    assert [r["status"] for r in await run_record(store, queued["runId"])] == ["failed"]
+    assert await store["pipeline_events"].count_documents(
+        {"eventType": "step_failed", "meta.runId": queued["runId"]}
+    )
+    llm.latency_s = 0.0
+    llm.replies.clear()  # the killed call's reply was never taken
+    llm.script(text="next one")
+    result = await (
+        await client.post(f"/api/installs/{install_id}/run", json={"task": "y"}, headers=key)
+    ).json()
+    assert result["status"] == "completed" and result["response"] == "next one"
+
+
+async def test_kill_9_during_a_scheduled_run_and_a_continued_pipeline(make_client, aiohttp_server, store):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    gates = [{"name": "review", "after": "a"}]
+    _, key, install_id = await svc_install(client, [member("a"), member("b")], gates=gates)
+    await client.patch(
+        f"/api/installs/{install_id}/schedule", json={"cronExpression": "0 0 1 1 *"}, headers=key
+    )
+    llm.latency_s = 10.0
+    llm.script(text="never")
+    fired = await (await client.post(f"/api/installs/{install_id}/schedule/trigger", headers=key)).json()
+    await kill_during_run(store, install_id, fired["runId"])
+    run = await wait_status(store, fired["runId"], "failed")
+    assert INTERRUPTED in run["errorMessage"]
+    counted = {"_id": install_id, "consecutiveFailures": 1}
+    assert await wait_for(lambda: store["schedules"].count_documents(counted)), "the schedule counts it"
+    # A paused pipeline, continued, then its worker killed mid-step.
+    llm.latency_s = 0.0
+    llm.replies.clear()  # the killed call's reply was never taken
+    llm.script(text="first half")
+    paused = await (
+        await client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=key)
+    ).json()
+    assert paused["status"] == "paused"
+    llm.latency_s = 10.0
+    llm.script(text="never")
+    assert (await client.post(f"/api/installs/{install_id}/continue", json={}, headers=key)).status == 200
+    await kill_during_run(store, install_id, paused["runId"])
+    run = await wait_status(store, paused["runId"], "failed")
+    assert INTERRUPTED in run["errorMessage"]
+    assert [r["status"] for r in await run_record(store, paused["runId"])] == ["failed"]
+    llm.latency_s = 0.0
+    llm.replies.clear()  # the killed call's reply was never taken
+    llm.script(text="fresh")
+    again = await (await client.post(f"/api/installs/{install_id}/schedule/trigger", headers=key)).json()
+    assert (await wait_status(store, again["runId"], "paused"))["pausedAtGate"] == "review", (
+        "the next fire runs"
+    )
+
+
+async def test_an_orphaned_incarnation_cannot_finish_its_run(make_client, aiohttp_server, store):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    _, key, install_id = await svc_install(client, [member("lead")])
+    llm.latency_s = 20.0  # longer than a cold actor takes to start on a busy machine
+    llm.script(text="from the orphan")
+    running = asyncio.ensure_future(
+        client.post(f"/api/installs/{install_id}/run", json={"task": "x"}, headers=key)
+    )
+    assert await wait_for(lambda: asyncio.sleep(0, result=bool(llm.requests)))
+    # A second copy of the install's actor takes over (as Ray's restart after a node crash does,
+    # while the old worker lives on): the old copy becomes an orphan.
+    runtime = client.server.app[RUNTIME]
+    newer = InstallActor.options(max_restarts=0).remote(install_id, runtime.deployment_id)  # type: ignore[attr-defined]
+    try:
+        assert await newer.ready.remote()
+        result = await (await running).json()
+        assert result["status"] == "failed", "the orphan's outcome is not the run's"
+        run = await store["pipeline_runs"].find_one({"_id": result["runId"]})
+        assert run["status"] == "failed" and INTERRUPTED in run["errorMessage"]
+        assert [r["status"] for r in await run_record(store, result["runId"])] == ["failed"]
+
+        async def orphan_gone() -> bool:
+            try:
+                await asyncio.to_thread(ray.get_actor, actor_name(install_id), namespace=NAMESPACE)
+            except ValueError:
+                return True
+            return False
+
+        assert await wait_for(orphan_gone, timeout_s=30), "the orphan leaves by itself"
+        assert (await newer.status.remote())["active"] == []
+    finally:
+        await asyncio.to_thread(ray.kill, newer, no_restart=True)
+
+
+async def test_continue_cancel_and_retry_are_decided_from_the_ledger(make_client, aiohttp_server, store):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    _, key, install_id = await svc_install(client, [member("lead")])
+    _, other_key, other_install = await svc_install(client, [member("lead")])
+    no_gate = await client.post(f"/api/installs/{install_id}/continue", json={}, headers=key)
+    assert no_gate.status == 409 and await no_gate.json() == {
+        "error": "No pending gate found for this install"
+    }
+    assert (await client.post(f"/api/installs/{install_id}/cancel-run", headers=key)).status == 404
+    llm.script(text="async answer", input_tokens=3, output_tokens=2)
+    started = await client.post(
+        f"/api/installs/{install_id}/run", json={"task": "t1", "wait": False}, headers=key
+    )
+    assert started.status == 202
+    body = await started.json()
+    assert body == {"runId": body["runId"], "status": "queued"}
+    first = await wait_status(store, body["runId"], "completed")
+    assert first["task"] == "t1" and first["source"] == "run"
+    # Retry: a new run, same input, linked to the first.
+    await store.installs.update_one({"_id": install_id}, {"$set": {"variables": {"X": "now"}}})
+    llm.script(text="again")
+    retried = await client.post(f"/api/installs/{install_id}/runs/{body['runId']}/retry", headers=key)
+    assert retried.status == 202
+    second = await retried.json()
+    assert second["status"] == "queued" and second["retryOf"] == body["runId"]
+    done = await wait_status(store, second["runId"], "completed")
+    assert done["task"] == "t1" and done["source"] == "retry" and done["retryOf"] == body["runId"]
+    assert llm.requests[-1].body["messages"][0]["content"] == "t1"
+    # Unknown run, a run of another install, another tenant's run: 404.
+    assert (await client.post(f"/api/installs/{install_id}/runs/nope/retry", headers=key)).status == 404
+    assert (
+        await client.post(f"/api/installs/{other_install}/runs/{body['runId']}/retry", headers=other_key)
+    ).status == 404
+    assert (
+        await client.post(f"/api/installs/{other_install}/runs/{body['runId']}/retry", headers=key)
+    ).status == 404
+    # Retry of a run still running: 409.
+    llm.latency_s = 2.0
+    llm.script(text="slow")
+    slow = await (
+        await client.post(f"/api/installs/{install_id}/run", json={"task": "s", "wait": False}, headers=key)
+    ).json()
+    await wait_status(store, slow["runId"], "running")
+    busy = await client.post(f"/api/installs/{install_id}/runs/{slow['runId']}/retry", headers=key)
+    assert busy.status == 409 and "still active" in (await busy.json())["error"]
+    await wait_status(store, slow["runId"], "completed")
+
+
+async def test_actors_follow_the_published_configuration(make_client, aiohttp_server, store):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    _, key, install_id = await svc_install(client, [member("lead")])
+    llm.script(text="old provider")
+    first = await (
+        await client.post(f"/api/installs/{install_id}/run", json={"task": "a"}, headers=key)
+    ).json()
+    assert first["response"] == "old provider"
+    # Another API process starts with a new provider address (a rotated key, a moved provider):
+    # it publishes; the warm actor of the install leaves between runs and a fresh one follows.
+    second_client, second_llm = await managed_client(make_client, aiohttp_server)
+    second_llm.script(text="new provider")
+    result = await (
+        await client.post(f"/api/installs/{install_id}/run", json={"task": "b"}, headers=key)
+    ).json()
+    assert result["response"] == "new provider"
+    assert len(llm.requests) == 1
+    await second_client.close()
+
+
+async def test_the_sweeper_settles_a_run_whose_actor_is_gone_for_good(make_client, aiohttp_server, store):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    received, hook = await callback_server(aiohttp_server)
+    caller, key, install_id = await svc_install(client, [member("lead")])
+    token = await webhook_token(client, caller)
+    llm.latency_s = 10.0
+    llm.script(text="never")
+    queued = await (
+        await client.post(f"/api/webhook/{token}", json={"inputText": "x", "callbackUrl": hook})
+    ).json()
+    await wait_status(store, queued["runId"], "running")
+    # Gone and not restarted (its node left): no constructor will recover the run.
+    actor = await asyncio.to_thread(ray.get_actor, actor_name(install_id), namespace=NAMESPACE)
+    await asyncio.to_thread(ray.kill, actor, no_restart=True)
+    jobs = Jobs.for_services(client.server.app[SERVICES])
+
+    async def settled() -> bool:
+        await jobs.tick()
+        run = await store["pipeline_runs"].find_one({"_id": queued["runId"]})
+        return run["status"] == "failed"
+
+    assert await wait_for(settled, timeout_s=90), "the sweeper settles it once the actor's beat is old"
+    run = await store["pipeline_runs"].find_one({"_id": queued["runId"]})
+    assert INTERRUPTED in run["errorMessage"]
+    assert [r["status"] for r in await run_record(store, queued["runId"])] == ["failed"]
+    assert await wait_for(lambda: asyncio.sleep(0, result=bool(received)))
+    assert received[0]["status"] == "failed"
+    llm.latency_s = 0.0
+    llm.replies.clear()
+    llm.script(text="next one")
+    result = await (
+        await client.post(f"/api/installs/{install_id}/run", json={"task": "y"}, headers=key)
+    ).json()
+    assert result["response"] == "next one"
