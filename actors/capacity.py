@@ -8,9 +8,10 @@ it places an actor on a node with that much unreserved, spreads actors over the 
 keeps the creation of an actor that fits nowhere pending until an idle actor exits or a node
 joins. Nothing overcommits a node, and Ray's OOM killer is not the admission control.
 
-A pending actor is the queue: the runtime waits for it up to a bound (`SVC_ACTOR_PLACEMENT_SECONDS`)
-instead of counting a few failed attempts, and a synchronous run that gets no actor within
-the bound answers 503 with `Retry-After` (`NoRoom` is a `RuntimeBusy`). The pending
+A pending actor is the queue: the runtime waits for it up to a bound
+(`SVC_ACTOR_PLACEMENT_SECONDS`) instead of counting a few failed attempts, and a synchronous run
+that gets no actor within the bound answers 503 with `Retry-After` (`NoRoom` is a
+`RuntimeFailure`: the run service settles the run it had queued and re-raises). The pending
 creation stays queued in Ray, so the retry finds the actor placed once there is room.
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from config.settings import Settings
-from svc.core import RuntimeBusy
+from svc.core import RuntimeFailure
 
 MB = 1024 * 1024
 NO_ROOM = "No room for the install's worker on the cluster now; try again shortly"
@@ -30,7 +31,7 @@ NO_ROOM = "No room for the install's worker on the cluster now; try again shortl
 T = TypeVar("T")
 
 
-class NoRoom(RuntimeBusy):
+class NoRoom(RuntimeFailure):
     """The install's actor was not placed and ready within the bound (the cluster is full, or
     its node is still coming up)."""
 

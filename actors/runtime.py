@@ -164,7 +164,7 @@ class RayRuntime:
         if trust_warm and warm is not None and time.monotonic() - warm[1] < self._warm_ttl():
             return warm[0]
         # Wait for placement up to a deadline, not a number of attempts: a pending actor is
-        # queued for room on the cluster (actors/capacity.py); NoRoom is a RuntimeBusy (503).
+        # queued for room on the cluster (actors/capacity.py); NoRoom is a RuntimeFailure (503).
         deadline = capacity.placement_deadline(self.settings)
         delay = 0.05
         while time.monotonic() < deadline:

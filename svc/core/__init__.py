@@ -20,7 +20,7 @@ from svc.core.errors import (
 )
 from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
-from svc.core.ports import Governance, Runtime, RuntimeBusy, RuntimeFailure
+from svc.core.ports import Governance, Runtime, RuntimeFailure
 from svc.core.reaper import Reaper
 from svc.core.slots import Slots
 from svc.core.store import Document, Store
@@ -50,7 +50,6 @@ __all__ = [
     "Reaper",
     "RequestBody",
     "Runtime",
-    "RuntimeBusy",
     "RuntimeFailure",
     "ServiceError",
     "Slots",

@@ -9,11 +9,6 @@ class RuntimeFailure(Exception):
     """The runtime could not carry out a run (its worker died, or it is unavailable)."""
 
 
-class RuntimeBusy(RuntimeFailure):
-    """The run never started: no worker could be placed within the bound (the cluster is full).
-    A synchronous caller gets 503 with Retry-After, not a failed run."""
-
-
 class Runtime(Protocol):
     """The actor runtime (Ray) as the domain sees it."""
 
