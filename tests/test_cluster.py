@@ -414,3 +414,39 @@ async def test_an_actor_killed_during_a_webhook_run_settles_it_and_the_next_fire
     )
     next_id = (await again.json())["runId"]
     assert await wait_for(lambda: _true((world.callbacks.of(next_id) or {}).get("status") == "completed"), 90)
+
+
+async def test_a_continue_sent_to_the_other_api_and_a_kill_during_the_continued_run(world, remotes, store):
+    a, b = remotes
+    _, key, install_id = await svc_install(a, [member("a"), member("b")], gates=[{"name": "g", "after": "a"}])
+    status, (paused, _) = await sync_run(a, install_id, key)
+    assert status == 200 and paused["status"] == "paused", paused
+    # Continued through the other API: the install's actor holds the gate, wherever it runs.
+    response = await b.post(f"/api/installs/{install_id}/continue", json={}, headers=key)
+    assert response.status == 200, await response.text()
+
+    async def status_of(run_id: str, wanted: str) -> bool:
+        run = await store["pipeline_runs"].find_one({"_id": run_id})
+        return run is not None and run["status"] == wanted
+
+    assert await wait_for(lambda: status_of(paused["runId"], "completed"), 60)
+    # Paused again; the continued run is killed (kill -9 of its actor) during its model call.
+    status, (again, _) = await sync_run(a, install_id, key)
+    assert status == 200 and again["status"] == "paused", again
+    world.llm.latency_s = SLOW_S
+    calls = len(world.llm.requests)
+    response = await b.post(f"/api/installs/{install_id}/continue", json={}, headers=key)
+    assert response.status == 200, await response.text()
+    assert await wait_for(lambda: _true(len(world.llm.requests) > calls), 60), "the continued step's call"
+    pids = pids_connected_to(cluster_pids(world, "InstallActor"), world.llm_port)
+    assert pids, "the actor running the continued pipeline"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    world.llm.latency_s = 0.0
+    # It settles (failed, interrupted) without anyone calling the install again ...
+    assert await wait_for(lambda: status_of(again["runId"], "failed"), 90), "the killed run never settled"
+    settled = await store["pipeline_runs"].find_one({"_id": again["runId"]})
+    assert "Interrupted" in (settled.get("errorMessage") or ""), settled
+    # ... and the install runs again.
+    status, (third, _) = await sync_run(b, install_id, key)
+    assert status == 200 and third["status"] == "paused", third
