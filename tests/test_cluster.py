@@ -10,12 +10,21 @@ The head node has no room for an install actor (its `memory` resource is below
 SVC_ACTOR_MEMORY_MB) and a worker node has room for two, so every install actor runs on a
 worker node: removing that node interrupts a run, and two busy installs fill the cluster.
 Every process is stopped by its PID; `ray stop` is never run.
+
+Scenarios: runs through both APIs; a cancel and a continue sent to the other API than the
+start; a full cluster (the actor queues, the sync run answers 503 with Retry-After, the retry
+runs once there is room); a worker node removed mid-run, gracefully and by killing its raylet
+(the run settles failed as interrupted, later runs work on a new node, no orphan acts); an
+install actor killed with `kill -9` during a webhook run and during a continued pipeline run.
+Not covered here: a scheduled run killed mid-run, and the scheduler firing once per minute
+while API processes stop and start (both need the scheduler's minute clock).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -149,6 +158,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             cluster.shutdown()
         hook_server.stop()
         llm_server.stop()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
         for name, value in kept.items():
             if value is None:
                 os.environ.pop(name, None)
