@@ -15,9 +15,10 @@ Scenarios: runs through both APIs; a cancel and a continue sent to the other API
 start; a full cluster (the actor queues, the sync run answers 503 with Retry-After, the retry
 runs once there is room); a worker node removed mid-run, gracefully and by killing its raylet
 (the run settles failed as interrupted, later runs work on a new node, no orphan acts); an
-install actor killed with `kill -9` during a webhook run and during a continued pipeline run.
-Not covered here: a scheduled run killed mid-run, and the scheduler firing once per minute
-while API processes stop and start (both need the scheduler's minute clock).
+install actor killed with `kill -9` during a webhook run, a scheduled run (fired with
+`schedule/trigger`, as the scheduler fires it) and a continued pipeline run. Not covered here:
+the scheduler firing once per minute while API processes stop and start (it needs the
+scheduler's minute clock).
 """
 
 from __future__ import annotations
@@ -207,6 +208,9 @@ class Remote:
 
     def get(self, path: str, **kwargs: Any) -> Any:
         return self.session.get(path, **kwargs)
+
+    def patch(self, path: str, **kwargs: Any) -> Any:
+        return self.session.patch(path, **kwargs)
 
 
 async def run_status(store: Store, install_id: str, status: str) -> dict[str, Any] | None:
@@ -460,3 +464,35 @@ async def test_a_continue_sent_to_the_other_api_and_a_kill_during_the_continued_
     # ... and the install runs again.
     status, (third, _) = await sync_run(b, install_id, key)
     assert status == 200 and third["status"] == "paused", third
+
+
+async def test_an_actor_killed_during_a_scheduled_run_settles_it_and_the_next_fire_runs(
+    world, remotes, store
+):
+    a, b = remotes
+    _, key, install_id = await svc_install(a, [member("lead")])
+    schedule = {"cronExpression": "0 0 1 1 *"}  # far away: the fires below are triggered by hand
+    assert (await a.patch(f"/api/installs/{install_id}/schedule", json=schedule, headers=key)).status == 200
+    world.llm.latency_s = SLOW_S
+    calls = len(world.llm.requests)
+    fired = await b.post(f"/api/installs/{install_id}/schedule/trigger", headers=key)
+    assert fired.status == 200, await fired.text()
+    run_id = (await fired.json())["runId"]
+    assert await wait_for(lambda: _true(len(world.llm.requests) > calls), 60), "the scheduled run's call"
+    pids = pids_connected_to(cluster_pids(world, "InstallActor"), world.llm_port)
+    assert pids, "the actor running the scheduled run"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    world.llm.latency_s = 0.0
+
+    async def ended(run_id: str, status: str) -> bool:
+        run = await store["pipeline_runs"].find_one({"_id": run_id})
+        return run is not None and run["status"] == status
+
+    assert await wait_for(lambda: ended(run_id, "failed"), 90), "the killed scheduled run never settled"
+    # The next fire runs (the install is not left busy, so the backlog policy does not skip it).
+    again = await a.post(f"/api/installs/{install_id}/schedule/trigger", headers=key)
+    assert again.status == 200, await again.text()
+    next_id = (await again.json())["runId"]
+    assert next_id != run_id
+    assert await wait_for(lambda: ended(next_id, "completed"), 90), "the next fire did not run"
