@@ -48,7 +48,7 @@ class InstallActor:
         self.deployment_id = deployment_id
         self.config_version = config.version
         self.settings = config.settings
-        self.store = Store.connect(config.mongodb_uri)
+        self.store = Store.connect(config.mongodb_uri, self.settings.db_timeout_seconds)
         self.runner: InstallRunner = build_install_runner(
             self.settings, self.store, Vault(list(config.vault_keys))
         )

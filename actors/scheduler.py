@@ -1,23 +1,41 @@
 """The Scheduler actor: fires due cron schedules every second, and the service's jobs.
 
-One per database (`scheduler:<database>`), detached. Any number may run (one per
-API process that could not find it, or a restarted one): every fire is claimed
-atomically in MongoDB, so each fires once. The periodic jobs (the monthly billing
-cycle, the run poller) run in a task of their own, so a long billing cycle never
-delays a schedule.
+One per deployment (`scheduler:<deployment id>`, `actors.deployment.deployment_id`: two
+deployments sharing a Ray cluster get two schedulers), detached, and restarted by Ray
+after a crash (`max_restarts=-1`); a restarted copy starts its loop from the constructor,
+without waiting to be called.
+
+- Configuration: the actor is created with its deployment id only. Its settings, database
+  URI and vault keys come from the deployment's published configuration
+  (`actors.deployment.current`), read before every tick; when a newer version has been
+  published (a rotated key, the embedded database on a new port) it rebuilds its services
+  between two ticks.
+- One active loop: before each tick the copy renews a lease in MongoDB (`leases`,
+  `scheduler:<deployment id>`); a second copy (an orphan left by a raylet crash, or a
+  new one beside a frozen one) stands by, and takes over once the lease has expired
+  (LEASE_TTL_S). Every fire is claimed atomically in MongoDB too, so even two copies
+  that overlapped would fire each schedule once.
+- No API process stops it: API processes only make sure it exists (`SchedulerKeeper`),
+  so the stop of one API never stops the schedules another relies on. It ends with the
+  Ray cluster (a local Ray ends with the API that started it).
+
+The periodic jobs (the monthly billing cycle, the run poller) run in a task of their own,
+so a long billing cycle never delays a schedule.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
+from actors.deployment import DeploymentConfig, current, deployment_id
 from actors.runtime import NAMESPACE, RayRuntime
-from config.settings import Settings
-from svc.core import Store, Vault
+from svc.core import Lease, Store, Vault
 from svc.jobs import Jobs
 from svc.runtime import SchedulerCore
 from svc.wiring import build_services
@@ -25,18 +43,46 @@ from svc.wiring import build_services
 log = logging.getLogger(__name__)
 
 TICK_S = 1.0
+# A holder that has not renewed for this long loses the lease to a standing-by copy.
+LEASE_TTL_S = 10.0
+
+
+def scheduler_name(deployment: str) -> str:
+    """The Ray name of a deployment's scheduler actor."""
+    return f"scheduler:{deployment}"
+
+
+@dataclass
+class Built:
+    """What one configuration version gives the loop: its store, lease, scheduler and jobs."""
+
+    version: str
+    store: Store
+    lease: Lease
+    core: SchedulerCore
+    jobs: Jobs
 
 
 @ray.remote(num_cpus=0, max_restarts=-1)
 class SchedulerActor:
-    """Runs the scheduler loop."""
+    """Runs the scheduler loop of one deployment while it holds the deployment's lease."""
 
-    def __init__(self, settings: Settings, mongodb_uri: str, vault_keys: list[str]) -> None:
-        self.settings = settings
-        self.mongodb_uri = mongodb_uri
-        self.vault_keys = vault_keys
+    def __init__(self, deployment: str) -> None:
+        self.deployment = deployment
+        # This copy's identity in the lease: a restarted or orphaned copy is another holder.
+        self.holder = uuid.uuid4().hex
         self._loop_task: asyncio.Task[None] | None = None
+        self._jobs_task: asyncio.Task[None] | None = None
+        self._built: Built | None = None
         self.ticks = 0
+        self.fires = 0
+        self.leading = False
+        # Start the loop as soon as the actor is up, also after Ray restarted it: a call to
+        # itself runs once the constructor has returned.
+        try:
+            ray.get_runtime_context().current_actor.start.remote()
+        except Exception as exc:  # the keeper's next call starts it
+            log.warning("scheduler could not start its own loop: %s", type(exc).__name__)
 
     async def start(self) -> bool:
         """Start the loop (idempotent)."""
@@ -44,65 +90,99 @@ class SchedulerActor:
             self._loop_task = asyncio.create_task(self._run())
         return True
 
-    async def stats(self) -> dict[str, int]:
-        """How many ticks have run (tests, operators)."""
-        return {"ticks": self.ticks}
+    async def stats(self) -> dict[str, Any]:
+        """The loop's state (tests, operators): ticks run, fires claimed, lease held, version."""
+        return {
+            "deployment": self.deployment,
+            "holder": self.holder,
+            "ticks": self.ticks,
+            "fires": self.fires,
+            "leading": self.leading,
+            "version": self._built.version if self._built is not None else None,
+        }
 
     async def _run(self) -> None:
-        store = Store.connect(self.mongodb_uri)
-        runtime = RayRuntime(self.settings.ray_address, self.mongodb_uri, self.settings, self.vault_keys)
-        core = SchedulerCore(store, runtime)
-        services = build_services(self.settings, store, Vault(self.vault_keys), runtime)
-        jobs = Jobs.for_services(services)
-        jobs_task: asyncio.Task[None] | None = None
         while True:
             try:
-                await core.tick()
-            except Exception as exc:  # a bad tick must not stop the scheduler
+                await self._tick()
+            except Exception as exc:  # a bad tick (the database away, say) must not stop the loop
+                self.leading = False
                 log.warning("scheduler tick failed: %s", type(exc).__name__)
-            if jobs_task is None or jobs_task.done():
-                jobs_task = asyncio.create_task(jobs.tick())
             self.ticks += 1
             await asyncio.sleep(TICK_S)
 
+    async def _tick(self) -> None:
+        config = await asyncio.to_thread(current, self.deployment)
+        if config is None:
+            return  # no API process has published the deployment yet
+        built = await self._services(config)
+        self.leading = await built.lease.hold()
+        if not self.leading:
+            return
+        self.fires += await built.core.tick()
+        if self._jobs_task is None or self._jobs_task.done():
+            self._jobs_task = asyncio.create_task(self._jobs(built.jobs))
+
+    @staticmethod
+    async def _jobs(jobs: Jobs) -> None:
+        """One round of the periodic jobs; a failing round is logged and retried next tick."""
+        try:
+            await jobs.tick()
+        except Exception as exc:
+            log.warning("scheduler jobs failed: %s", type(exc).__name__)
+
+    async def _services(self, config: DeploymentConfig) -> Built:
+        """The services of the published configuration, rebuilt when its version changed."""
+        built = self._built
+        if built is not None and built.version == config.version:
+            return built
+        if built is not None:
+            log.info(
+                "scheduler of %s: configuration %s replaces %s",
+                self.deployment,
+                config.version,
+                built.version,
+            )
+            if self._jobs_task is not None and not self._jobs_task.done():
+                await asyncio.wait([self._jobs_task])  # a job in progress finishes on its store
+            await built.store.close()
+        settings = config.settings
+        keys = list(config.vault_keys)
+        store = Store.connect(config.mongodb_uri, settings.db_timeout_seconds)
+        runtime = RayRuntime(settings.ray_address, config.mongodb_uri, settings, keys)
+        services = build_services(settings, store, Vault(keys), runtime)
+        lease = Lease(store, scheduler_name(self.deployment), self.holder, LEASE_TTL_S)
+        self._built = Built(
+            config.version, store, lease, SchedulerCore(store, runtime), Jobs.for_services(services)
+        )
+        return self._built
+
 
 class SchedulerKeeper:
-    """Starts this database's scheduler actor from an API process, and stops it only if this
-    process started it (another process restarts it)."""
+    """Makes sure the deployment's scheduler actor exists, from an API process.
+
+    It never stops the actor: other API processes (and the schedules) rely on it, and
+    Ray restarts it after a crash. Creation is `get_if_exists`, so processes racing to
+    create it share one.
+    """
 
     def __init__(self, runtime: RayRuntime) -> None:
+        assert runtime.settings is not None, "the runtime needs settings to start the scheduler"
         self.runtime = runtime
-        self._started_scheduler = False
+        self.deployment = deployment_id(runtime.settings, runtime.mongodb_uri)
 
-    def _scheduler_name(self) -> str:
-        database = self.runtime.mongodb_uri.split("?", 1)[0].rsplit("/", 1)[-1] or "svc"
-        return f"scheduler:{database}"
+    @property
+    def name(self) -> str:
+        """The Ray name of the scheduler actor this keeper keeps."""
+        return scheduler_name(self.deployment)
 
     async def ensure_scheduler(self) -> None:
-        """Start the scheduler actor of this database unless one runs already."""
-        assert self.runtime.settings is not None, "the runtime needs settings to start the scheduler"
+        """Create the scheduler actor of this deployment unless one exists; make sure it loops."""
 
         def get_or_create() -> Any:
-            try:
-                return ray.get_actor(self._scheduler_name(), namespace=NAMESPACE)
-            except ValueError:
-                self._started_scheduler = True
-                return SchedulerActor.options(  # type: ignore[attr-defined]
-                    name=self._scheduler_name(),
-                    namespace=NAMESPACE,
-                    get_if_exists=True,
-                    lifetime="detached",
-                ).remote(self.runtime.settings, self.runtime.mongodb_uri, self.runtime.vault_keys)
+            return SchedulerActor.options(  # type: ignore[attr-defined]
+                name=self.name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached"
+            ).remote(self.deployment)
 
         actor = await asyncio.to_thread(get_or_create)
         await actor.start.remote()
-
-    def stop_scheduler(self) -> None:
-        """Stop the scheduler actor if this process started it (another process restarts it)."""
-        if not getattr(self, "_started_scheduler", False) or not ray.is_initialized():
-            return
-        try:
-            ray.kill(ray.get_actor(self._scheduler_name(), namespace=NAMESPACE), no_restart=True)
-        except ValueError:
-            pass
-        self._started_scheduler = False

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import web
 
+from actors.deployment import DeploymentConfig, publish
 from actors.runtime import RayRuntime
 from actors.scheduler import SchedulerKeeper
 from api import metrics, pages
@@ -46,6 +47,7 @@ from svc.wiring import build_services
 
 log = logging.getLogger(__name__)
 SCHEDULER_CHECK_S = 30.0
+DATABASE_CHECK_S = 2.0
 SCHEDULER_STOP_S = 5.0
 INVITATION_LINK = "/invitations/{token}"
 
@@ -123,7 +125,8 @@ async def database(app: web.Application) -> AsyncIterator[None]:
     if uri is None:
         embedded = EmbeddedMongo(settings.data_dir)
         uri = await embedded.start()
-    store = Store.connect(uri)
+    store = Store.connect(uri, settings.db_timeout_seconds)
+    watcher = asyncio.create_task(keep_database(embedded)) if embedded is not None else None
     try:
         await store.ensure_indexes()
         # Records written before these structures existed (each a no-op once done).
@@ -132,9 +135,26 @@ async def database(app: web.Application) -> AsyncIterator[None]:
         app[STORE] = store
         yield
     finally:
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.wait([watcher])
         await store.close()
         if embedded is not None:
             await embedded.stop()
+
+
+async def keep_database(embedded: EmbeddedMongo) -> None:
+    """Start the embedded database again if it dies while this process uses it (every 2 s).
+
+    Its port is kept, so this process's client, the other API processes and the actors
+    reconnect by themselves (storage.md). A local check: no database round trip.
+    """
+    while True:
+        await asyncio.sleep(DATABASE_CHECK_S)
+        try:
+            await embedded.revive()
+        except Exception as exc:  # retried on the next round
+            log.warning("could not start the embedded database again: %s", type(exc).__name__)
 
 
 async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
@@ -143,6 +163,8 @@ async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
     vault = app[VAULT] = Vault.from_settings(settings.secret_keys, settings.data_dir)
     runtime = RayRuntime(settings.ray_address, app[STORE].uri, settings, vault.keys)
     runtime.start()
+    # What the deployment's actors read instead of creation arguments (actors/deployment.py).
+    publish(DeploymentConfig(settings, app[STORE].uri, tuple(vault.keys)))
     app[RUNTIME] = runtime
     try:
         yield
@@ -151,11 +173,18 @@ async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
 
 
 async def domain_services(app: web.Application) -> AsyncIterator[None]:
-    """Wire the domain services on top of the store and the runtime; keep the scheduler alive."""
+    """Wire the domain services on top of the store and the runtime; keep the scheduler alive.
+
+    The scheduler actor is never stopped here: it belongs to the deployment, not to this
+    process (actors/scheduler.py), and other API processes rely on it.
+    """
     settings = app[SETTINGS]
     services = app[SERVICES] = build_services(settings, app[STORE], app[VAULT], app[RUNTIME])
-    scheduler = SchedulerKeeper(app[RUNTIME])
-    keeper = asyncio.create_task(keep_scheduler(scheduler)) if settings.scheduler_enabled else None
+    keeper = (
+        asyncio.create_task(keep_scheduler(SchedulerKeeper(app[RUNTIME])))
+        if settings.scheduler_enabled
+        else None
+    )
     try:
         yield
     finally:
@@ -163,7 +192,6 @@ async def domain_services(app: web.Application) -> AsyncIterator[None]:
             keeper.cancel()
             # A Ray call still running in a thread would crash the process once Ray disconnects.
             await asyncio.wait([keeper], timeout=SCHEDULER_STOP_S)
-            scheduler.stop_scheduler()
         await services.close()
 
 
@@ -176,6 +204,8 @@ async def keep_scheduler(scheduler: SchedulerKeeper) -> None:
             await asyncio.shield(attempt)
         except asyncio.CancelledError:
             await asyncio.wait([attempt], timeout=SCHEDULER_STOP_S)
+            if attempt.done() and not attempt.cancelled() and attempt.exception() is not None:
+                log.info("scheduler check cut by the stop: %s", type(attempt.exception()).__name__)
             raise
         except Exception as exc:  # retried on the next round
             log.warning("could not start the scheduler: %s", type(exc).__name__)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from pymongo.errors import ConnectionFailure
+from pymongo.errors import ConnectionFailure, ExecutionTimeout, WTimeoutError
 
 from plugins.manager import PluginError
 from plugins.types import PlatformError, ProviderError
@@ -41,6 +41,13 @@ def error_response(status: int, message: str, /, **extra: Any) -> web.Response:
     return web.json_response({"error": message, **extra}, status=status)
 
 
+DATABASE_UNAVAILABLE = "Database unavailable"
+# A database that cannot be reached or does not answer within SVC_DB_TIMEOUT_SECONDS: the
+# client-side timeout raises a ConnectionFailure (server selection, the socket), the server
+# side an ExecutionTimeout (maxTimeMS) or a WTimeoutError; each is one answer on every route
+# (and the last event of a stream that has started).
+DATABASE_ERRORS = (ConnectionFailure, ExecutionTimeout, WTimeoutError)
+
 # Errors raised outside the domain's own classes: (class, status, the message a client sees).
 # The nearest class wins, so the subclass comes first.
 FOREIGN: tuple[tuple[type[Exception], int, str | None], ...] = (
@@ -49,7 +56,7 @@ FOREIGN: tuple[tuple[type[Exception], int, str | None], ...] = (
     (PlatformError, 502, None),
     (RuntimeFailure, 503, None),
     (PluginError, 503, "A platform driver is unavailable"),
-    (ConnectionFailure, 503, "Database unavailable"),
+    *((cls, 503, DATABASE_UNAVAILABLE) for cls in DATABASE_ERRORS),
 )
 RETRY_AFTER_S = 5
 
@@ -74,6 +81,8 @@ def event_error(exc: BaseException) -> str | None:
         return f"Model provider error: {exc.detail}"
     if isinstance(exc, errors.ServiceError):
         return exc.message
+    if isinstance(exc, DATABASE_ERRORS):
+        return DATABASE_UNAVAILABLE
     return None
 
 

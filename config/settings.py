@@ -47,6 +47,7 @@ class Variable:
 VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_ENV_FILE", "a path to a dotenv file (default `.env` in the current directory)"),
     Variable("SVC_MONGODB_URI", "a mongodb:// or mongodb+srv:// connection string"),
+    Variable("SVC_DB_TIMEOUT_SECONDS", "a positive number of seconds"),
     Variable("SVC_DATA_DIR", "a directory path (relative paths are taken from the current directory)"),
     Variable("SVC_RAY_ADDRESS", "`auto`, `host:port` or `ray://host:10001`"),
     Variable("SVC_SECRET_KEYS", "comma-separated Fernet keys (32 url-safe base64 bytes), newest first"),
@@ -113,8 +114,7 @@ class ProviderSettings(BaseModel):
 
 
 class Environment(BaseSettings):
-    """The raw strings of every variable, from the environment and the dotenv file (the
-    environment wins over the file); unknown variables are ignored."""
+    """Every variable's raw string, from the environment (which wins) and the dotenv file; unknown ignored."""
 
     model_config = SettingsConfigDict(extra="allow", case_sensitive=True, env_ignore_empty=True)
 
@@ -141,8 +141,7 @@ class Environment(BaseSettings):
 
 
 def _default_data_dir() -> Path:
-    """`<checkout>/.svc-data` from a source checkout, else the XDG data directory: absolute
-    either way, so `svc serve` and `svc users create` find the same database from anywhere."""
+    """`<checkout>/.svc-data` from a checkout, else XDG data: absolute, one database from any cwd."""
     root = Path(__file__).resolve().parent.parent
     if (root / "pyproject.toml").is_file():
         return root / ".svc-data"
@@ -159,6 +158,8 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     mongodb_uri: str | None = None
+    # The bound on every database operation: past it the operation fails (503 at the API).
+    db_timeout_seconds: float = Field(default=10.0, gt=0)
     data_dir: Path = DEFAULT_DATA_DIR
     ray_address: str | None = None
     secret_keys: tuple[str, ...] = ()
@@ -193,7 +194,6 @@ class Settings(BaseModel):
     scheduler_enabled: bool = True
     # How often the run poller asks pull-only platforms (orchB) for finished runs (spec: 5 minutes).
     run_poll_seconds: float = Field(default=300.0, gt=0)
-    # How long a queued run is handed to its worker again before it fails (docs/runtime.md).
     run_handoff_seconds: float = Field(default=600.0, gt=0)
     # How long `svc serve` lets in-flight requests end on SIGTERM/SIGINT before cutting them.
     shutdown_grace_seconds: float = Field(default=5.0, gt=0)
@@ -216,11 +216,9 @@ class Settings(BaseModel):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-        """Read the SVC_* variables (and the spec's APP_API_KEYS, BILLING_CRON_SCHEDULE).
-
-        With `env` None, the process environment and the dotenv file are read; a given mapping
-        is used alone (tests). Keyword arguments replace parsed values. Raises `SettingsError`.
-        """
+        """Read the SVC_* variables (and the spec's APP_API_KEYS, BILLING_CRON_SCHEDULE): with `env`
+        None, the process environment and the dotenv file; a given mapping alone (tests).
+        Keyword arguments replace parsed values. Raises `SettingsError`."""
         raw: Mapping[str, str] = Environment.read() if env is None else env
 
         def get(name: str) -> str | None:
@@ -248,6 +246,7 @@ class Settings(BaseModel):
         )
         values: dict[str, object] = {
             "mongodb_uri": parsed("SVC_MONGODB_URI", parse_mongodb_uri, None),
+            "db_timeout_seconds": parsed("SVC_DB_TIMEOUT_SECONDS", positive_seconds, 10.0),
             "data_dir": parsed("SVC_DATA_DIR", parse_directory, DEFAULT_DATA_DIR),
             "ray_address": get("SVC_RAY_ADDRESS"),
             "secret_keys": parsed("SVC_SECRET_KEYS", parse_fernet_keys, ()),

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from cryptography.fernet import Fernet
 
-from actors.runtime import RayRuntime
+from actors.runtime import NAMESPACE, RayRuntime
 from api.app import create_app
 from api.routing import Route
 from config.settings import Settings
@@ -60,8 +61,20 @@ async def store(db_uri: str) -> AsyncIterator[Store]:
     """Direct access to the test's database, for seeding and for checking what was written."""
     store = Store.connect(db_uri)
     yield store
+    # No API stops a deployment's scheduler (actors/scheduler.py): the test's own go with its database.
+    await asyncio.to_thread(stop_schedulers, store.db.name)
     await store.client.drop_database(store.db.name)
     await store.close()
+
+
+def stop_schedulers(database: str) -> None:
+    """Kill the scheduler actors of the deployments on `database` (named `scheduler:<database>-<hash>`)."""
+    if not ray.is_initialized():
+        return
+    prefix = f"scheduler:{database}-"
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry.get("namespace") == NAMESPACE and entry.get("name", "").startswith(prefix):
+            ray.kill(ray.get_actor(entry["name"], namespace=NAMESPACE), no_restart=True)
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ OWNERS = {
         "org_secret_slots",
     },
     "billing": {"invoices", "payment_events", "pay_customers", "payouts"},
-    "core": {"outbox", "timeline", "metric_counters"},
+    "core": {"outbox", "timeline", "metric_counters", "leases"},
 }
 WRITES = (
     "insert_one|insert_many|update_one|update_many|delete_one|delete_many|find_one_and_update"

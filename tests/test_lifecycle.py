@@ -20,91 +20,15 @@ import signal
 import socket
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-import ray
 
 from svc.core.embedded import STATE_FILE, EmbeddedMongo
 from svc.core.embedded_child import SERVER_LOCK
-from svc.core.processes import MARKER_VARIABLE, ProcessInfo, alive, marked_processes
+from svc.core.processes import alive, marked_processes
 from svc.core.vault import DEV_KEY_FILE
-
-SVC = str(Path(sys.executable).with_name("svc"))
-START_TIMEOUT_S = 180.0
-EXIT_TIMEOUT_S = 60.0
-LEFTOVER_TIMEOUT_S = 10.0
-
-
-class Service:
-    """A `svc serve` subprocess and the marker its process tree carries."""
-
-    def __init__(self, data_dir: Path, secret_key: str, *, local_ray: bool, **extra_env: str) -> None:
-        self.data_dir = data_dir
-        self.marker = uuid.uuid4().hex
-        self.env = {
-            **os.environ,
-            "SVC_DATA_DIR": str(data_dir),
-            "SVC_SECRET_KEYS": secret_key,
-            "SVC_SCHEDULER": "on" if local_ray else "off",
-            MARKER_VARIABLE: self.marker,
-            **extra_env,
-        }
-        self.env.pop("SVC_MONGODB_URI", None)
-        if local_ray:
-            self.env.pop("SVC_RAY_ADDRESS", None)
-            self.env.pop("RAY_ADDRESS", None)
-        else:
-            self.env["SVC_RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
-        self.process: asyncio.subprocess.Process | None = None
-        self.stderr = b""
-
-    async def start(self, *args: str) -> str:
-        """Start `svc --log-level debug serve --port 0 ARGS`; the origin it says it listens on."""
-        self.process = await asyncio.create_subprocess_exec(
-            SVC,
-            "--log-level",
-            "debug",  # lower case is accepted
-            "serve",
-            "--port",
-            "0",
-            *args,
-            env=self.env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        assert self.process.stdout is not None
-        line = await asyncio.wait_for(self.process.stdout.readline(), START_TIMEOUT_S)
-        assert line.startswith(b"listening on http://127.0.0.1:"), line
-        return line.decode().split()[-1]
-
-    async def stop(self, how: signal.Signals) -> int:
-        """Send the signal and wait for the exit code; stderr is kept for the assertions."""
-        assert self.process is not None
-        self.process.send_signal(how)
-        _, self.stderr = await asyncio.wait_for(self.process.communicate(), EXIT_TIMEOUT_S)
-        assert self.process.returncode is not None
-        return self.process.returncode
-
-    async def leftovers(self) -> list[ProcessInfo]:
-        """Marked processes still alive LEFTOVER_TIMEOUT_S after the call (polled); killed if any."""
-        deadline = time.monotonic() + LEFTOVER_TIMEOUT_S
-        left = marked_processes(self.marker)
-        while left and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-            left = marked_processes(self.marker)
-        for info in left:
-            info.kill()
-        return left
-
-    def kill(self) -> None:
-        """Last resort for a failed test: nothing of this service survives it."""
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-        for info in marked_processes(self.marker):
-            info.kill()
+from tests.support.serve import EXIT_TIMEOUT_S, LEFTOVER_TIMEOUT_S, START_TIMEOUT_S, SVC, Service
 
 
 def assert_database_running(data_dir: Path) -> int:
@@ -124,7 +48,14 @@ def assert_database_running(data_dir: Path) -> int:
         (signal.SIGTERM, False, False),
         (signal.SIGINT, False, False),
     ],
-    ids=["SIGTERM-local-ray", "SIGKILL-no-dir-local-ray", "SIGINT", "SIGKILL", "SIGTERM-no-dir", "SIGINT-no-dir"],  # noqa: E501
+    ids=[
+        "SIGTERM-local-ray",
+        "SIGKILL-no-dir-local-ray",
+        "SIGINT",
+        "SIGKILL",
+        "SIGTERM-no-dir",
+        "SIGINT-no-dir",
+    ],
 )
 async def test_nothing_outlives_the_service(tmp_path, secret_key, ray_session, how, keep_dir, local_ray):
     data_dir = tmp_path / "data"

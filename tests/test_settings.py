@@ -32,6 +32,7 @@ def test_every_variable_is_read():
     settings = Settings.from_env(
         {
             "SVC_MONGODB_URI": "mongodb://db:27017/prod",
+            "SVC_DB_TIMEOUT_SECONDS": "2.5",
             "SVC_DATA_DIR": "/var/lib/svc",
             "SVC_RAY_ADDRESS": "auto",
             "SVC_SECRET_KEYS": f"{KEY_ONE}, {KEY_TWO}",
@@ -49,6 +50,7 @@ def test_every_variable_is_read():
         }
     )
     assert settings.mongodb_uri == "mongodb://db:27017/prod"
+    assert settings.db_timeout_seconds == 2.5
     assert settings.secret_keys == (KEY_ONE, KEY_TWO)
     assert settings.cookie_secure and settings.public_origin == "https://svc.example.com"
     assert settings.providers["providerB"].api_key == "b-key"

@@ -118,3 +118,16 @@ async def test_indexes_are_created_at_start_up(client, store):
     assert any(info.get("unique") and info["key"] == [("slug", 1)] for info in templates.values())
     users = await store.users.index_information()
     assert any(info.get("unique") and info["key"] == [("handle", 1)] for info in users.values())
+
+
+async def test_a_restarted_server_takes_its_previous_port_again(tmp_path):
+    first = EmbeddedMongo(tmp_path)
+    await first.start()
+    port = first.port
+    await first.stop()
+    again = EmbeddedMongo(tmp_path)
+    try:
+        await again.start()
+        assert again.owned and again.port == port, "connection strings handed out earlier keep working"
+    finally:
+        await again.stop()

@@ -18,6 +18,7 @@ from svc.core.errors import (
     Unavailable,
     Unprocessable,
 )
+from svc.core.leases import Lease
 from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import Governance, Runtime, RuntimeFailure
@@ -42,6 +43,7 @@ __all__ = [
     "Gone",
     "Governance",
     "Kind",
+    "Lease",
     "Mailer",
     "NoDatabaseError",
     "NotFound",

@@ -37,6 +37,10 @@ from svc.core.processes import alive
 log = logging.getLogger(__name__)
 
 LOCK_FILE = START_LOCK
+# The port the data directory's server last listened on, kept across restarts: a new server
+# takes it again when it is free, so connection strings handed out earlier (to actors, to
+# other API processes) keep working after a restart.
+PORT_FILE = "mongo.port"
 STORAGE_DIR = "mongo"
 START_TIMEOUT_S = 60.0
 # SIGTERM first; SIGKILL after this long (commits are already synced, so nothing is lost).
@@ -146,8 +150,19 @@ class EmbeddedMongo:
             return pid, port
         return None
 
+    def _preferred_port(self) -> int:
+        """The port of the directory's previous server when it is free again, else any free port."""
+        try:
+            port = int((self.data_dir / PORT_FILE).read_text())
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+                sock.bind(("127.0.0.1", port))
+        except (OSError, ValueError):
+            return free_port()
+        return port
+
     def _spawn(self) -> None:
-        self.port = free_port()
+        self.port = self._preferred_port()
         storage = self.data_dir / STORAGE_DIR
         args = [
             sys.executable,
@@ -164,6 +179,8 @@ class EmbeddedMongo:
             "--log-level",
             "WARNING",
         ]
+        if self._log_file is not None:
+            self._log_file.close()
         self._log_file = open(self.data_dir / "mongo.log", "ab")
         # The child gets its own session, so a Ctrl-C in the terminal reaches only the API,
         # which then closes its connections and stops the server in order. It is not tied to
@@ -196,6 +213,38 @@ class EmbeddedMongo:
         assert self.process is not None
         state = {"pid": self.process.pid, "port": self.port}
         (self.data_dir / STATE_FILE).write_text(json.dumps(state))
+        (self.data_dir / PORT_FILE).write_text(str(self.port))
+
+    async def revive(self) -> bool:
+        """Start the server again if it has died while this process still uses it; True if it did.
+
+        A server that crashed (or was killed) leaves its users answering 503 for good: the
+        first user to notice starts a new one, on the same port when it is free, so every
+        client (this process, other API processes, actors) reconnects by itself.
+        """
+        start_lock = self._start_lock
+        if start_lock is None or self._users is None:
+            return False
+        await asyncio.to_thread(fcntl.flock, start_lock, fcntl.LOCK_EX)
+        try:
+            running = self._running()
+            if running is not None:
+                if running[1] != self.port:
+                    log.warning("embedded database now on port %s (was %s)", running[1], self.port)
+                self.pid, self.port = running
+                return False
+            previous = self.port
+            if self.process is not None and self.process.poll() is not None:
+                self.process = None  # reaped: the old server has exited
+            self._spawn()
+            await self._wait_ready()
+            self._write_state()
+            log.warning(
+                "embedded database had stopped; started again on port %s (was %s)", self.port, previous
+            )
+            return True
+        finally:
+            fcntl.flock(start_lock, fcntl.LOCK_UN)
 
     async def stop(self) -> None:
         """Stop using the server; the last user stops it (SIGTERM, then SIGKILL) and waits for it."""

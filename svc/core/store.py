@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 Document = dict[str, Any]
 DEFAULT_DATABASE = "svc"
 PING_TIMEOUT_S = 3.0
+# Every operation's bound (SVC_DB_TIMEOUT_SECONDS): a database that does not answer fails the
+# operation within it (a 503 "Database unavailable" at the API) instead of hanging.
+DEFAULT_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -192,10 +195,22 @@ class Store:
         self.db: AsyncDatabase[Document] = client[database]
 
     @classmethod
-    def connect(cls, uri: str) -> Store:
-        """A store for the URI; its database is the URI's path, or `svc`."""
+    def connect(cls, uri: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Store:
+        """A store for the URI; its database is the URI's path, or `svc`.
+
+        `timeout_s` bounds every operation, from choosing a server to the last byte of the
+        answer (PyMongo's client-side operation timeout, `timeoutMS`, which also sends the
+        remaining time to the server as `maxTimeMS`): a frozen or unreachable database raises
+        a timeout error (`PyMongoError.timeout`) within it, never hangs a request or a run.
+        """
+        timeout_ms = max(1, round(timeout_s * 1000))
         client: AsyncMongoClient[Document] = AsyncMongoClient(
-            uri, tz_aware=True, serverSelectionTimeoutMS=10_000, appname="svc"
+            uri,
+            tz_aware=True,
+            timeoutMS=timeout_ms,
+            serverSelectionTimeoutMS=timeout_ms,
+            connectTimeoutMS=timeout_ms,
+            appname="svc",
         )
         database = client.get_default_database(default=DEFAULT_DATABASE).name
         return cls(client, uri, database)
