@@ -24,7 +24,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayError
 
-from actors import deployment
+from actors import capacity, deployment
 from actors.install_actor import InstallActor
 from config.settings import Settings
 from svc.core import Reaper, RuntimeFailure
@@ -32,9 +32,6 @@ from svc.core import Reaper, RuntimeFailure
 log = logging.getLogger(__name__)
 
 PING_TIMEOUT_S = 5.0
-# How long a command waits for the install's actor to be placed and answer before it is a
-# RuntimeFailure (the actor's constructor connects and recovers; a cold one takes about a second).
-READY_DEADLINE_S = 30.0
 NAMESPACE = "svc"
 NOT_STARTED = "The install's worker could not be started; try again shortly"
 STOPPED = "The install's worker stopped during the run"
@@ -157,21 +154,23 @@ class RayRuntime:
             namespace=NAMESPACE,
             get_if_exists=True,
             lifetime="detached",
+            **capacity.actor_resources(self.settings),
         ).remote(install_id, self.deployment_id)
 
     async def _ready_actor(self, install_id: str, trust_warm: bool = True) -> Any:
         """The install's actor once it answers; waits out a restart or a copy that is leaving,
-        replaces a dead one; RuntimeFailure when none answers within READY_DEADLINE_S."""
+        replaces a dead one; NoRoom (a RuntimeFailure) when none answers within the placement bound."""
         warm = self._warm.get(install_id)
         if trust_warm and warm is not None and time.monotonic() - warm[1] < self._warm_ttl():
             return warm[0]
-        deadline = time.monotonic() + READY_DEADLINE_S
+        # Wait for placement up to a deadline, not a number of attempts: a pending actor is
+        # queued for room on the cluster (actors/capacity.py); NoRoom is a RuntimeFailure (503).
+        deadline = capacity.placement_deadline(self.settings)
         delay = 0.05
         while time.monotonic() < deadline:
             try:
                 actor = await asyncio.to_thread(self._actor, install_id)
-                left = max(0.1, deadline - time.monotonic())
-                if await asyncio.wait_for(actor.ready.remote(), left):
+                if await capacity.ready_by(actor.ready.remote(), deadline):
                     self._warm[install_id] = (actor, time.monotonic())
                     return actor
             except ActorDiedError as exc:
@@ -180,12 +179,17 @@ class RayRuntime:
                     break
             except (ActorUnavailableError, RayActorError):
                 pass
-            except (TimeoutError, RayError) as exc:
+            except capacity.NoRoom:
+                self._warm.pop(install_id, None)
+                raise
+            except RayError as exc:
                 log.warning("install actor did not get ready: %s", type(exc).__name__)
                 break
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
         self._warm.pop(install_id, None)
+        if time.monotonic() >= deadline:
+            raise capacity.NoRoom
         raise RuntimeFailure(NOT_STARTED)
 
     async def _command(
@@ -193,7 +197,7 @@ class RayRuntime:
     ) -> dict[str, Any]:
         """Send one command to the install's actor; a copy that is leaving is asked again once
         a fresh one answers. RuntimeFailure when the actor cannot be started or dies."""
-        deadline = time.monotonic() + READY_DEADLINE_S
+        deadline = capacity.placement_deadline(self.settings)
         while True:
             warm = self._warm.get(install_id)
             actor = await self._ready_actor(install_id, trust_warm)

@@ -93,6 +93,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("APP_API_KEYS", "comma-separated `<installId>:<key>` pairs or bare `<key>`s"),
     Variable("BILLING_CRON_SCHEDULE", "a 5-field cron expression (UTC), e.g. `0 0 1 * *`"),
     Variable("SVC_ACTOR_IDLE_SECONDS", "a positive number of seconds"),
+    Variable("SVC_ACTOR_MEMORY_MB", "a whole number of megabytes, at least 32"),
+    Variable("SVC_ACTOR_PLACEMENT_SECONDS", "a positive number of seconds"),
     Variable("SVC_SCHEDULER", "`on` or `off`"),
     Variable("SVC_RUN_POLL_SECONDS", "a positive number of seconds"),
     Variable("SVC_RUN_HANDOFF_SECONDS", "a positive number of seconds"),
@@ -145,11 +147,7 @@ class Environment(BaseSettings):
 
 
 def _default_data_dir() -> Path:
-    """`<checkout>/.svc-data` when running from a source checkout, else the XDG data directory.
-
-    Absolute either way, so `svc serve` and `svc users create` find the same database from
-    any working directory.
-    """
+    """`<checkout>/.svc-data` from a checkout, else XDG data: absolute, one database from any cwd."""
     root = Path(__file__).resolve().parent.parent
     if (root / "pyproject.toml").is_file():
         return root / ".svc-data"
@@ -197,6 +195,8 @@ class Settings(BaseModel):
     max_body_bytes: int = 2 * 1024 * 1024
     disabled_plugins: tuple[str, ...] = ()
     actor_idle_seconds: float = 300.0
+    actor_memory_mb: int = Field(default=128, ge=32)  # docs/deploy.md, "Capacity"
+    actor_placement_seconds: float = Field(default=60.0, gt=0)
     scheduler_enabled: bool = True
     # How often the run poller asks pull-only platforms (orchB) for finished runs (spec: 5 minutes).
     run_poll_seconds: float = Field(default=300.0, gt=0)
@@ -224,11 +224,9 @@ class Settings(BaseModel):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-        """Read the SVC_* variables (and the spec's APP_API_KEYS, BILLING_CRON_SCHEDULE).
-
-        With `env` None, the process environment and the dotenv file are read; a given mapping
-        is used alone (tests). Keyword arguments replace parsed values. Raises `SettingsError`.
-        """
+        """Read the SVC_* variables (and the spec's APP_API_KEYS, BILLING_CRON_SCHEDULE): with `env`
+        None, the process environment and the dotenv file; a given mapping alone (tests).
+        Keyword arguments replace parsed values. Raises `SettingsError`."""
         raw: Mapping[str, str] = Environment.read() if env is None else env
 
         def get(name: str) -> str | None:
@@ -287,6 +285,8 @@ class Settings(BaseModel):
             "app_api_keys": parsed("APP_API_KEYS", parse_app_keys, ()),
             "billing_cron_schedule": parsed("BILLING_CRON_SCHEDULE", parse_cron, "0 0 1 * *"),
             "actor_idle_seconds": parsed("SVC_ACTOR_IDLE_SECONDS", positive_seconds, 300.0),
+            "actor_memory_mb": parsed("SVC_ACTOR_MEMORY_MB", int, 128),
+            "actor_placement_seconds": parsed("SVC_ACTOR_PLACEMENT_SECONDS", positive_seconds, 60.0),
             "scheduler_enabled": parsed("SVC_SCHEDULER", parse_on_off, True),
             "run_poll_seconds": parsed("SVC_RUN_POLL_SECONDS", positive_seconds, 300.0),
             "run_handoff_seconds": parsed("SVC_RUN_HANDOFF_SECONDS", positive_seconds, 600.0),

@@ -9,39 +9,42 @@ installs (with the org governance gate), runtime, orgs, billing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
-from svc.authoring import Authoring
-from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, SpendCaps, UsageReport, run_cost
-from svc.core import Mailer, Runtime, Store, TTLCache, Vault
-from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter, UserAdmin
-from svc.installs import Installs, RunPoller
-from svc.orgs import (
-    Approvals,
-    AuditLog,
-    Governance,
-    Invitations,
-    OrgAccess,
-    OrgKeys,
-    Orgs,
-    OrgSecrets,
-    Plans,
-)
-from svc.runs import RunAnalytics, Runs
-from svc.runtime import (
-    LLM,
-    CallbackDelivery,
-    InstallRunner,
-    Outreach,
-    RunDetail,
-    RunService,
-    RunWatch,
-    Schedules,
-    SecurityLog,
-)
-from svc.templates import Portability, Templates, archive_user_templates
+from svc.core import Mailer, Runtime, Store, Vault
+from svc.runtime import LLM, InstallRunner
+
+if TYPE_CHECKING:
+    # The rest of the graph is imported where `build_services` builds it, not at module level:
+    # an install actor imports this module for `build_install_runner` and must not pay for the
+    # payment SDK, orgs or authoring (docs/bench.md, "Runtime").
+    from svc.authoring import Authoring
+    from svc.billing import Charges, OrgBilling, Payouts, SpendCaps, UsageReport
+    from svc.core import TTLCache
+    from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter, UserAdmin
+    from svc.installs import Installs, RunPoller
+    from svc.orgs import (
+        Approvals,
+        Invitations,
+        OrgAccess,
+        OrgKeys,
+        Orgs,
+        OrgSecrets,
+        Plans,
+    )
+    from svc.runs import RunAnalytics, Runs
+    from svc.runtime import (
+        CallbackDelivery,
+        Outreach,
+        RunDetail,
+        RunService,
+        RunWatch,
+        Schedules,
+        SecurityLog,
+    )
+    from svc.templates import Portability, Templates
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ class Services:
     async def delete_user(self, who: str) -> dict[str, Any]:
         """`svc users delete`: end the account (409 while it owns an org), cancel its personal
         installs and archive its published personal templates (docs/auth.md)."""
+        from svc.templates import archive_user_templates
+
         result = await self.user_admin.tombstone(who)
         result["installsCancelled"] = await self.installs.retire_user_installs(result["userId"])
         result["templatesArchived"] = await archive_user_templates(self.store, result["userId"])
@@ -118,6 +123,36 @@ def build_services(
     plugins: Plugins | None = None,
 ) -> Services:
     """Wire every service for one process (the API, the scheduler actor, the CLI, tests)."""
+    from svc.authoring import Authoring
+    from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, SpendCaps, UsageReport, run_cost
+    from svc.core import TTLCache
+    from svc.identity import Accounts, ApiKeys, Credentials, RateLimiter, UserAdmin
+    from svc.installs import Installs, RunPoller
+    from svc.orgs import (
+        Approvals,
+        AuditLog,
+        Governance,
+        Invitations,
+        OrgAccess,
+        OrgKeys,
+        Orgs,
+        OrgSecrets,
+        Plans,
+    )
+    from svc.runs import RunAnalytics, Runs
+    from svc.runtime import (
+        LLM,
+        CallbackDelivery,
+        InstallRunner,
+        Outreach,
+        RunDetail,
+        RunService,
+        RunWatch,
+        Schedules,
+        SecurityLog,
+    )
+    from svc.templates import Portability, Templates
+
     plugins = plugins if plugins is not None else Plugins(settings.disabled_plugins)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
     accounts = Accounts(store)
@@ -198,6 +233,8 @@ def build_services(
 def build_install_runner(settings: Settings, store: Store, vault: Vault) -> InstallRunner:
     """What an install's actor needs to run its install: models (no platform drivers, whose
     imports an actor need not pay for), the store, the vault, mail and the spend caps."""
+    from svc.billing.spend_caps import SpendCaps
+
     plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
     return InstallRunner(
