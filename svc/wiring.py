@@ -233,7 +233,7 @@ def build_services(
 def build_install_runner(settings: Settings, store: Store, vault: Vault) -> InstallRunner:
     """What an install's actor needs to run its install: models (no platform drivers, whose
     imports an actor need not pay for), the store, the vault, mail and the spend caps."""
-    from svc.billing.spend_caps import SpendCaps
+    from svc.billing import SpendCaps
 
     plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
