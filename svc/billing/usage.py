@@ -122,7 +122,8 @@ class UsageReport:
             raise NotFound("Install not found")
         end = now or utcnow()
         start = end - timedelta(days=query.periodDays)
-        usage = await usage_by_install(self.store, scope, start, end)
+        # A period ending now reads its current hour from the hour counter, not the runs.
+        usage = await usage_by_install(self.store, scope, start, end, open_end=now is None)
         model, price = template["pricingModel"], template.get("priceUsdCents")
         by_install = [
             {
