@@ -18,7 +18,7 @@ from pymongo import DESCENDING
 from svc.core import iso, tokens, utcnow
 from svc.runtime import step_tally
 from tests.support.accounts import signup
-from tests.support.orgs import create_org
+from tests.support.orgs import create_org, make_pro
 from tests.support.runtime import managed_client, member, svc_install
 from tests.support.waiting import wait_for
 
@@ -175,8 +175,11 @@ async def test_audit_log_pages_match_the_plain_query(make_client, aiohttp_server
     client = await make_client()
     owner = await signup(client)
     org = await create_org(client, owner)
+    await make_pro(client, org["id"])
     now = utcnow()
-    times = moments(now)  # none older than the org: its events cannot be
+    times = moments(now)
+    # Made before its oldest event (the log looks back no further than the org's creation).
+    await store.orgs.update_one({"_id": org["id"]}, {"$set": {"createdAt": now - timedelta(days=60)}})
     await store["org_audit"].insert_many(
         [
             {
