@@ -18,6 +18,7 @@ writes, `svc runs rebuild-stats` recomputes them from the records.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -46,7 +47,7 @@ def _ceil(moment: datetime, unit: timedelta) -> datetime:
     return floor if floor == moment else floor + unit
 
 
-def increments(run: Document) -> dict[str, int]:
+def increments_for(run: Document) -> dict[str, int]:
     """What one run record adds to each of its counters."""
     completed = run["status"] == "completed"
     tokens = int(run.get("inputTokens") or 0) + int(run.get("outputTokens") or 0)
@@ -80,12 +81,25 @@ def counters_of(run: Document) -> list[tuple[str, Document]]:
 
 
 async def count(store: Store, run: Document) -> None:
-    """Add a new run record to its counters (one bulk write of upserts; a racing first insert
-    is retried once), then to its template's newest runs."""
-    inc = increments(run)
+    """Add a new run record to its counters, then to its template's newest runs."""
+    await count_many(store, [run])
+
+
+async def count_many(store: Store, runs: list[Document]) -> None:
+    """Add new run records to their counters (one bulk write of upserts, the increments of
+    one counter summed; a racing first insert is retried once), then to the newest runs."""
+    increments: dict[str, dict[str, int]] = {}
+    fields_of: dict[str, Document] = {}
+    for run in runs:
+        inc = increments_for(run)
+        for key, fields in counters_of(run):
+            fields_of[key] = fields
+            total = increments.setdefault(key, dict.fromkeys(inc, 0))
+            for name, value in inc.items():
+                total[name] += value
     operations = [
-        UpdateOne({"_id": key}, {"$inc": inc, "$setOnInsert": fields}, upsert=True)
-        for key, fields in counters_of(run)
+        UpdateOne({"_id": key}, {"$inc": inc, "$setOnInsert": fields_of[key]}, upsert=True)
+        for key, inc in increments.items()
     ]
     try:
         await store[COLLECTION].bulk_write(operations, ordered=False)
@@ -94,7 +108,10 @@ async def count(store: Store, run: Document) -> None:
         failed = [operations[error["index"]] for error in exc.details.get("writeErrors", [])]
         if failed:
             await store[COLLECTION].bulk_write(failed, ordered=False)
-    await newest.keep(store, run)
+    by_template: dict[str, list[Document]] = {}
+    for run in runs:
+        by_template.setdefault(run["templateId"], []).append(run)
+    await asyncio.gather(*(newest.keep_all(store, t, group) for t, group in by_template.items()))
 
 
 async def count_tool_call(store: Store, install_id: str, status_code: int | None) -> None:
@@ -124,7 +141,7 @@ async def rebuild(store: Store, match: Document | None = None, batch: int = 1000
     match = match or {}
     totals: dict[str, dict[str, Any]] = {}
     async for run in store["runs"].find(match):
-        inc = increments(run)
+        inc = increments_for(run)
         for key, fields in counters_of(run):
             row = totals.setdefault(key, {**fields, **dict.fromkeys(COUNTERS, 0)})
             for name, value in inc.items():
