@@ -14,9 +14,9 @@ What a read costs then depends on `count`, not on the number of records or how
 recent they are: the windows before the last hold fewer than `count` records, and
 the last one, `GROWTH` times longer than all before it together, holds about
 `GROWTH` times as many at an even rate. An empty window costs one round trip (about
-0.5 ms of database time). The span that sufficed is remembered per owner in this
-process (bounded), so the next read of the same owner starts near it and usually
-takes one or two windows. The answer is the same as the unbounded query's:
+0.5 ms of database time). The span the newest `count` took is remembered per owner
+in this process (bounded), so the next read of the same owner starts with a window
+a quarter longer than that and usually takes one window. The answer is the same as the unbounded query's:
 windows are disjoint, each is sorted newest first (`createdAt`, then `_id`), and
 they are concatenated in order.
 """
@@ -34,6 +34,8 @@ from svc.core.store import Document
 
 FIRST_SPAN = timedelta(seconds=2)
 GROWTH = 4
+# The first window of the next read: the span the last one needed, plus this share.
+MARGIN = 1.25
 # Without a floor the windows stop growing at this span and the last one is open below.
 MAX_SPAN = timedelta(days=3660)
 REMEMBERED = 10_000
@@ -47,7 +49,7 @@ def _first_span(key: tuple[str, str]) -> timedelta:
     if span is None:
         return FIRST_SPAN
     _spans.move_to_end(key)
-    return max(FIRST_SPAN, span / GROWTH)
+    return max(FIRST_SPAN, span * MARGIN)
 
 
 def _remember(key: tuple[str, str], span: timedelta) -> None:
@@ -101,6 +103,10 @@ async def newest(
             break
         high = low
         span *= GROWTH
-    if low is not None:
-        _remember(memo, anchor - low)
+    if len(found) >= count:
+        # The span the `count` newest actually took (not the windows' overshoot, which
+        # would compound from read to read).
+        _remember(memo, anchor - aware(found[count - 1]["createdAt"]))
+    elif low is not None:
+        _remember(memo, anchor - low)  # fewer than `count` in all: start wide next time
     return found[:count]
