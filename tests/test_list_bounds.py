@@ -18,6 +18,7 @@ from pymongo import DESCENDING
 from svc.core import iso, tokens, utcnow
 from svc.runtime import step_tally
 from tests.support.accounts import signup
+from tests.support.installs import mine
 from tests.support.orgs import create_org, make_pro
 from tests.support.runtime import managed_client, member, svc_install
 from tests.support.waiting import wait_for
@@ -230,3 +231,43 @@ async def test_audit_log_pages_match_the_plain_query(make_client, aiohttp_server
                 assert got == [d["_id"] for d in docs], (start, end, limit, page)
                 assert len(got) <= limit
     assert total > 100
+
+
+async def test_installs_mine_lists_the_callers_managed_installs_only(make_client, aiohttp_server, store):
+    client, _ = await managed_client(make_client, aiohttp_server)
+    caller, _, first = await svc_install(client, [member("lead")])
+    org = await create_org(client, caller)
+    doc = await store.installs.find_one({"_id": first})
+    now = utcnow()
+
+    def copy(**fields: Any) -> dict[str, Any]:
+        return {**doc, "_id": tokens.new_id(), "webhookTokenHash": None, **fields}
+
+    await store.installs.insert_many(
+        [
+            copy(createdAt=now - timedelta(minutes=5)),  # the caller's, older
+            copy(createdAt=now + timedelta(seconds=1), owner={"kind": "org", "id": org["id"]}),  # via the org
+            copy(createdAt=now, status="pending"),  # provisioning: not listed
+            copy(createdAt=now, status="pending", approval="pending"),  # awaiting governance: listed
+            copy(createdAt=now, platform="orchA"),  # not managed: not listed
+            copy(createdAt=now, owner={"kind": "org", "id": "another-org"}),  # not the caller's org
+        ]
+        + [copy(createdAt=now, owner={"kind": "user", "id": f"someone-{n}"}) for n in range(30)]
+    )
+    reachable = [
+        {"owner.kind": "user", "owner.id": doc["owner"]["id"]},
+        {"owner.kind": "org", "owner.id": org["id"]},
+    ]
+    everything = await store.installs.find({"$or": reachable}).to_list(None)
+    want = sorted(
+        (
+            d
+            for d in everything
+            if d["platform"] == "svc" and (d["status"] != "pending" or d.get("approval") == "pending")
+        ),
+        key=lambda d: d["createdAt"],
+        reverse=True,
+    )
+    listed = await mine(client, caller)
+    assert [item["id"] for item in listed] == [d["_id"] for d in want]
+    assert len(listed) == 4
