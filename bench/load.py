@@ -86,7 +86,8 @@ def database_pid(pid: int) -> int | None:
     """The embedded database server started by the API process."""
     for child in children(pid):
         try:
-            if b"secantus" in Path(f"/proc/{child}/cmdline").read_bytes():
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+            if b"secantus" in command or b"embedded_child" in command:
                 return child
         except OSError:
             continue
