@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from svc.core import BadRequest, Document, Forbidden, NotFound, Store, iso, utcnow
 from svc.identity import Principal
-from svc.runs import usage_by_install
+from svc.runs import find_template, usage_by_install
 from svc.templates import PLATFORM_FEE_PERCENT, is_owner
 
 MIN_CHARGE_CENTS = 50
@@ -165,12 +165,8 @@ class UsageReport:
         }
 
     async def _template(self, query: BillingQuery) -> Document:
-        lookup: Document = {"kind": "template"}
-        if query.templateId is not None:
-            lookup["_id"] = query.templateId
-        if query.templateSlug is not None:
-            lookup["slug"] = query.templateSlug
-        template = await self.store["templates"].find_one(lookup)
+        # One index-covered look-up (by id, or by slug), the rest checked in Python.
+        template = await find_template(self.store, query.templateId, query.templateSlug)
         if template is None:
             raise NotFound("Template not found")
         return template
