@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import sys
 import time
 from collections import defaultdict
@@ -36,9 +37,11 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent))
+import dbprofile  # bench/dbprofile.py
 from harness import percentile, running_service  # bench/harness.py
 
-from svc.core.embedded import free_port
+from svc.core import Store
+from svc.core.embedded import STATE_FILE, free_port, uri_for
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 
 MODEL_S = 2.0
@@ -83,7 +86,8 @@ def database_pid(pid: int) -> int | None:
     """The embedded database server started by the API process."""
     for child in children(pid):
         try:
-            if b"secantus" in Path(f"/proc/{child}/cmdline").read_bytes():
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+            if b"secantus" in command or b"embedded_child" in command:
                 return child
         except OSError:
             continue
@@ -277,11 +281,21 @@ async def main(args: argparse.Namespace) -> None:
                         else:
                             await client.call("key identity (whoami)", "GET", "/api/installs/whoami", key)
 
+                profiled = None
+                if args.db_profile:
+                    port = json.loads((service.data_dir / STATE_FILE).read_text())["port"]
+                    profiled = Store.connect(uri_for(port))
+                    await dbprofile.start(profiled)
                 cpu_before = (cpu_s(pid), cpu_s(db_pid) if db_pid else 0.0)
                 started = time.perf_counter()
                 await asyncio.gather(*(mixed(i, c) for i, c in enumerate(clients)))
                 mix_s = time.perf_counter() - started
                 cpu_after = (cpu_s(pid), cpu_s(db_pid) if db_pid else 0.0)
+                if profiled is not None:
+                    lines.append("")
+                    lines.append("database time during the mix, by command shape (profiler on):")
+                    lines += await dbprofile.report(profiled)
+                    await profiled.close()
                 lines.append("")
                 lines.append(f"mix: {args.clients} clients for {mix_s:.0f} s")
                 lines.append(HEADER)
@@ -388,4 +402,10 @@ if __name__ == "__main__":
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seed", type=int, default=2000)
     parser.add_argument("--big", action="store_true", help="also measure GET /api/runs at 20,000 runs")
+    parser.add_argument(
+        "--db-profile",
+        action="store_true",
+        help="record the database's commands during the mix and show where its time went "
+        "(bench/dbprofile.py; the profiler slows the database, so the figures are not the bench's)",
+    )
     asyncio.run(main(parser.parse_args()))

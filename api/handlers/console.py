@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+from typing import Any
+
 from aiohttp import web
 from pydantic import BaseModel, Field
 
@@ -24,7 +27,7 @@ from api.schemas import (
     TimelinePage,
 )
 from api.timeline import timeline_response
-from svc.core import NotFound, TimelineQuery
+from svc.core import NotFound, TimelineQuery, aware
 from svc.runtime import (
     MAX_DRAFT_ID,
     BulkBody,
@@ -38,6 +41,14 @@ from svc.runtime import (
 )
 
 routes = RouteTable()
+# Between the clocks that stamped an install and its first records.
+CLOCK_SLACK = timedelta(minutes=1)
+
+
+def since(install: dict[str, Any]) -> datetime | None:
+    """No record of the install is older than this: where the newest-first feeds stop looking."""
+    created = install.get("createdAt")
+    return aware(created) - CLOCK_SLACK if created is not None else None
 
 
 class RunLogQuery(BaseModel):
@@ -57,7 +68,7 @@ async def events(request: web.Request) -> web.Response:
     """The install's last 100 pipeline events, newest first."""
     svc = services(request)
     install = await svc.installs.owned(principal(request), request.match_info["id"])
-    return web.json_response({"events": await Events(svc.store).latest(install["_id"])})
+    return web.json_response({"events": await Events(svc.store).latest(install["_id"], since(install))})
 
 
 @routes.get("/api/installs/{id}/run-log", auth="K/S", query=RunLogQuery, response=RunLog)
@@ -73,7 +84,8 @@ async def list_agent_runs(request: web.Request, query: AgentRunsQuery) -> web.Re
     """The install's agent steps, newest first."""
     svc = services(request)
     install = await svc.installs.owned(principal(request), request.match_info["id"])
-    return web.json_response({"runs": await agent_runs(svc.store, install["_id"], query.limit)})
+    runs = await agent_runs(svc.store, install["_id"], query.limit, since(install))
+    return web.json_response({"runs": runs})
 
 
 @routes.post("/api/installs/{id}/cancel-run", auth="K/S", response=CancelRunReply)

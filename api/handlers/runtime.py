@@ -6,6 +6,7 @@ from aiohttp import web
 
 from api.context import principal, services
 from api.errors import error_response
+from api.handlers.console import since
 from api.routing import RouteTable
 from api.schemas import (
     HeartbeatReply,
@@ -75,7 +76,7 @@ async def security_requests(request: web.Request) -> web.Response:
     """The install's last 200 outbound agent requests, newest first."""
     svc = services(request)
     install = await svc.installs.owned(principal(request), request.match_info["id"])
-    return web.json_response({"requests": await svc.security_log.latest(install["_id"])})
+    return web.json_response({"requests": await svc.security_log.latest(install["_id"], since(install))})
 
 
 @routes.get("/api/installs/{id}/policies", auth="K/S", response=PolicyList)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from svc.core import BadRequest, Document, Forbidden, NotFound, Store, aware, iso, utcnow
 from svc.identity import Principal
-from svc.runs import usage_by_install
+from svc.runs import find_template, usage_by_install
 from svc.templates import PLATFORM_FEE_PERCENT, is_owner
 
 MIN_CHARGE_CENTS = 50
@@ -164,7 +164,9 @@ class UsageReport:
         rows: dict[str, dict[str, int]] = {}
         usage = []
         for seg_model, seg_price, low, high in price_segments(template, start, end):
-            for u in await usage_by_install(self.store, scope, low, high):
+            # A part ending now reads its current hour from the hour counter, not the runs.
+            open_end = now is None and high == end
+            for u in await usage_by_install(self.store, scope, low, high, open_end=open_end):
                 usage.append(u)
                 row = rows.setdefault(u.install_id, {"runs": 0, "tokens": 0, "amountCents": 0})
                 row["runs"] += u.runs
@@ -202,12 +204,8 @@ class UsageReport:
         }
 
     async def _template(self, query: BillingQuery) -> Document:
-        lookup: Document = {"kind": "template"}
-        if query.templateId is not None:
-            lookup["_id"] = query.templateId
-        if query.templateSlug is not None:
-            lookup["slug"] = query.templateSlug
-        template = await self.store["templates"].find_one(lookup)
+        # One index-covered look-up (by id, or by slug), the rest checked in Python.
+        template = await find_template(self.store, query.templateId, query.templateSlug)
         if template is None:
             raise NotFound("Template not found")
         return template

@@ -1,6 +1,6 @@
 """Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports."""
 
-from svc.core import counters, errors, tokens
+from svc.core import counters, errors, tokens, windows
 from svc.core.cache import TTLCache
 from svc.core.clock import aware, iso, utcnow
 from svc.core.embedded import EmbeddedMongo, NoDatabaseError, require_database
@@ -74,4 +74,5 @@ __all__ = [
     "require_database",
     "tokens",
     "utcnow",
+    "windows",
 ]

@@ -135,6 +135,8 @@ INDEXES: dict[str, list[Index]] = {
     "run_stats": [
         Index([("kind", ASCENDING), ("templateId", ASCENDING), ("start", ASCENDING)]),
         Index([("kind", ASCENDING), ("installId", ASCENDING), ("start", ASCENDING)]),
+        # Org analytics: an org's day and hour counters (without it, every counter is read).
+        Index([("kind", ASCENDING), ("owner.kind", ASCENDING), ("owner.id", ASCENDING), ("start", 1)]),
     ],
     # One invoice per install and period: the guard against charging a period twice.
     "invoices": [

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymongo import DESCENDING
-
 from svc.core import Document, Store, Vault, iso
-from svc.installs.reach import VISIBLE
+from svc.installs.reach import is_visible
 
 MAX_LISTED = 500
 
@@ -20,21 +18,24 @@ async def managed_summaries(
     memberships = await store.org_members.find({"userId": user_id}).to_list(None)
     org_ids = [m["orgId"] for m in memberships]
     orgs = {o["_id"]: o for o in await store.orgs.find({"_id": {"$in": org_ids}}).to_list(None)}
+    # One query per kind of owner, each only on the fields of the owner index: the embedded
+    # server uses an index only when it covers every field of the filter (a platform or
+    # status condition beside them made it read every install of every user). Platform
+    # and visibility are checked here, over the caller's installs only.
     owners: list[Document] = [{"owner.kind": "user", "owner.id": user_id}]
     if org_ids:
         owners.append({"owner.kind": "org", "owner.id": {"$in": org_ids}})
-    docs = (
-        await store.installs.find({"platform": {"$in": managed}, "$and": [VISIBLE, {"$or": owners}]})
-        .sort("createdAt", DESCENDING)
-        .to_list(MAX_LISTED)
-    )
+    found = [doc for owner in owners for doc in await store.installs.find(owner).to_list(None)]
+    docs = sorted(
+        (d for d in found if d.get("platform") in managed and is_visible(d)),
+        key=lambda d: d["createdAt"],
+        reverse=True,
+    )[:MAX_LISTED]
     org_secrets = await _org_secret_names(store, org_ids)
-    schedules = {
-        doc["_id"]: doc.get("nextRunAt")
-        for doc in await store["schedules"]
-        .find({"_id": {"$in": [d["_id"] for d in docs]}, "enabled": True}, {"nextRunAt": 1})
-        .to_list(None)
-    }
+    ids = [d["_id"] for d in docs]
+    # By _id alone (an `enabled` condition beside it would scan every schedule).
+    cursor = store["schedules"].find({"_id": {"$in": ids}}, {"nextRunAt": 1, "enabled": 1})
+    schedules = {d["_id"]: d.get("nextRunAt") for d in await cursor.to_list(None) if d.get("enabled") is True}
     summaries = []
     for doc in docs:
         org = orgs.get(doc["owner"]["id"]) if doc["owner"]["kind"] == "org" else None

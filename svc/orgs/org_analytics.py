@@ -53,7 +53,8 @@ class OrgAnalytics:
         # Whole days and hours come from the run counters, the edge hours from the records.
         groups: list[Document] = []
         owner = {"owner.kind": "org", "owner.id": org["_id"]}
-        for kind, low, high in run_stats.segments(start, end):
+        # A window ending now reads its current hour from the hour counters, not the runs.
+        for kind, low, high in run_stats.segments(start, end, open_end=query.to is None):
             if kind == "raw":
                 match = {**owner, "createdAt": {"$gte": low, "$lt": high}}
                 pipeline = _daily(

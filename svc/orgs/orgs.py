@@ -320,7 +320,8 @@ class Orgs:
         start, end = query.from_, query.to  # Timestamp: already UTC
         if start is not None and end is not None and start > end:
             raise BadRequest("from: must not be after to")
-        events = await self.audit.page(access.org["_id"], query.page, query.limit, start, end)
+        since = access.org.get("createdAt")  # no audit event of the org is older
+        events = await self.audit.page(access.org["_id"], query.page, query.limit, start, end, since)
         return {"events": events, "page": query.page, "limit": query.limit}
 
     async def timeline(

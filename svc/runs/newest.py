@@ -87,9 +87,14 @@ _queues: weakref.WeakKeyDictionary[Store, dict[str, _Queue]] = weakref.WeakKeyDi
 
 async def keep(store: Store, run: Document) -> None:
     """Add a new run to its template's newest runs; returns once it is stored."""
+    await keep_all(store, run["templateId"], [run])
+
+
+async def keep_all(store: Store, template_id: str, runs: list[Document]) -> None:
+    """Add new runs of one template to its newest runs; returns once they are stored."""
     queues = _queues.setdefault(store, {})
-    queue = queues.setdefault(run["templateId"], _Queue())
-    queue.pending.append(item(run))
+    queue = queues.setdefault(template_id, _Queue())
+    queue.pending += [item(run) for run in runs]
     queue.enqueued += 1
     ticket = queue.enqueued
     async with queue.lock:
@@ -97,13 +102,13 @@ async def keep(store: Store, run: Document) -> None:
             return  # an earlier holder pushed ours with its own
         items, upto, queue.pending = queue.pending, queue.enqueued, []
         try:
-            await store[COLLECTION].update_one(*_push(run["templateId"], items), upsert=True)
+            await store[COLLECTION].update_one(*_push(template_id, items), upsert=True)
         except BaseException:
             queue.pending[:0] = items  # the next holder tries them again
             raise
         queue.stored = upto
         if not queue.pending and queue.stored == queue.enqueued:
-            queues.pop(run["templateId"], None)  # nothing waits: no state kept per template
+            queues.pop(template_id, None)  # nothing waits: no state kept per template
 
 
 async def rebuild(store: Store, template_id: str) -> None:

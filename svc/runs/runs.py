@@ -16,10 +16,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
-from pymongo.errors import DuplicateKeyError
 
 from svc.core import BadRequest, Conflict, Document, NotFound, RequestBody, Store, tokens, utcnow
-from svc.runs import run_metrics, run_stats
+from svc.runs import recording
 
 RunStatus = Literal["completed", "failed"]
 
@@ -126,13 +125,9 @@ class Runs:
             "source": source,
             "createdAt": created_at or utcnow(),
         }
-        try:
-            await self.store["runs"].insert_one(doc)
-        except DuplicateKeyError:
-            return run_id, False  # the same report again
-        await run_stats.count(self.store, doc)
-        await run_metrics.recorded(self.store, doc)
-        return run_id, True
+        # Written with the reports arriving at the same time (svc/runs/recording.py); False
+        # for the same report again.
+        return run_id, await recording.add(self.store, doc)
 
     async def require_tokens(
         self, install: Document, input_tokens: int | None, output_tokens: int | None

@@ -5,9 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from pymongo import DESCENDING
-
-from svc.core import Store, iso, tokens, utcnow
+from svc.core import Store, iso, tokens, utcnow, windows
+from svc.runtime import step_tally
 
 EventType = Literal[
     "gate_triggered",
@@ -76,13 +75,11 @@ class Events:
             "createdAt": utcnow(),
         }
 
-    async def latest(self, install_id: str) -> list[dict[str, Any]]:
-        """The last 100 events, newest first."""
-        docs = (
-            await self.store["pipeline_events"]
-            .find({"installId": install_id})
-            .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
-            .to_list(FEED_LIMIT)
+    async def latest(self, install_id: str, since: datetime | None = None) -> list[dict[str, Any]]:
+        """The last 100 events, newest first, read in windows (svc/core/windows.py) back to `since`
+        (the install's creation), so the cost depends on the 100, not on the install's history."""
+        docs = await windows.newest(
+            self.store["pipeline_events"], {"installId": install_id}, FEED_LIMIT, floor=since
         )
         return [
             {
@@ -99,34 +96,27 @@ class Events:
         ]
 
     async def run_log(self, install_id: str, days: int, now: datetime | None = None) -> list[dict[str, Any]]:
-        """Per UTC day, oldest first: step_completed (ok) and step_failed (error) counts, zeros included."""
+        """Per UTC day, oldest first: step_completed (ok) and step_failed (error) counts, zeros included.
+
+        Counted incrementally (svc/runtime/step_tally.py): a request reads the events since
+        the previous one, not the whole window."""
         today = (now or utcnow()).astimezone(UTC).date()
         first = today - timedelta(days=days - 1)
         start = datetime(first.year, first.month, first.day, tzinfo=UTC)
-        counts = {first + timedelta(days=n): {"ok": 0, "error": 0} for n in range(days)}
-        cursor = self.store["pipeline_events"].find(
-            {
-                "installId": install_id,
-                "createdAt": {"$gte": start},
-                "eventType": {"$in": ["step_completed", "step_failed"]},
-            },
-            {"eventType": 1, "createdAt": 1},
-        )
-        async for doc in cursor:
-            day = doc["createdAt"].astimezone(UTC).date()
-            if day in counts:
-                counts[day]["ok" if doc["eventType"] == "step_completed" else "error"] += 1
+        counted = await step_tally.per_day(self.store, install_id, start, now or utcnow())
+        counts = {}
+        for n in range(days):
+            ok, error = counted.get(first + timedelta(days=n), (0, 0))
+            counts[first + timedelta(days=n)] = {"ok": ok, "error": error}
         return [{"date": day.isoformat(), **value} for day, value in counts.items()]
 
 
-async def agent_runs(store: Store, install_id: str, limit: int) -> list[dict[str, Any]]:
-    """The install's agent steps, newest first."""
-    docs = (
-        await store["agent_runs"]
-        .find({"installId": install_id})
-        .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
-        .to_list(limit)
-    )
+async def agent_runs(
+    store: Store, install_id: str, limit: int, since: datetime | None = None
+) -> list[dict[str, Any]]:
+    """The install's newest `limit` agent steps, newest first, read in windows back to `since`
+    (svc/core/windows.py): the cost depends on `limit`, not on the install's history."""
+    docs = await windows.newest(store["agent_runs"], {"installId": install_id}, limit, floor=since)
     return [
         {
             "id": d["_id"],

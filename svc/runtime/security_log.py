@@ -7,14 +7,14 @@ secrets substituted.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pymongo import DESCENDING
-
-from svc.core import Store, Timeline, counters, iso, tokens, utcnow
+from svc.core import Store, Timeline, counters, iso, tokens, utcnow, windows
 from svc.runs import run_stats
 
 LOG_LIMIT = 200
+KEPT_FOR = timedelta(days=30)  # the TTL index on createdAt (svc/core/store.py)
 # The reasons the agent loop writes for a judge's refusal and an egress-guard refusal.
 JUDGE_BLOCKED = "Blocked by the security judge"
 GUARD_PREFIX = "Egress guard:"
@@ -91,13 +91,19 @@ class SecurityLog:
             }
             await Timeline(self.store).record("egress", action, install_id=entry.installId, meta=meta)
 
-    async def latest(self, install_id: str) -> list[dict[str, Any]]:
-        """The last 200 entries of an install, newest first."""
-        docs = (
-            await self.store["security_requests"]
-            .find({"installId": install_id})
-            .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
-            .to_list(LOG_LIMIT)
+    async def latest(self, install_id: str, since: datetime | None = None) -> list[dict[str, Any]]:
+        """The last 200 entries of an install, newest first.
+
+        Read in windows (svc/core/windows.py) back to the later of `since` (the install's
+        creation) and the log's 30-day retention, so the cost depends on the 200, not on
+        how many requests the install made.
+        """
+        floor = utcnow() - KEPT_FOR - timedelta(days=1)  # the TTL monitor runs late, never early
+        docs = await windows.newest(
+            self.store["security_requests"],
+            {"installId": install_id},
+            LOG_LIMIT,
+            floor=max(floor, since) if since is not None else floor,
         )
         return [
             {
