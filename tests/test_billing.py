@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from svc.billing.usage import amount_cents, money, price_display, projected_monthly, split_fee
@@ -15,12 +15,15 @@ from tests.support.billing import billing, paid_install, payment_settings, self_
 
 
 @given(st.integers(min_value=0, max_value=10**12))
+@example(5)  # 0.5 cent: halves go up (half-down and half-even would give 0)
+@example(15)
+@example(25)  # half-even would give 2
 def test_fee_and_builder_share_always_add_up(total: int) -> None:
     fee, builder = split_fee(total)
     assert fee + builder == total
     assert fee >= 0 and builder >= 0
-    # The fee is 10% to the nearest cent (halves up).
-    assert abs(fee * 10 - total) <= 5
+    # The fee is 10% to the nearest cent, halves up: fee - total/10 lies in (-1/2, 1/2].
+    assert -5 < fee * 10 - total <= 5
 
 
 @given(st.integers(min_value=0, max_value=10**6), st.integers(min_value=1, max_value=10**5))
@@ -41,9 +44,12 @@ def test_free_is_free(runs: int, tokens: int) -> None:
 
 
 @given(st.integers(min_value=0, max_value=10**9), st.integers(min_value=1, max_value=365))
+@example(1, 60)  # exactly half a cent: up
+@example(3, 60)  # 1.5 cents: up to 2
 def test_projection_scales_to_thirty_days(total: int, days: int) -> None:
     projected = projected_monthly(total, days)
-    assert abs(projected * days - total * 30) <= days  # within half a cent, rounded half up
+    # Rounded half up: projected - total*30/days lies in (-1/2, 1/2].
+    assert -days < 2 * (projected * days - total * 30) <= days
 
 
 def test_displays() -> None:
