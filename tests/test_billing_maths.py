@@ -31,6 +31,7 @@ def test_per_run_is_runs_times_price(runs: int, price: int) -> None:
 @given(st.integers(min_value=0, max_value=10**9), st.integers(min_value=1, max_value=10**5))
 def test_per_k_tokens_rounds_up_to_the_next_cent(tokens: int, price: int) -> None:
     cents = amount_cents("per_k_tokens", price, 0, tokens)
+    assert type(cents) is int, "integer cents, never a float"
     assert cents * 1000 >= tokens * price
     assert (cents - 1) * 1000 < tokens * price or cents == 0
 
@@ -55,3 +56,11 @@ def test_displays() -> None:
     assert price_display("per_run", 50) == "$0.50 per run"
     assert price_display("per_k_tokens", 2) == "$0.02 per 1K tokens"
     assert price_display("free", None) == "Free"
+
+
+def test_a_paid_model_without_a_price_charges_nothing() -> None:
+    """No stored price means nothing owed (never a default price)."""
+    assert amount_cents("per_run", None, 7, 0) == 0
+    assert amount_cents("per_k_tokens", None, 0, 5000) == 0
+    assert price_display("per_run", None) == "$0.00 per run"
+    assert price_display("per_k_tokens", None) == "$0.00 per 1K tokens"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +13,14 @@ import httpx
 import pytest
 from aiohttp import web
 
-from plugins.egress import EgressDenied, EgressTransport, denial_reason, egress_client, vet
+from plugins.egress import (
+    DEFAULT_TIMEOUT,
+    EgressDenied,
+    EgressTransport,
+    denial_reason,
+    egress_client,
+    vet,
+)
 
 DENIED = [
     "127.0.0.1",
@@ -280,3 +289,109 @@ def test_the_vetted_address_is_the_one_connected_to():
         loop.close()
     assert (status, host_header) == (200, expected), "the request reached the vetted address, by name"
     assert loop.lookups == ["rebind.test"], "the name was resolved once, by the guard"
+
+
+# ---- what mutation testing found unguarded (docs/testing.md) ----------------------------------
+
+
+def test_a_refusal_names_its_reason_and_never_the_host_in_it():
+    assert EgressDenied("only a message").reason == "only a message"
+    assert EgressDenied("host.example resolves to x", "the host resolves to x").reason == (
+        "the host resolves to x"
+    )
+
+
+async def test_the_refusal_of_an_internal_host_gives_the_class_without_the_host():
+    with pytest.raises(EgressDenied) as refused:
+        await vet(RawURL("http", "127.0.0.1"), allow_private=False)  # type: ignore[arg-type]
+    assert refused.value.reason == "the host resolves to a loopback address"
+    assert str(refused.value) == "127.0.0.1 resolves to a loopback address"
+    with pytest.raises(EgressDenied) as refused:
+        await vet(httpx.URL("http:///nohost"), allow_private=False)
+    assert str(refused.value) == refused.value.reason == "the URL has no host"
+
+
+def test_an_unresolvable_host_is_refused_with_its_own_reason():
+    class NoDNS(asyncio.SelectorEventLoop):
+        async def getaddrinfo(self, host: Any, port: Any, **kw: Any) -> Any:  # type: ignore[override]
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    loop = NoDNS()
+    try:
+        with pytest.raises(EgressDenied) as refused:
+            loop.run_until_complete(vet(httpx.URL("http://nowhere.test/"), allow_private=False))
+    finally:
+        loop.close()
+    assert refused.value.reason == "the host cannot be resolved"
+    assert str(refused.value) == "cannot resolve host 'nowhere.test'"
+
+
+@pytest.mark.parametrize(("scheme", "sni"), [("https", "localhost"), ("http", None)])
+async def test_the_pinned_request_keeps_the_name_for_tls(scheme, sni):
+    """Connecting to the vetted IP, TLS still verifies (and SNI still names) the host asked for."""
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200)
+
+    transport = EgressTransport(allow_private=True, inner=httpx.MockTransport(answer))
+    await transport.handle_async_request(httpx.Request("GET", f"{scheme}://localhost/"))
+    assert ipaddress.ip_address(seen[0].url.host).is_loopback, "connected to the vetted address"
+    assert seen[0].extensions.get("sni_hostname") == sni
+
+
+def test_the_client_defaults_time_out_and_do_not_follow_redirects():
+    client = egress_client(False, headers={"X-Probe": "1"})
+    assert client.timeout == DEFAULT_TIMEOUT and client.follow_redirects is False
+    assert client.headers["X-Probe"] == "1", "other options reach the client"
+    assert egress_client(False, follow_redirects=True, timeout=5.0).follow_redirects is True
+
+
+async def test_a_certificate_the_platform_does_not_trust_is_refused(aiohttp_server, tmp_path):
+    """The guard's own transport verifies TLS: a self-signed server is refused."""
+    cert, key = self_signed(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    app = web.Application()
+    async def untrusted(request: web.Request) -> web.Response:
+        return web.Response(text="untrusted")
+
+    app.router.add_get("/", untrusted)
+    server = await aiohttp_server(app, ssl=context)
+    async with egress_client(allow_private=True) as client:
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            await client.get(f"https://localhost:{server.port}/")
+
+
+def self_signed(directory: Any) -> tuple[str, str]:
+    """A throwaway certificate and key for `localhost`, trusted by nobody."""
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return str(cert_path), str(key_path)
