@@ -11,8 +11,11 @@ import pytest
 
 from svc.runtime.policy import (
     INVALID_URL,
+    MAX_HOST_LENGTH,
+    MAX_URL_LENGTH,
     PASSTHROUGH,
     Verdict,
+    canonical_ipv4,
     compile_policy,
     evaluate,
     normalise_path,
@@ -708,3 +711,57 @@ def test_precomputed_candidates_agree_with_a_plain_evaluation(seed: int) -> None
                     verdict = evaluate(compiled, method, url)
                     expected = reference(stored, method, url)
                     assert (verdict.action, verdict.source, verdict.rule_index) == expected, (method, url)
+
+
+# ---- what mutation testing found unguarded (docs/testing.md) ----------------------------------
+
+
+def test_report_mode_is_compiled_from_the_stored_mode() -> None:
+    assert compile_policy(policy(rule())).report_only is False  # type: ignore[union-attr]
+    reported = compile_policy({**policy(rule()), "mode": "report"})
+    assert reported is not None and reported.report_only is True
+
+
+@pytest.mark.parametrize(
+    ("url", "valid"),
+    [
+        ("http://h.example:65535/", True),
+        ("http://h.example:65536/", False),
+        ("http://h.example:00080/", True),  # five digits
+        ("http://h.example:000080/", False),  # six
+        ("http://:80/", False),  # a port without a host
+        ("HTTPS://H.EXAMPLE/x", True),  # schemes and hosts compare case-insensitively
+        ("http://h.example/a\x7fb", False),  # an ASCII control character
+        ("http://h.example/caf\u00e9", True),  # printable non-ASCII is percent-encoded, not refused
+    ],
+)
+def test_url_boundaries(url: str, valid: bool) -> None:
+    assert (parse_url(url) is not None) is valid
+
+
+def test_the_url_length_limit_is_inclusive() -> None:
+    base = "http://h.example/"
+    assert parse_url(base + "a" * (MAX_URL_LENGTH - len(base))) is not None
+    assert parse_url(base + "a" * (MAX_URL_LENGTH - len(base) + 1)) is None
+
+
+def test_the_host_length_limit_is_inclusive() -> None:
+    labels = ["a" * 63, "b" * 63, "c" * 63, "d" * 58, "ex"]  # 253 characters with the dots
+    host = ".".join(labels)
+    assert len(host) == MAX_HOST_LENGTH
+    assert parse_url(f"http://{host}/") is not None
+    assert parse_url(f"http://x{host}/") is None
+
+
+@pytest.mark.parametrize("host", ["a.b.c.example.com", "x.y.example.com", "q.example.com"])
+def test_a_wildcard_matches_every_depth_of_subdomain(host: str) -> None:
+    compiled = compile_policy(policy(rule("deny", host="*.example.com"), default="allow"))
+    assert evaluate(compiled, "GET", f"http://{host}/").action == "deny"
+    deeper = compile_policy(policy(rule("deny", host="*.c.example.com"), default="allow"))
+    expected = "deny" if host.endswith(".c.example.com") else "allow"
+    assert evaluate(deeper, "GET", f"http://{host}/").action == expected
+
+
+def test_five_dotted_numbers_are_not_an_address() -> None:
+    assert canonical_ipv4("1.2.3.4.5") is None
+    assert canonical_ipv4("1.2.3.4") == "1.2.3.4"
