@@ -765,3 +765,25 @@ def test_a_wildcard_matches_every_depth_of_subdomain(host: str) -> None:
 def test_five_dotted_numbers_are_not_an_address() -> None:
     assert canonical_ipv4("1.2.3.4.5") is None
     assert canonical_ipv4("1.2.3.4") == "1.2.3.4"
+
+
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [
+        ("255.255.255.255", "255.255.255.255"),
+        ("255.1.1.1", "255.1.1.1"),
+        ("256.1.1.1", None),
+        ("1.256.1.1", None),
+        ("1.1.256.1", None),
+        ("1.1.1.256", None),
+        ("1.1.65535", "1.1.255.255"),  # the last part fills the remaining bytes
+        ("1.1.65536", None),
+        ("1.16777215", "1.255.255.255"),
+        ("1.16777216", None),
+        ("4294967295", "255.255.255.255"),
+        ("4294967296", None),
+        ("0x.1.2.3", "0.1.2.3"),  # a bare 0x is zero
+    ],
+)
+def test_ipv4_parts_are_range_checked(host: str, address: str | None) -> None:
+    assert canonical_ipv4(host) == address
