@@ -787,3 +787,37 @@ def test_five_dotted_numbers_are_not_an_address() -> None:
 )
 def test_ipv4_parts_are_range_checked(host: str, address: str | None) -> None:
     assert canonical_ipv4(host) == address
+
+
+@pytest.mark.parametrize(
+    ("url", "parsed"),
+    [
+        ("http://h.example?x=1", ("h.example", "/")),  # a query right after the authority
+        ("http://h.example#f", ("h.example", "/")),
+        ("http://h.example/a?b#c", ("h.example", "/a")),
+        ("http://h.example/a#c?d", ("h.example", "/a")),  # a '?' inside the fragment is not a query
+        ("http://u:pw@h.example/", ("h.example", "/")),
+        ("http://a@b@h.example/", ("h.example", "/")),  # the last '@' ends the userinfo
+        ("HtTp://h.example/", ("h.example", "/")),
+        ("http://h.example\\@evil.example/", None),  # a backslash in the authority: parsers disagree
+        ("http://evil.example\\.h.example/", None),
+        ("http:/h.example/", None),
+        ("http:h.example", None),
+        ("ftp://h.example/", None),
+    ],
+)
+def test_the_authority_and_path_are_split_as_a_browser_would(url: str, parsed: Any) -> None:
+    assert parse_url(url) == parsed
+
+
+def test_a_host_meets_every_wildcard_it_falls_under_in_rule_order() -> None:
+    stored = policy(
+        rule("deny", host="*.example.com"), rule("allow", host="*.c.example.com"), default="allow"
+    )
+    assert decide(stored, "http://a.c.example.com/") == ("deny", "rule", 0)
+    assert decide(stored, "http://a.b.example.com/") == ("deny", "rule", 0)
+    reordered = policy(
+        rule("allow", host="*.c.example.com"), rule("deny", host="*.example.com"), default="deny"
+    )
+    assert decide(reordered, "http://x.a.c.example.com/") == ("allow", "rule", 0)
+    assert decide(reordered, "http://x.a.b.example.com/") == ("deny", "rule", 1)
