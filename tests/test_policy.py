@@ -821,3 +821,24 @@ def test_a_host_meets_every_wildcard_it_falls_under_in_rule_order() -> None:
     )
     assert decide(reordered, "http://x.a.c.example.com/") == ("allow", "rule", 0)
     assert decide(reordered, "http://x.a.b.example.com/") == ("deny", "rule", 1)
+
+
+@pytest.mark.parametrize(
+    ("path", "normalised"),
+    [
+        ("/a%G1", None),
+        ("/a%1G", None),
+        ("/a%4", None),
+        ("/a%41%42", "/aAB"),
+        ("/%7e", "/~"),
+        ("/a%2f%2F", "/a%2F%2F"),
+    ],
+)
+def test_percent_escapes_are_checked_and_decoded_one_by_one(path: str, normalised: str | None) -> None:
+    assert normalise_path(path) == normalised
+
+
+def test_numeric_looking_last_labels() -> None:
+    assert parse_url("http://a.0xg/") == ("a.0xg", "/")  # not hex after 0x: a name
+    assert parse_url("http://a.0x1f/") is None  # a number as the last label: not a name
+    assert canonical_ipv4("1.2.3.4.0") is None
