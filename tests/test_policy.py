@@ -842,3 +842,9 @@ def test_numeric_looking_last_labels() -> None:
     assert parse_url("http://a.0xg/") == ("a.0xg", "/")  # not hex after 0x: a name
     assert parse_url("http://a.0x1f/") is None  # a number as the last label: not a name
     assert canonical_ipv4("1.2.3.4.0") is None
+
+
+def test_a_rule_prefix_keeps_a_bad_escape_as_a_literal_percent() -> None:
+    """Rule prefixes are normalised leniently: a bad escape is the text `%25`, and the rest is kept."""
+    assert normalise_path("/a%zzb%41", lenient=True) == "/a%25zzbA"
+    assert normalise_path("/a%zzb%41") is None
