@@ -848,3 +848,23 @@ def test_a_rule_prefix_keeps_a_bad_escape_as_a_literal_percent() -> None:
     """Rule prefixes are normalised leniently: a bad escape is the text `%25`, and the rest is kept."""
     assert normalise_path("/a%zzb%41", lenient=True) == "/a%25zzbA"
     assert normalise_path("/a%zzb%41") is None
+
+
+@pytest.mark.parametrize(
+    ("url", "parsed"),
+    [
+        ("http://h.example/a\u00a0b", ("h.example", "/a%C2%A0b")),  # non-ASCII, not printable: encoded
+        ("http://h.example/a\u2028b", ("h.example", "/a%E2%80%A8b")),
+        ("HTTP://h.example:8080/x", ("h.example", "/x")),  # the scheme's colon, not the port's
+        ("http://h.example/a?b?c", ("h.example", "/a")),  # the first '?' starts the query
+        ("http://h.example/a#b#c", ("h.example", "/a")),  # the first '#' starts the fragment
+        ("http://h.example/a\\b", ("h.example", "/a%5Cb")),  # a backslash in the path is encoded
+        ("http://h.example/?q=a\\b", ("h.example", "/")),  # and in the query ignored
+        ("http://h.example/a b", ("h.example", "/a%20b")),
+        ("http://h.example/a\"b", ("h.example", "/a%22b")),
+        ("http://h.example/%7e", ("h.example", "/~")),
+        ("http://h.example/caf\u00e9", ("h.example", "/caf%C3%A9")),
+    ],
+)
+def test_paths_outside_the_fast_path_are_normalised(url: str, parsed: Any) -> None:
+    assert parse_url(url) == parsed
