@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: install serve test lint bench clean
+.PHONY: install serve test lint bench mutate clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3" >&2; exit 1; }
@@ -21,10 +21,21 @@ install: $(STAMP)
 serve: install
 	$(BIN)/svc serve --host $(HOST) --port $(PORT)
 
+# Tests run in a random order (pytest-randomly; the seed is printed first): rerun one order with
+# `make test SEED=1234`, or turn it off while debugging with `-p no:randomly`.
+SEED ?=
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -p randomly $(if $(SEED),--randomly-seed=$(SEED),)
+
+# Mutation testing of the modules that decide money, access and egress, each against its fast
+# tests ([tool.mutmut] in pyproject.toml; survivors and their verdicts in docs/testing.md).
+# Two workers; `make mutate MUTANTS='plugins.egress*'` runs one module's slice.
+MUTANTS ?=
+mutate: install
+	$(BIN)/mutmut run --max-children 2 $(MUTANTS)
+	$(BIN)/mutmut results
 
 lint: install
 	$(BIN)/ruff check .
@@ -36,4 +47,4 @@ bench: install
 	$(BIN)/python bench/pages.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache mutants

@@ -12,12 +12,12 @@ then killed so that it does not outlive the run either.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 
 import pytest
 
 from svc.core.processes import MARKER_VARIABLE, ProcessInfo, marked_processes, processes_using
+from tests.support.waiting import wait_until_sync
 
 MARKER = pytest.StashKey[str]()
 
@@ -50,10 +50,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if MARKER not in session.config.stash:
         return
     grace_s = float(session.config.getini("leftover_grace_seconds"))
-    deadline = time.monotonic() + grace_s
     left = leftovers(session)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.2)
+    if left:  # slow exits get the grace period, re-checked until nothing is left
+        wait_until_sync(lambda: not leftovers(session), grace_s, interval_s=0.2)
         left = leftovers(session)
     if not left:
         return

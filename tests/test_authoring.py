@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
 from config.catalogue import UPSTREAM
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 from tests.support.accounts import bearer, create_key, signup
+from tests.support.waiting import wait_until
 
 VALID = {
     "version": "v1",
@@ -120,10 +120,7 @@ async def test_a_client_leaving_cancels_the_upstream_request(aiohttp_server, mak
     first = await response.content.readline()
     assert first.startswith(b"data: ")
     response.close()
-    for _ in range(100):
-        if upstream.streams_abandoned:
-            break
-        await asyncio.sleep(0.05)
+    await wait_until(lambda: upstream.streams_abandoned, timeout_s=30)
     assert upstream.streams_abandoned == 1 and upstream.streams_finished == 0
 
 

@@ -1,58 +1,11 @@
-"""GET /api/billing over HTTP, and the billing maths' invariants (property-based)."""
+"""GET /api/billing over HTTP (the maths' invariants: tests/test_billing_maths.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given
-from hypothesis import strategies as st
-
-from svc.billing.usage import amount_cents, money, price_display, projected_monthly, split_fee
 from tests.support.accounts import create_key, signup
 from tests.support.billing import billing, paid_install, payment_settings, self_report
-
-# ---- the maths ---------------------------------------------------------------------------
-
-
-@given(st.integers(min_value=0, max_value=10**12))
-def test_fee_and_builder_share_always_add_up(total: int) -> None:
-    fee, builder = split_fee(total)
-    assert fee + builder == total
-    assert fee >= 0 and builder >= 0
-    # The fee is 10% to the nearest cent (halves up).
-    assert abs(fee * 10 - total) <= 5
-
-
-@given(st.integers(min_value=0, max_value=10**6), st.integers(min_value=1, max_value=10**5))
-def test_per_run_is_runs_times_price(runs: int, price: int) -> None:
-    assert amount_cents("per_run", price, runs, 0) == runs * price
-
-
-@given(st.integers(min_value=0, max_value=10**9), st.integers(min_value=1, max_value=10**5))
-def test_per_k_tokens_rounds_up_to_the_next_cent(tokens: int, price: int) -> None:
-    cents = amount_cents("per_k_tokens", price, 0, tokens)
-    assert cents * 1000 >= tokens * price
-    assert (cents - 1) * 1000 < tokens * price or cents == 0
-
-
-@given(st.integers(min_value=0, max_value=10**6), st.integers(min_value=0, max_value=10**9))
-def test_free_is_free(runs: int, tokens: int) -> None:
-    assert amount_cents("free", None, runs, tokens) == 0
-
-
-@given(st.integers(min_value=0, max_value=10**9), st.integers(min_value=1, max_value=365))
-def test_projection_scales_to_thirty_days(total: int, days: int) -> None:
-    projected = projected_monthly(total, days)
-    assert abs(projected * days - total * 30) <= days  # within half a cent, rounded half up
-
-
-def test_displays() -> None:
-    assert money(0) == "$0.00"
-    assert money(123456) == "$1,234.56"
-    assert price_display("per_run", 50) == "$0.50 per run"
-    assert price_display("per_k_tokens", 2) == "$0.02 per 1K tokens"
-    assert price_display("free", None) == "Free"
-
 
 # ---- GET /api/billing ----------------------------------------------------------------------
 

@@ -7,8 +7,12 @@ The job's tick is driven directly with explicit times (the scheduler actor calls
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import pytest
+import time_machine
 
 from api.context import SERVICES
 from svc.jobs import BILLING, LEASE, Jobs
@@ -21,6 +25,7 @@ from tests.support.billing import (
     self_report,
     start_fake_stripe,
 )
+from tests.support.waiting import eventually
 
 
 def first_of_next_month(moment: datetime) -> datetime:
@@ -29,8 +34,17 @@ def first_of_next_month(moment: datetime) -> datetime:
     )
 
 
-# Runs are reported now, so the cycle that bills them ends on the next 1st.
-CYCLE_END = first_of_next_month(datetime.now(UTC))
+# Each test runs on a clock moved to the middle of a month (time-machine, ticking), so the cycle
+# that bills its runs ends on the next 1st whatever the wall clock says: a suite that runs
+# across midnight at a month's end gets the same cycle as any other.
+NOW = first_of_next_month(datetime.now(UTC)).replace(day=15, hour=12)
+CYCLE_END = first_of_next_month(NOW)
+
+
+@pytest.fixture(autouse=True)
+def mid_month() -> Iterator[None]:
+    with time_machine.travel(NOW, tick=True):
+        yield
 
 
 def jobs_of(client: Any, cron: str = "0 0 1 * *") -> Jobs:
@@ -107,11 +121,7 @@ async def test_a_crash_mid_cycle_is_resumed_without_charging_twice(
     started = CYCLE_END + timedelta(seconds=30)
     cycle = asyncio.create_task(jobs.tick(started))
     # The provider takes the second charge and never answers: the scheduler dies waiting.
-    for _ in range(200):
-        if len(fake.payment_intents) == 2:
-            break
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.1)
+    await eventually(lambda: len(fake.payment_intents) == 2, "the second charge to reach the provider")
     cycle.cancel()
     await asyncio.gather(cycle, return_exceptions=True)
     invoices = app_store(client)["invoices"]

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from tests.support.accounts import bearer, create_key
 from tests.support.runtime import managed_client, member, svc_install
+from tests.support.waiting import eventually
 
 
 async def test_feeds_after_a_run(make_client, aiohttp_server, store):
@@ -80,11 +81,9 @@ async def test_cancel_run_during_a_slow_step(make_client, aiohttp_server, store)
     running = asyncio.ensure_future(
         client.post(f"/api/installs/{install_id}/run", json={"task": "slow"}, headers=key)
     )
-    for _ in range(300):
-        if await store["pipeline_runs"].count_documents({"installId": install_id, "status": "running"}):
-            break
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.3)  # let the step start its model call
+    running_runs = {"installId": install_id, "status": "running"}
+    await eventually(lambda: store["pipeline_runs"].count_documents(running_runs), "the run to start")
+    await eventually(lambda: llm.requests, "the step's model call")  # the step is inside it now
     cancelled = await client.post(f"/api/installs/{install_id}/cancel-run", headers=key)
     assert cancelled.status == 200, await cancelled.text()
     body = await cancelled.json()

@@ -23,6 +23,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.support.waiting import wait_until
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 DEADLINE_S = 90.0
 
@@ -146,14 +148,17 @@ async def test_docs_renders_in_chromium_without_errors_or_refusals(client: Any, 
         for domain in ("Page", "Runtime", "Log"):
             await page.send(f"{domain}.enable")
         await page.send("Page.navigate", url=str(client.server.make_url("/docs")))
-        deadline = asyncio.get_running_loop().time() + DEADLINE_S
         rendered = 0
-        while rendered != tags and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.2)
+
+        async def all_rendered() -> bool:
+            nonlocal rendered
             result = await page.send(
                 "Runtime.evaluate", expression="document.querySelectorAll('[data-tag]').length"
             )
             rendered = result["result"].get("value", 0)
+            return bool(rendered == tags)
+
+        await wait_until(all_rendered, timeout_s=DEADLINE_S, interval_s=0.2)
         assert rendered == tags, f"{rendered} of {tags} tags rendered; {page.problems()}"
         # A refused inline script or style, or a blocked fetch, is logged at error level.
         assert page.problems() == []

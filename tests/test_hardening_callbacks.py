@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 
 from aiohttp import web
 
 from svc.runtime.callbacks import sign
 from tests.support.accounts import app_store, signup
 from tests.support.runtime import member, provider_settings, start_llm, svc_install
+from tests.support.waiting import wait_until
 
 
 async def make(make_client, aiohttp_server):
@@ -18,16 +17,6 @@ async def make(make_client, aiohttp_server):
     llm, url = await start_llm(aiohttp_server)
     client = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
     return client, llm
-
-
-async def wait_for(predicate, timeout_s: float = 30.0) -> bool:
-    """Poll until the predicate holds or the deadline passes."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(0.1)
-    return False
 
 
 async def test_the_callback_secret_is_separate_shown_once_and_rotatable(make_client, aiohttp_server, store):
@@ -52,7 +41,7 @@ async def test_the_callback_secret_is_separate_shown_once_and_rotatable(make_cli
             f"/api/webhook/{token}", json={"inputText": "go", "callbackUrl": str(server.make_url("/hook"))}
         )
         assert answer.status == 200, await answer.text()
-        assert await wait_for(lambda: len(received) > count)
+        assert await wait_until(lambda: len(received) > count, timeout_s=30)
         return received[-1]
 
     # Before a secret is made, callbacks are unsigned (never keyed by the token).

@@ -6,10 +6,8 @@ ciphertext only (the spec's "stored encrypted" / "only its hash"); none is kept 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import time
 from pathlib import Path
 
 import ray
@@ -21,16 +19,7 @@ from tests.support.accounts import app_store, bearer, create_key, signup
 from tests.support.orgs import LINK, create_org, make_pro, send
 from tests.support.runtime import member, provider_settings, start_llm
 from tests.support.templates import publish_template
-
-
-async def wait_until(predicate, timeout_s: float = 60.0) -> bool:
-    """Poll the async predicate until it holds or the deadline passes."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.1)
-    return False
+from tests.support.waiting import wait_until
 
 
 def ray_log_text() -> str:
@@ -109,7 +98,7 @@ async def test_no_secret_in_any_log_line_or_stored_document(make_client, aiohttp
             headers=bearer(scoped),
         )
         assert fired.status == 200, await fired.text()
-        assert await wait_until(lambda: asyncio.sleep(0, result=bool(received)))
+        assert await wait_until(lambda: received)
         await client.get("/api/auth/key-identity", headers=bearer(org_key))
         await client.post(f"/api/webhook/{webhook_token}x", json={"inputText": "typo"})
 

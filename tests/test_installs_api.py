@@ -9,10 +9,8 @@ import json
 from typing import Any
 
 import pytest
-from cryptography.fernet import Fernet
 
 from svc.core import tokens
-from svc.core.clock import utcnow
 from tests.fakes.orch_b import FakeOrchB
 from tests.support.accounts import bearer, create_key
 from tests.support.installs import (
@@ -30,6 +28,7 @@ from tests.support.installs import (
     summary,
     team_definition,
 )
+from tests.support.orgs import create_org, join, make_pro, ok, org_key, send
 from tests.support.templates import create_template, release, user_with_key
 
 LIST_FIELDS = {
@@ -259,37 +258,21 @@ async def test_delete_svc_install_cancels_it_and_removes_its_tokens(make_client,
     assert set(await response.json()) == {"error"}
 
 
-async def seed_org_with_key(store: Any, secret_key: str, member_id: str) -> str:
-    """An org with one member and an org key (no HTTP endpoint creates these yet); the raw key."""
-    await store.orgs.insert_one({"_id": "org-1", "name": "Acme Org", "slug": "acme-org"})
-    await store.org_members.insert_one({"_id": "m-1", "orgId": "org-1", "userId": member_id})
-    raw = tokens.new_api_key()
-    await store.api_keys.insert_one(
-        {
-            "_id": "org-key-1",
-            "keyHash": tokens.digest(raw),
-            "keyEncrypted": Fernet(secret_key.encode()).encrypt(raw.encode()).decode(),
-            "userId": None,
-            "orgId": "org-1",
-            "label": "org",
-            "installId": None,
-            "createdAt": utcnow(),
-        }
-    )
-    return raw
-
-
-async def test_managed_installs_reach_members_through_their_org(make_client, store, secret_key):
+async def test_managed_installs_reach_members_through_their_org(make_client):
     client = await make_client(rate_limit_multiplier=None)
-    member, _ = await user_with_key(client)
+    owner, _ = await user_with_key(client)
     outsider, _ = await user_with_key(client)
-    org_key = await seed_org_with_key(store, secret_key, member.id)
-    template = await published_team(client, org_key, name="Org Pipeline")
-    install_id = (await managed_install(client, org_key, template["id"], tone="warm"))["installId"]
-    await store["org_secrets"].insert_one({"_id": "os-1", "orgId": "org-1", "key": "CRM_KEY"})
+    org = await create_org(client, owner, "Acme Org")
+    member = await join(client, owner, org["slug"])
+    await make_pro(client, org["id"])  # org secrets are a Pro feature
+    key = await org_key(client, owner, org["slug"])
+    template = await published_team(client, key, name="Org Pipeline")
+    install_id = (await managed_install(client, key, template["id"], tone="warm"))["installId"]
+    secret = {"key": "CRM_KEY", "value": "crm-value"}
+    await ok(await send(client, owner, "POST", f"/api/orgs/{org['slug']}/secrets", secret))
 
     item = await summary(client, member, install_id)
-    assert (item["name"], item["pipelineName"], item["orgSlug"]) == ("Acme Org", "Org Pipeline", "acme-org")
+    assert (item["name"], item["pipelineName"], item["orgSlug"]) == ("Acme Org", "Org Pipeline", org["slug"])
     assert item["currentVariables"] == {"tone": "warm"} and item["missingVariables"] == ["company"]
     assert item["missingSecrets"] == ["API_TOKEN"]  # CRM_KEY is held by the org
     assert item["webhookToken"]

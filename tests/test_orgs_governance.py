@@ -167,6 +167,21 @@ async def test_waiting_installs_are_approved_when_the_plan_lapses(make_client, a
     await last_mail(client, w.admin.email, "org_approval_decided")
 
 
+async def test_waiting_installs_keep_waiting_while_the_payment_is_past_due(make_client, aiohttp_server):
+    """Issue #23: `past_due` is a payment retry, not the end of the plan; only the end approves."""
+    client, w, key, _ = await governed(make_client, aiohttp_server)
+    template = await published_team(client, key, name="Retrying")
+    install_id = (await managed_install(client, key, template["id"], company="Acme", tone="dry"))["installId"]
+    await make_pro(client, w.org["id"], status="past_due")  # the provider retries the payment
+    assert [i["status"] for i in await list_installs(client, key)] == ["pending"]
+    approvals = await app_store(client)["org_approvals"].find({"installId": install_id}).to_list(None)
+    assert [a["status"] for a in approvals] == ["pending"]
+    assert "approval.approved" not in [e["action"] for e in await audit_actions(client, w.org["id"])]
+    await make_pro(client, w.org["id"], status="active")  # the retry succeeded: still governed
+    (approval,) = (await ok(await send(client, w.owner, "GET", f"{w.base}/approvals")))["approvals"]
+    assert approval["status"] == "pending"
+
+
 async def test_a_rejected_install_on_a_platform_is_removed_upstream(make_client, aiohttp_server, monkeypatch):
     fake = await start_fake_orch_b(aiohttp_server, monkeypatch)
     client, w, key, _ = await governed(make_client, aiohttp_server)

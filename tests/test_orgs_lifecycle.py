@@ -14,7 +14,17 @@ from svc.core.clock import utcnow
 from svc.core.store import Store
 from tests.support.accounts import app_store, bearer, create_key, signup
 from tests.support.installs import list_installs, managed_install, published_team
-from tests.support.orgs import audit_actions, create_org, invite, make_pro, ok, org_key, send, world
+from tests.support.orgs import (
+    audit_actions,
+    create_org,
+    invite,
+    join,
+    make_pro,
+    ok,
+    org_key,
+    send,
+    world,
+)
 from tests.support.templates import create_template, patch
 
 
@@ -61,6 +71,34 @@ async def test_delete_reverts_templates_and_removes_everything_reachable(make_cl
         assert (await ok(await send(client, caller, "GET", "/api/orgs/mine")))["orgs"] == []
     # The slug is free again.
     assert (await create_org(client, w.owner, w.org["name"]))["slug"] == w.slug
+
+
+async def test_delete_hands_each_install_to_its_deployer_while_still_a_member(make_client):
+    """Issue #23: an install goes back to the member who deployed it; a former member's goes to
+    the owner (removing the hand-back loop in `Removal.hand_back` makes this fail)."""
+    client = await make_client(rate_limit_multiplier=None)
+    w = await world(client)
+    leaver = await join(client, w.owner, w.slug, "admin", name="Lee Leaver")
+    template = await published_team(client, await create_key(client, w.owner), name="Shared Team")
+    key = await org_key(client, w.admin, w.slug)
+    stays = await managed_install(client, key, template["id"])
+    gone = await managed_install(client, key, template["id"])
+    # No route records a deployer on an org's install yet (an org key acts as the org: docs/orgs.md),
+    # so the deployers are written here as `Installs.create` writes them for a user's key.
+    store = app_store(client)
+    for install, deployer in ((stays, w.admin), (gone, leaver)):
+        await store.installs.update_one({"_id": install["installId"]}, {"$set": {"deployedBy": deployer.id}})
+    await ok(await send(client, leaver, "DELETE", f"{w.base}/members/{leaver.id}"))
+
+    assert await ok(await send(client, w.owner, "DELETE", w.base)) == {"ok": True}
+    owners = {
+        doc["_id"]: doc["owner"]
+        async for doc in store.installs.find({"_id": {"$in": [stays["installId"], gone["installId"]]}})
+    }
+    assert owners == {
+        stays["installId"]: {"kind": "user", "id": w.admin.id},
+        gone["installId"]: {"kind": "user", "id": w.owner.id},
+    }
 
 
 async def test_an_org_marked_deleting_is_unreachable(make_client):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -26,6 +25,7 @@ import pytest
 
 from api.app import create_app
 from scripts.paperclip import Paperclip, PaperclipUnavailable, free_port, install_reporter
+from tests.support import waiting
 from tests.support.accounts import bearer, create_key, signup
 from tests.support.runtime import provider_settings, start_llm
 from tests.support.templates import publish_template
@@ -92,13 +92,7 @@ def paperclip(svc_port: int) -> Iterator[Paperclip]:
 
 async def eventually(check: Callable[[], Awaitable[Any]], what: str) -> Any:
     """Poll `check` until it returns something truthy (with a deadline, never a fixed wait)."""
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        value = await check()
-        if value:
-            return value
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+    return await waiting.eventually(check, what, timeout_s=DEADLINE_S, interval_s=0.5)
 
 
 class Upstream:

@@ -9,7 +9,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import time_machine
 
+from svc.billing.leases import CLAIM_LEASE
+from svc.core.clock import utcnow
 from tests.fakes.stripe import reverse_transfer, start_subscription
 from tests.support.accounts import app_store, signup
 from tests.support.billing import charge_cycle, paid_install, payment_settings, post_event, start_fake_stripe
@@ -309,3 +312,36 @@ async def test_an_org_stored_before_the_provider_status_was_kept_is_not_blocked(
     assert fake.subscriptions[subscription["id"]]["status"] == "active"
     org = await app_store(client).orgs.find_one({"_id": w.org["id"]})
     assert (org["plan"], org["paySubscriptionId"]) == ("pro", subscription["id"])
+
+
+@pytest.mark.parametrize("switch", ["transfers_down", "drop_transfer_answers"])
+async def test_a_failed_or_unknown_payout_transfer_is_retried_with_the_same_key(
+    make_client: Any, aiohttp_server: Any, switch: str
+) -> None:
+    """Issue #23: a transfer the provider failed (5xx) or whose answer was lost stays `transferring`
+    and is retried after the claim's lease with the same idempotency key, so it moves money once."""
+    from api.context import SERVICES
+
+    fake = await start_fake_stripe(aiohttp_server)
+    client = await make_client(**payment_settings(fake))
+    deal, invoice = await held_invoice(client, fake)
+    account_id = await onboard(client, fake, deal.builder)
+    if switch == "transfers_down":
+        fake.transfers_down = True
+    else:
+        fake.drop_transfer_answers = 3  # the SDK's two retries are lost as well
+    await deliver(client, fake, "account.updated", fake.accounts[account_id])
+    stored = await app_store(client)["invoices"].find_one({"_id": invoice["_id"]})
+    assert stored["payout"] == "transferring"
+    assert len(fake.transfers) == (0 if switch == "transfers_down" else 1)
+    charges = client.server.app[SERVICES].charges
+    assert await charges.pay_out_held() == 0  # within the lease: the claim is still someone's
+
+    fake.transfers_down = False
+    with time_machine.travel(utcnow() + CLAIM_LEASE + timedelta(minutes=1)):
+        assert await charges.pay_out_held() == 1
+    stored = await app_store(client)["invoices"].find_one({"_id": invoice["_id"]})
+    [transfer] = fake.transfers.values()
+    assert (stored["payout"], stored["transferId"]) == ("routed", transfer["id"])
+    keys = {key for path, key in fake.keys if path == "/v1/transfers"}
+    assert keys == {f"svc-payout:{invoice['_id']}"}

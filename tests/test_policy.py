@@ -11,8 +11,11 @@ import pytest
 
 from svc.runtime.policy import (
     INVALID_URL,
+    MAX_HOST_LENGTH,
+    MAX_URL_LENGTH,
     PASSTHROUGH,
     Verdict,
+    canonical_ipv4,
     compile_policy,
     evaluate,
     normalise_path,
@@ -708,3 +711,160 @@ def test_precomputed_candidates_agree_with_a_plain_evaluation(seed: int) -> None
                     verdict = evaluate(compiled, method, url)
                     expected = reference(stored, method, url)
                     assert (verdict.action, verdict.source, verdict.rule_index) == expected, (method, url)
+
+
+# ---- what mutation testing found unguarded (docs/testing.md) ----------------------------------
+
+
+def test_report_mode_is_compiled_from_the_stored_mode() -> None:
+    assert compile_policy(policy(rule())).report_only is False  # type: ignore[union-attr]
+    reported = compile_policy({**policy(rule()), "mode": "report"})
+    assert reported is not None and reported.report_only is True
+
+
+@pytest.mark.parametrize(
+    ("url", "valid"),
+    [
+        ("http://h.example:65535/", True),
+        ("http://h.example:65536/", False),
+        ("http://h.example:00080/", True),  # five digits
+        ("http://h.example:000080/", False),  # six
+        ("http://:80/", False),  # a port without a host
+        ("HTTPS://H.EXAMPLE/x", True),  # schemes and hosts compare case-insensitively
+        ("http://h.example/a\x7fb", False),  # an ASCII control character
+        ("http://h.example/caf\u00e9", True),  # printable non-ASCII is percent-encoded, not refused
+    ],
+)
+def test_url_boundaries(url: str, valid: bool) -> None:
+    assert (parse_url(url) is not None) is valid
+
+
+def test_the_url_length_limit_is_inclusive() -> None:
+    base = "http://h.example/"
+    assert parse_url(base + "a" * (MAX_URL_LENGTH - len(base))) is not None
+    assert parse_url(base + "a" * (MAX_URL_LENGTH - len(base) + 1)) is None
+
+
+def test_the_host_length_limit_is_inclusive() -> None:
+    labels = ["a" * 63, "b" * 63, "c" * 63, "d" * 58, "ex"]  # 253 characters with the dots
+    host = ".".join(labels)
+    assert len(host) == MAX_HOST_LENGTH
+    assert parse_url(f"http://{host}/") is not None
+    assert parse_url(f"http://x{host}/") is None
+
+
+@pytest.mark.parametrize("host", ["a.b.c.example.com", "x.y.example.com", "q.example.com"])
+def test_a_wildcard_matches_every_depth_of_subdomain(host: str) -> None:
+    compiled = compile_policy(policy(rule("deny", host="*.example.com"), default="allow"))
+    assert evaluate(compiled, "GET", f"http://{host}/").action == "deny"
+    deeper = compile_policy(policy(rule("deny", host="*.c.example.com"), default="allow"))
+    expected = "deny" if host.endswith(".c.example.com") else "allow"
+    assert evaluate(deeper, "GET", f"http://{host}/").action == expected
+
+
+def test_five_dotted_numbers_are_not_an_address() -> None:
+    assert canonical_ipv4("1.2.3.4.5") is None
+    assert canonical_ipv4("1.2.3.4") == "1.2.3.4"
+
+
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [
+        ("255.255.255.255", "255.255.255.255"),
+        ("255.1.1.1", "255.1.1.1"),
+        ("256.1.1.1", None),
+        ("1.256.1.1", None),
+        ("1.1.256.1", None),
+        ("1.1.1.256", None),
+        ("1.1.65535", "1.1.255.255"),  # the last part fills the remaining bytes
+        ("1.1.65536", None),
+        ("1.16777215", "1.255.255.255"),
+        ("1.16777216", None),
+        ("4294967295", "255.255.255.255"),
+        ("4294967296", None),
+        ("0x.1.2.3", "0.1.2.3"),  # a bare 0x is zero
+    ],
+)
+def test_ipv4_parts_are_range_checked(host: str, address: str | None) -> None:
+    assert canonical_ipv4(host) == address
+
+
+@pytest.mark.parametrize(
+    ("url", "parsed"),
+    [
+        ("http://h.example?x=1", ("h.example", "/")),  # a query right after the authority
+        ("http://h.example#f", ("h.example", "/")),
+        ("http://h.example/a?b#c", ("h.example", "/a")),
+        ("http://h.example/a#c?d", ("h.example", "/a")),  # a '?' inside the fragment is not a query
+        ("http://u:pw@h.example/", ("h.example", "/")),
+        ("http://a@b@h.example/", ("h.example", "/")),  # the last '@' ends the userinfo
+        ("HtTp://h.example/", ("h.example", "/")),
+        ("http://h.example\\@evil.example/", None),  # a backslash in the authority: parsers disagree
+        ("http://evil.example\\.h.example/", None),
+        ("http:/h.example/", None),
+        ("http:h.example", None),
+        ("ftp://h.example/", None),
+    ],
+)
+def test_the_authority_and_path_are_split_as_a_browser_would(url: str, parsed: Any) -> None:
+    assert parse_url(url) == parsed
+
+
+def test_a_host_meets_every_wildcard_it_falls_under_in_rule_order() -> None:
+    stored = policy(
+        rule("deny", host="*.example.com"), rule("allow", host="*.c.example.com"), default="allow"
+    )
+    assert decide(stored, "http://a.c.example.com/") == ("deny", "rule", 0)
+    assert decide(stored, "http://a.b.example.com/") == ("deny", "rule", 0)
+    reordered = policy(
+        rule("allow", host="*.c.example.com"), rule("deny", host="*.example.com"), default="deny"
+    )
+    assert decide(reordered, "http://x.a.c.example.com/") == ("allow", "rule", 0)
+    assert decide(reordered, "http://x.a.b.example.com/") == ("deny", "rule", 1)
+
+
+@pytest.mark.parametrize(
+    ("path", "normalised"),
+    [
+        ("/a%G1", None),
+        ("/a%1G", None),
+        ("/a%4", None),
+        ("/a%41%42", "/aAB"),
+        ("/%7e", "/~"),
+        ("/a%2f%2F", "/a%2F%2F"),
+    ],
+)
+def test_percent_escapes_are_checked_and_decoded_one_by_one(path: str, normalised: str | None) -> None:
+    assert normalise_path(path) == normalised
+
+
+def test_numeric_looking_last_labels() -> None:
+    assert parse_url("http://a.0xg/") == ("a.0xg", "/")  # not hex after 0x: a name
+    assert parse_url("http://a.0x1f/") is None  # a number as the last label: not a name
+    assert canonical_ipv4("1.2.3.4.0") is None
+
+
+def test_a_rule_prefix_keeps_a_bad_escape_as_a_literal_percent() -> None:
+    """Rule prefixes are normalised leniently: a bad escape is the text `%25`, and the rest is kept."""
+    assert normalise_path("/a%zzb%41", lenient=True) == "/a%25zzbA"
+    assert normalise_path("/a%zzb%41") is None
+
+
+@pytest.mark.parametrize(
+    ("url", "parsed"),
+    [
+        ("http://h.example/a\u00a0b", ("h.example", "/a%C2%A0b")),  # non-ASCII, not printable: encoded
+        ("http://h.example/a\u2028b", ("h.example", "/a%E2%80%A8b")),
+        ("HTTP://h.example:8080/x", ("h.example", "/x")),  # the scheme's colon, not the port's
+        ("http://h.example/a?b?c", ("h.example", "/a")),  # the first '?' starts the query
+        ("http://h.example/a#b#c", ("h.example", "/a")),  # the first '#' starts the fragment
+        ("http://h.example/a\\b", ("h.example", "/a%5Cb")),  # a backslash in the path is encoded
+        ("http://h.example/?q=a\\b", ("h.example", "/")),  # and in the query ignored
+        ("http://h.example/a b", ("h.example", "/a%20b")),
+        ("http://h.example/a\"b", ("h.example", "/a%22b")),
+        ("http://h.example/%7e", ("h.example", "/~")),
+        ("http://h.example/caf\u00e9", ("h.example", "/caf%C3%A9")),
+    ],
+)
+def test_paths_outside_the_fast_path_are_normalised(url: str, parsed: Any) -> None:
+    assert parse_url(url) == parsed

@@ -177,7 +177,7 @@ async def test_orch_b_is_exempt_from_the_token_rule(client, aiohttp_server, monk
     assert run["inputTokens"] is None and run["outputTokens"] is None
 
 
-async def test_self_report_follows_the_token_rule(client):
+async def test_self_report_follows_the_token_rule(client, store):
     _, key = await user_with_key(client)
     template = await paid_template(client, key, "per_k_tokens")
     response = await client.post(
@@ -193,6 +193,10 @@ async def test_self_report_follows_the_token_rule(client):
     again = await client.post(url, json=body, headers=bearer(key))
     assert first.status == again.status == 200
     assert await first.json() == await again.json() == {"ok": True, "runId": "s-1"}
+    runs = await store["runs"].find({"installId": install_id}).to_list(None)  # stored once
+    assert [(r["agentKey"], r["status"], r["inputTokens"], r["outputTokens"]) for r in runs] == [
+        ("lead", "completed", 5, 6)
+    ]
     negative = await client.post(url, json={**body, "inputTokens": -1}, headers=bearer(key))
     assert negative.status == 400
 

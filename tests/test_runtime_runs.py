@@ -219,7 +219,22 @@ async def test_internal_addresses_are_refused_unless_allowed(make_client, aiohtt
     await run(client, key, install_id)
     assert target.received == []
     log = await (await client.get(f"/api/installs/{install_id}/security/requests", headers=key)).json()
-    assert all(e["decision"] == "BLOCK" and "Egress" in e["reason"] for e in log["requests"])
+    # Both refusals are logged (an empty log must not pass), each naming the guard.
+    assert [e["decision"] for e in log["requests"]] == ["BLOCK", "BLOCK"]
+    assert all("Egress" in e["reason"] for e in log["requests"])
+
+
+async def test_internal_addresses_pass_when_allowed(make_client, aiohttp_server):
+    """The "unless allowed" half: with egress_allow_private the same call reaches the target."""
+    client, llm = await managed_client(make_client, aiohttp_server, egress_allow_private=True)
+    target = await start_target(aiohttp_server)
+    _, key, install_id = await svc_install(client, [member("lead")])
+    llm.script(tool_calls=[http_call(f"{target.base}/secret")])
+    llm.script(text="done")
+    await run(client, key, install_id)
+    assert len(target.received) == 1
+    log = await (await client.get(f"/api/installs/{install_id}/security/requests", headers=key)).json()
+    assert [e["decision"] for e in log["requests"]] == ["PASSTHROUGH"]
 
 
 async def test_policies_read_back(make_client, aiohttp_server):

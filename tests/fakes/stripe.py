@@ -19,7 +19,10 @@ waits); `fail_charges` answers 500 without charging; `charge_error` answers the 
 charges with one provider error class (`authentication_required`, `invalid_request`,
 `rate_limited`, `api_error`); `drop_charge_answers=N` charges, then drops the
 connection instead of answering, N times (the outcome is unknown to the caller);
-`fail_transfers` declines transfers as an account without funds does.
+`fail_transfers` declines transfers as an account without funds does; `transfers_down`
+answers transfers 500 without transferring; `drop_transfer_answers=N` transfers, then drops
+the connection instead of answering, N times. `keys` records each POST's path and
+`Idempotency-Key` (Stripe does not return it).
 `sign(payload)` produces a `Stripe-Signature` header for webhook tests.
 """
 
@@ -57,6 +60,8 @@ class FakeStripe:
     charge_error: str | None = None
     drop_charge_answers: int = 0
     fail_transfers: bool = False
+    transfers_down: bool = False
+    drop_transfer_answers: int = 0
     # Fields laid over every payment intent answer (an answer the API description does not allow).
     intent_answer_override: dict[str, Any] = field(default_factory=dict)
     base_url: str = ""
@@ -74,6 +79,7 @@ class FakeStripe:
     # What each checkout session was created with (Stripe does not echo most of it).
     checkout_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
+    keys: list[tuple[str, str | None]] = field(default_factory=list)
     charge_attempts: int = 0
 
     def complete_onboarding(self, account_id: str) -> None:
@@ -188,6 +194,8 @@ async def authorise(request: web.Request, handler: Any) -> web.StreamResponse:
         return _error(400, "invalid_request_error", refused[0], "parameter_unknown")
     request[PARAMS] = params
     key = request.headers.get("Idempotency-Key")
+    if request.method == "POST":
+        fake.keys.append((request.path, key))
     if request.method == "POST" and key and key in fake.idempotent:
         status, body = fake.idempotent[key]
         response: web.StreamResponse = web.json_response(
@@ -199,6 +207,11 @@ async def authorise(request: web.Request, handler: Any) -> web.StreamResponse:
         fake.drop_charge_answers -= 1
         assert request.transport is not None
         request.transport.abort()  # done (or replayed), then the connection drops: the caller cannot know
+        raise asyncio.CancelledError
+    if request.path == "/v1/transfers" and fake.drop_transfer_answers > 0:
+        fake.drop_transfer_answers -= 1
+        assert request.transport is not None
+        request.transport.abort()  # transferred (or replayed), but the answer is lost
         raise asyncio.CancelledError
     if response.headers.get("Idempotent-Replayed"):
         return response
@@ -437,6 +450,8 @@ async def create_transfer(request: web.Request) -> web.Response:
     fake, params = _fake(request), request[PARAMS]
     if params.get("destination") not in fake.accounts:
         return _error(400, "invalid_request_error", "No such destination account", "resource_missing")
+    if fake.transfers_down:
+        return _error(500, "api_error", "An error occurred with our connection to Stripe.")
     if fake.fail_transfers:
         return _error(
             400,
@@ -458,6 +473,9 @@ async def create_transfer(request: web.Request) -> web.Response:
         "reversals": {"object": "list", "data": [], "has_more": False, "url": "/v1/transfers/reversals"},
     }
     fake.transfers[transfer["id"]] = transfer
+    key = request.headers.get("Idempotency-Key")
+    if key:  # kept here too: an answer dropped on the way back still replays (as Stripe does)
+        fake.idempotent[key] = (200, transfer)
     return web.json_response(transfer)
 
 

@@ -1,34 +1,72 @@
-"""Waiting on a condition with a deadline (never a fixed sleep)."""
+"""Waiting on a condition with a deadline (never a fixed sleep).
+
+Every poll in the suite goes through here: a test waits for what it needs (a stored status,
+a request the fake received), never for a length of time. The poll interval is not a wait
+for anything; it only spaces the checks. `tests/test_no_fixed_sleeps.py` keeps `sleep(` out
+of the test modules.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+POLL_S = 0.1
+
+
+async def wait_until(
+    condition: Callable[[], Any], timeout_s: float = 60.0, interval_s: float = POLL_S
+) -> Any:
+    """Poll `condition` (plain, or returning an awaitable) until it returns something truthy;
+    that value, or None once the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            return None
+        await asyncio.sleep(interval_s)
+
+
+async def eventually(
+    condition: Callable[[], Any], what: str, timeout_s: float = 60.0, interval_s: float = POLL_S
+) -> Any:
+    """`wait_until`, failing the test with `what` when the deadline passes."""
+    value = await wait_until(condition, timeout_s, interval_s)
+    if not value:
+        raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
+    return value
+
+
+def wait_until_sync(condition: Callable[[], Any], timeout_s: float, interval_s: float = POLL_S) -> Any:
+    """`wait_until` for code outside an event loop (pytest's own hooks)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval_s)
+
 
 async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout_s: float = 60.0) -> bool:
-    """Poll `predicate` every 0.1 s until it holds (True) or the deadline passes (False)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.1)
-    return False
+    """Poll the async `predicate` until it holds (True) or the deadline passes (False)."""
+    return bool(await wait_until(predicate, timeout_s))
 
 
 async def wait_status(store: Any, run_id: str, status: str, timeout_s: float = 60.0) -> dict[str, Any]:
     """The pipeline run once it reaches `status`; AssertionError when it never does."""
-    found: dict[str, Any] = {}
 
-    async def reached() -> bool:
+    async def reached() -> dict[str, Any] | None:
         run = await store["pipeline_runs"].find_one({"_id": run_id})
-        if run is not None and run["status"] == status:
-            found.update(run)
-            return True
-        return False
+        return run if run is not None and run["status"] == status else None
 
-    if not await wait_for(reached, timeout_s):
+    found = await wait_until(reached, timeout_s)
+    if found is None:
         raise AssertionError(f"run {run_id} never reached {status}")
-    return found
+    return dict(found)

@@ -1,0 +1,55 @@
+"""Tests wait for conditions, never for lengths of time (issue #23).
+
+A `sleep(...)` in a test module is either a fixed wait (flaky on a loaded machine, slow on a
+fast one) or a hand-written poll; both belong in tests/support/waiting.py, which polls a
+condition with a deadline. Fake servers may sleep: that models a slow upstream. `sleep(0)`
+only yields to the event loop and is allowed.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TESTS = Path(__file__).parent
+ALLOWED = {
+    TESTS / "support" / "waiting.py",  # the one place that polls
+}
+# Polls with deadlines in modules that other work owns right now (runtime, lifecycle, storage);
+# they move to tests/support/waiting.py with that work. Listed so no new one can appear.
+KNOWN = {TESTS / "test_lifecycle.py": 2, TESTS / "test_storage.py": 1}
+
+
+def sleeps(path: Path) -> list[int]:
+    """Lines of `sleep(...)` / `x.sleep(...)` calls whose first argument is not the literal 0."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name != "sleep":
+            continue
+        first = node.args[0] if node.args else None
+        if isinstance(first, ast.Constant) and first.value == 0:
+            continue
+        found.append(node.lineno)
+    return found
+
+
+def test_no_test_module_sleeps_to_synchronise() -> None:
+    modules = [p for p in TESTS.rglob("*.py") if "fakes" not in p.relative_to(TESTS).parts]
+    offenders = {
+        f"{path.relative_to(TESTS)}:{line}"
+        for path in modules
+        if path not in ALLOWED
+        for line in sleeps(path)[KNOWN.get(path, 0) :]
+    }
+    assert not offenders, f"wait on a condition (tests/support/waiting.py), not a sleep: {sorted(offenders)}"
+
+
+def test_the_check_finds_a_sleep(tmp_path: Path) -> None:
+    module = tmp_path / "test_x.py"
+    module.write_text(
+        "import asyncio\nasync def f():\n    await asyncio.sleep(0)\n    await asyncio.sleep(0.3)\n"
+    )
+    assert sleeps(module) == [4]
