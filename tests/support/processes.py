@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from pathlib import Path
 from aiohttp import web
 
 from svc.core.embedded import free_port
+from tests.support.waiting import wait_until_sync
 
 
 @dataclass
@@ -84,17 +84,18 @@ def _start_api(env: dict[str, str], log_dir: Path, name: str, ready_timeout_s: f
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
     api = ApiProcess(f"http://127.0.0.1:{port}", process, log_path)
-    deadline = time.monotonic() + ready_timeout_s
-    while time.monotonic() < deadline:
+
+    def healthy() -> bool:
         if process.poll() is not None:
             raise ExitedEarly(f"{name} exited with {process.returncode}:\n{api.log()[-4000:]}")
         try:
             with urllib.request.urlopen(f"{api.base}/api/health", timeout=5) as answer:  # noqa: S310
-                if answer.status == 200:
-                    return api
+                return answer.status == 200
         except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.3)
+            return False
+
+    if wait_until_sync(healthy, ready_timeout_s, interval_s=0.3):
+        return api
     api.stop()
     raise RuntimeError(f"{name} did not become healthy:\n{api.log()[-4000:]}")
 

@@ -11,7 +11,6 @@ import asyncio
 import os
 import signal
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import aiohttp
 import ray
 
 from svc.core.processes import MARKER_VARIABLE, ProcessInfo, marked_processes
+from tests.support.waiting import wait_until
 
 SVC = str(Path(sys.executable).with_name("svc"))
 START_TIMEOUT_S = 180.0
@@ -84,11 +84,8 @@ class Service:
 
     async def leftovers(self) -> list[ProcessInfo]:
         """Marked processes still alive LEFTOVER_TIMEOUT_S after the call (polled); killed if any."""
-        deadline = time.monotonic() + LEFTOVER_TIMEOUT_S
+        await wait_until(lambda: not marked_processes(self.marker), LEFTOVER_TIMEOUT_S)
         left = marked_processes(self.marker)
-        while left and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-            left = marked_processes(self.marker)
         for info in left:
             info.kill()
         return left
