@@ -126,6 +126,10 @@ async def test_an_actor_that_cannot_start_answers_503_and_queued_runs_settle_lat
     await jobs.tick()
     run = await store["pipeline_runs"].find_one({"_id": queued["runId"]})
     assert run["status"] == "queued", "stays queued while the worker cannot start"
+    behind = await (await client.post(f"/api/webhook/{token}", json={"inputText": "after"})).json()
+    for run_id, position in ((queued["runId"], 1), (behind["runId"], 2)):
+        detail = await (await client.get(f"/api/installs/{install_id}/runs/{run_id}", headers=key)).json()
+        assert (detail["status"], detail["queuePosition"]) == ("queued", position)
     assert not llm.requests
     runtime.publish()  # an API process (re)publishes the configuration
     llm.script(text="handed over again")

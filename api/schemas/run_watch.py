@@ -116,6 +116,9 @@ class RunDetailReply(Reply):
     security: list[RunSecurityEntry]
     cost: RunCost | None = Field(description="null until the run is recorded (settled)")
     callback: CallbackDelivery | None
+    queuePosition: int | None = Field(
+        default=None, description="only while queued: 1 + the deployment's runs queued before it"
+    )
 
 
 class RunEventBase(BaseModel):

@@ -101,6 +101,8 @@ INDEXES: dict[str, list[Index]] = {
     "pipeline_runs": [
         Index([("installId", ASCENDING), ("status", ASCENDING)]),
         Index([("status", ASCENDING), ("source", ASCENDING)]),
+        # A queued run's position (the run detail): the queued runs created before it.
+        Index([("status", ASCENDING), ("createdAt", ASCENDING)]),
         # The dashboard's install page lists an install's newest runs.
         Index([("installId", ASCENDING), ("createdAt", DESCENDING)]),
     ],

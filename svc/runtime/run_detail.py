@@ -120,7 +120,19 @@ class RunDetail:
             "cost": self._cost(template, record),
             "callback": callback_view(callback, full),
         }
+        if ledger is not None and ledger["status"] == "queued":
+            detail["queuePosition"] = await self._queue_position(ledger)
         return detail
+
+    async def _queue_position(self, ledger: Document) -> int:
+        """1 for the oldest run of the deployment still waiting to start: a run waits behind
+        every run queued before it, whichever install it is of (a full cluster starts them in
+        about that order). Bounded: it matches only queued runs, which start or expire
+        (SVC_RUN_HANDOFF_SECONDS); the (status, createdAt) index covers the filter."""
+        ahead = await self.store["pipeline_runs"].count_documents(
+            {"status": "queued", "createdAt": {"$lt": ledger["createdAt"]}}
+        )
+        return ahead + 1
 
     def _cost(self, template: Document | None, record: Document | None) -> dict[str, Any] | None:
         """The run's cost to the deployer once it has a run record (what billing counts)."""
