@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from api.schemas.common import Reply, Timestamp
+from api.schemas.run_watch import CallbackAttempt
 
 
 class InstallLimits(Reply):
@@ -18,15 +19,6 @@ class InstallLimits(Reply):
     spentCents: int = Field(description="this billing period's usage cost of the install")
     periodStart: Timestamp
     periodResetsAt: Timestamp
-
-
-class CallbackAttempt(BaseModel):
-    """One delivery attempt of a callback."""
-
-    at: Timestamp
-    status: int | None = Field(description="the receiver's HTTP status; null when none answered")
-    latencyMs: int | None
-    error: str | None
 
 
 class CallbackDeliveryReply(Reply):
