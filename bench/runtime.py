@@ -99,12 +99,17 @@ class CountingProxy:
 
 
 def command_name(header: bytes, rest: bytes) -> str:
-    """The command of an OP_MSG request: the first key of its body section (kind 0)."""
+    """The command of an OP_MSG request: the first key of its body section (kind 0), with the
+    collection it names when its value is a string (`update run_events`)."""
     if OP_MSG_HEADER.unpack(header)[3] != 2013 or len(rest) < 10 or rest[4] != 0:
         return "other"
     # flagBits (4), kind (1), document length (4), then the first element: type byte, cstring name.
     end = rest.index(b"\0", 10)
-    return rest[10:end].decode(errors="replace")
+    name = rest[10:end].decode(errors="replace")
+    if rest[9] == 2 and len(rest) >= end + 5:  # a string value: int32 length, bytes, NUL
+        (length,) = struct.unpack_from("<i", rest, end + 1)
+        name += " " + rest[end + 5 : end + 4 + length].decode(errors="replace")
+    return name
 
 
 # Set in the service's environment and so inherited by its local Ray and every actor: tells this
