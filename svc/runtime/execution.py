@@ -189,10 +189,14 @@ class InstallRunner:
         try:
             if run.get("runAgent"):
                 agent = next(a for a in definition["agents"] if a["key"] == run["runAgent"])
-                return await runner.run_agent(scope, agent, payload["task"]), None
-            if definition.get("gates"):
-                return await self.pipelines.run(install, definition, scope, runner, payload)
-            return await runner.run_team(scope, definition, payload["task"]), None
+                result, pause = await runner.run_agent(scope, agent, payload["task"]), None
+            elif definition.get("gates"):
+                result, pause = await self.pipelines.run(install, definition, scope, runner, payload)
+            else:
+                result, pause = await runner.run_team(scope, definition, payload["task"]), None
+            # Stopped by its token cap: failed, but its tokens are billed as usage (spend caps).
+            result.billable = runner.capped and result.status == "failed"
+            return result, pause
         except PyMongoError as exc:
             log.error("database error during a run: %s", type(exc).__name__)
             return TeamResult("failed", None, root_key, 0, 0, [], DATABASE_DOWN), None
@@ -312,11 +316,18 @@ class InstallRunner:
             result.output_tokens,
             result.error,
             result.agent,
+            seen=run,
         )
         if finished is None:
             return False
         await self._recorded(
-            install, finished, result.status, result.input_tokens, result.output_tokens, result.error
+            install,
+            finished,
+            result.status,
+            result.input_tokens,
+            result.output_tokens,
+            result.error,
+            billable=result.billable,
         )
         return True
 
@@ -329,6 +340,7 @@ class InstallRunner:
         output_tokens: int,
         error: str | None,
         step_event: EventType | None = None,
+        billable: bool = False,
     ) -> None:
         """The run record (the run list, counters, billing), lastRunAt and the schedule's count."""
         if install is None:
@@ -348,6 +360,7 @@ class InstallRunner:
             run_id=run["_id"],
             platform_agent_id=run.get("platformAgentId"),
             platform_run_id=run.get("platformRunId"),
+            billable=billable,
         )
         await touch_last_run(self.store, install["_id"])
         if run.get("source") == "schedule":
