@@ -44,6 +44,7 @@ from harness import percentile, wait_ready  # bench/harness.py
 from policy import mixed_rules, policy
 
 from svc.core.embedded import EmbeddedMongo, free_port
+from svc.core.store import Store
 from svc.runtime.policy import compile_policy, evaluate
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 
@@ -99,12 +100,17 @@ class CountingProxy:
 
 
 def command_name(header: bytes, rest: bytes) -> str:
-    """The command of an OP_MSG request: the first key of its body section (kind 0)."""
+    """The command of an OP_MSG request: the first key of its body section (kind 0), with the
+    collection it names when its value is a string (`update run_events`)."""
     if OP_MSG_HEADER.unpack(header)[3] != 2013 or len(rest) < 10 or rest[4] != 0:
         return "other"
     # flagBits (4), kind (1), document length (4), then the first element: type byte, cstring name.
     end = rest.index(b"\0", 10)
-    return rest[10:end].decode(errors="replace")
+    name = rest[10:end].decode(errors="replace")
+    if rest[9] == 2 and len(rest) >= end + 5:  # a string value: int32 length, bytes, NUL
+        (length,) = struct.unpack_from("<i", rest, end + 1)
+        name += " " + rest[end + 5 : end + 4 + length].decode(errors="replace")
+    return name
 
 
 # Set in the service's environment and so inherited by its local Ray and every actor: tells this
@@ -289,6 +295,8 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         database = EmbeddedMongo(Path(scratch) / "db")
         await database.start()
+        if args.seed_runs:
+            await seed_runs(database.uri, args.seed_runs)
         proxy = CountingProxy(database.port)
         await proxy.start()
         try:
@@ -309,11 +317,28 @@ async def main(args: argparse.Namespace) -> None:
             await fake_runner.cleanup()
             await database.stop()
     rows.append(("(d) policy evaluation, 100 rules", f"{policy_micros():.1f} µs", "< 20 µs"))
+    if args.seed_runs:
+        rows.append(("pipeline_runs seeded before measuring", f"{args.seed_runs} finished runs", ""))
     width = max(len(r[0]) for r in rows) + 2
     print(f"\n{'measurement':<{width}}{'result':<52}target")
     print("-" * (width + 64))
     for name, result, target in rows:
         print(f"{name:<{width}}{result:<52}{target}")
+
+
+async def seed_runs(uri: str, n: int) -> None:
+    """`n` finished runs of another install in `pipeline_runs`: a run's own writes should cost
+    the same whatever the collection's size (the ledger, docs/bench.md)."""
+    store = Store.connect(uri)
+    try:
+        docs = [
+            {"_id": f"seed-{i}", "installId": "seed", "status": "completed", "incarnation": "seed"}
+            for i in range(n)
+        ]
+        for start in range(0, n, 2000):
+            await store["pipeline_runs"].insert_many(docs[start : start + 2000])
+    finally:
+        await store.close()
 
 
 async def measure(
@@ -389,4 +414,7 @@ if __name__ == "__main__":
     )
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--installs", type=int, default=20)
+    parser.add_argument(
+        "--seed-runs", type=int, default=0, help="finished runs put in pipeline_runs before measuring"
+    )
     asyncio.run(main(parser.parse_args()))

@@ -1,13 +1,14 @@
 """Spend caps: PATCH /api/installs/:installId/limits; a run past the monthly cap is refused (409 with
 the cap, the amount spent and the reset) before any model call, for every trigger; the deployer is
-mailed once at 80% and once at 100%; a run crossing its token cap stops at the next step boundary."""
+mailed once at 80% and once at 100%; a run crossing its token cap stops at the next step boundary,
+failed, and its tokens are billed as usage."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tests.support.accounts import bearer, create_key, signup
-from tests.support.billing import paid_install, payment_settings, self_report
+from tests.support.billing import billing, paid_install, payment_settings, self_report
 from tests.support.runtime import member, provider_settings, start_llm, svc_install
 from tests.support.templates import publish_template
 from tests.support.waiting import wait_for, wait_status
@@ -150,15 +151,9 @@ async def test_a_run_past_the_monthly_cap_is_refused_before_any_model_call_for_e
     await wait_status(store, second, "completed")
 
 
-async def test_a_run_crossing_its_token_cap_stops_at_the_next_step_and_is_recorded_failed(
-    make_client, aiohttp_server, store
-):
-    llm, url = await start_llm(aiohttp_server)
-    client = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
-    _caller, key, install_id = await svc_install(client, [member("lead"), member("helper", reportsTo="lead")])
-    assert (await limits(client, install_id, key, runTokenCap=100)).status == 200
-    # The lead delegates (60 tokens), the helper answers (50): 110 >= 100, so the lead's next
-    # model call is never made, though the script would go on delegating forever.
+def script_overrun(llm: Any) -> None:
+    """The lead delegates (60 tokens), the helper answers (50): 110 >= a cap of 100, so the lead's
+    next model call is never made, though the script would go on delegating forever."""
     llm.script(
         tool_calls=[{"name": "delegate_helper", "arguments": {"task": "dig"}}],
         input_tokens=50,
@@ -171,6 +166,16 @@ async def test_a_run_crossing_its_token_cap_stops_at_the_next_step_and_is_record
             input_tokens=50,
             output_tokens=10,
         )
+
+
+async def test_a_run_crossing_its_token_cap_stops_at_the_next_step_and_is_recorded_failed(
+    make_client, aiohttp_server, store
+):
+    llm, url = await start_llm(aiohttp_server)
+    client = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
+    _caller, key, install_id = await svc_install(client, [member("lead"), member("helper", reportsTo="lead")])
+    assert (await limits(client, install_id, key, runTokenCap=100)).status == 200
+    script_overrun(llm)
     response = await client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=key)
     assert response.status == 200, await response.text()
     outcome = await response.json()
@@ -182,3 +187,46 @@ async def test_a_run_crossing_its_token_cap_stops_at_the_next_step_and_is_record
     assert run["status"] == "failed" and run["inputTokens"] + run["outputTokens"] == 110
     record = await store["runs"].find_one({"installId": install_id, "runId": outcome["runId"]})
     assert record["status"] == "failed" and record["inputTokens"] == 80
+
+
+async def test_a_run_stopped_by_its_token_cap_is_billed_as_usage(make_client, aiohttp_server, store):
+    llm, url = await start_llm(aiohttp_server)
+    client = await make_client(**payment_settings(None, providers=provider_settings(url)))
+    builder = await signup(client)
+    builder_key = await create_key(client, builder)
+    team = {"version": "v1", "agents": [member("lead"), member("helper", reportsTo="lead")]}
+    template = await publish_template(
+        client,
+        builder_key,
+        pricingModel="per_k_tokens",
+        priceUsdCents=10,
+        definition=team,
+        visibility="public",
+    )
+    deal = await paid_install(client, None, builder=(builder, builder_key), template=template)
+    key = bearer(deal.deployer_key)
+    assert (await limits(client, deal.install_id, key, runTokenCap=100)).status == 200
+    script_overrun(llm)
+    response = await client.post(f"/api/installs/{deal.install_id}/run", json={"task": "go"}, headers=key)
+    outcome = await response.json()
+    assert outcome["status"] == "failed" and outcome["errorMessage"].startswith(
+        "Stopped at the run's token cap"
+    )
+    # A run that failed for another reason (10 model calls without an answer: 30 tokens, under
+    # the cap) is not billed.
+    llm.replies.clear()  # the overrun's unused replies
+    for _ in range(10):
+        llm.script(tool_calls=[{"name": "nope", "arguments": {}}], input_tokens=2, output_tokens=1)
+    other = await client.post(f"/api/installs/{deal.install_id}/run", json={"task": "go"}, headers=key)
+    assert (await other.json())["errorMessage"].endswith("did not finish within 10 iterations")
+
+    async def usage() -> dict[str, Any]:
+        body = await (await billing(client, builder_key, templateSlug=template["slug"])).json()
+        return dict(body["usage"], amountCents=body["billing"]["totalAmountCents"])
+
+    expected = {"totalRuns": 2, "completedRuns": 0, "totalTokens": 140, "billedTokens": 110, "amountCents": 2}
+
+    async def counted() -> bool:  # the run record is written just after the run's status
+        return await usage() == expected
+
+    assert await wait_for(counted), await usage()  # 110 tokens at 10 cents per 1K: 1.1 -> 2 cents

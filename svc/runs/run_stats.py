@@ -58,7 +58,8 @@ def increments_for(run: Document) -> dict[str, int]:
         "inputTokens": int(run.get("inputTokens") or 0),
         "outputTokens": int(run.get("outputTokens") or 0),
         "tokenRuns": 1 if run.get("inputTokens") is not None or run.get("outputTokens") is not None else 0,
-        "billedTokens": tokens if completed else 0,
+        # Completed runs' tokens, and a failed run's marked billable (stopped by its token cap).
+        "billedTokens": tokens if completed or run.get("billable") else 0,
     }
 
 
@@ -200,6 +201,7 @@ class InstallUsage:
 def _raw_pipeline(match: Document) -> list[Document]:
     tokens = {"$add": [{"$ifNull": ["$inputTokens", 0]}, {"$ifNull": ["$outputTokens", 0]}]}
     completed = {"$eq": ["$status", "completed"]}
+    billed = {"$or": [completed, {"$eq": ["$billable", True]}]}  # as `increments_for`
     return [
         {"$match": match},
         {
@@ -208,7 +210,7 @@ def _raw_pipeline(match: Document) -> list[Document]:
                 "runs": {"$sum": 1},
                 "completed": {"$sum": {"$cond": [completed, 1, 0]}},
                 "tokens": {"$sum": tokens},
-                "billedTokens": {"$sum": {"$cond": [completed, tokens, 0]}},
+                "billedTokens": {"$sum": {"$cond": [billed, tokens, 0]}},
             }
         },
     ]

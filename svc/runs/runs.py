@@ -104,8 +104,12 @@ class Runs:
         platform_agent_id: str | None = None,
         created_at: datetime | None = None,
         platform_run_id: str | None = None,
+        billable: bool = False,
     ) -> tuple[str, bool]:
-        """Store one run: the run id, and whether it is new (False for a repeated runId)."""
+        """Store one run: the run id, and whether it is new (False for a repeated runId).
+
+        `billable`: a failed run whose tokens are billed all the same (a managed run stopped by its
+        per-run token cap: the spend caps issue bills its tokens as usage); completed runs always are."""
         run_id = run_id or tokens.new_id()
         doc: dict[str, Any] = {
             "_id": tokens.new_id(),
@@ -124,6 +128,7 @@ class Runs:
             "errorMessage": error_message if status == "failed" else None,
             "source": source,
             "createdAt": created_at or utcnow(),
+            **({"billable": True} if billable and status == "failed" else {}),
         }
         # Written with the reports arriving at the same time (svc/runs/recording.py); False
         # for the same report again.

@@ -101,6 +101,8 @@ class TeamResult:
     output_tokens: int
     steps: list[AgentStep]
     error: str | None = None
+    # A failed run whose tokens are billed all the same: it was stopped by its token cap (spend caps).
+    billable: bool = False
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,7 @@ class TeamRunner:
         self.events = events
         # The install's per-run token cap (spend caps): checked before every model call.
         self.token_cap = token_cap
+        self.capped = False  # set once the cap stopped a model call
         self.tokens_used = tokens_used
 
     async def run_team(self, scope: RunScope, definition: dict[str, Any], task: str) -> TeamResult:
@@ -266,10 +269,12 @@ class TeamRunner:
         await self.security_log.record(entry)
         if self.events is not None:
             self.events("tool_call", tool_call(entry))
+
     def _check_token_cap(self) -> None:
         """At a step boundary (before a model call): stop the run once it has used its token cap.
         A delegate stopped here fails, and so does the supervisor at its next model call."""
         if self.token_cap is not None and self.tokens_used >= self.token_cap:
+            self.capped = True  # the marker execution bills the run by (not the error's text)
             raise AgentFailed(
                 f"Stopped at the run's token cap: {self.tokens_used} tokens used, cap {self.token_cap}"
             )

@@ -189,10 +189,14 @@ class InstallRunner:
         try:
             if run.get("runAgent"):
                 agent = next(a for a in definition["agents"] if a["key"] == run["runAgent"])
-                return await runner.run_agent(scope, agent, payload["task"]), None
-            if definition.get("gates"):
-                return await self.pipelines.run(install, definition, scope, runner, payload)
-            return await runner.run_team(scope, definition, payload["task"]), None
+                result, pause = await runner.run_agent(scope, agent, payload["task"]), None
+            elif definition.get("gates"):
+                result, pause = await self.pipelines.run(install, definition, scope, runner, payload)
+            else:
+                result, pause = await runner.run_team(scope, definition, payload["task"]), None
+            # Stopped by its token cap: failed, but its tokens are billed as usage (spend caps).
+            result.billable = runner.capped and result.status == "failed"
+            return result, pause
         except PyMongoError as exc:
             log.error("database error during a run: %s", type(exc).__name__)
             return TeamResult("failed", None, root_key, 0, 0, [], DATABASE_DOWN), None
@@ -275,9 +279,13 @@ class InstallRunner:
     async def _write_step(
         self, install: Document, run_id: str, step: AgentStep, event: EventType | None = None
     ) -> None:
-        """Store an agent's step and its event (step_completed, step_failed or step_cancelled)."""
+        """Store an agent's step and its event (step_completed, step_failed or step_cancelled).
+
+        The two writes (two collections, so two round trips) go out together: the step waits for
+        one round trip, not two, and both are stored before the run goes on (persist, then act)."""
         duration = int(((step.ended_at or utcnow()) - step.started_at).total_seconds() * 1000)
-        await self.store["agent_runs"].insert_one(
+        kind: EventType = event or ("step_completed" if step.status == "completed" else "step_failed")
+        record = self.store["agent_runs"].insert_one(
             {
                 "_id": tokens.new_id(),
                 "installId": install["_id"],
@@ -292,8 +300,8 @@ class InstallRunner:
                 "createdAt": step.ended_at or utcnow(),
             }
         )
-        kind: EventType = event or ("step_completed" if step.status == "completed" else "step_failed")
-        await self.events.emit(install["_id"], kind, step_key=step.agent_key, meta={"runId": run_id})
+        emitted = self.events.emit(install["_id"], kind, step_key=step.agent_key, meta={"runId": run_id})
+        await asyncio.gather(record, emitted)
 
     def cancel_step(self, run_id: str) -> str | None:
         """The key of the step a run is in (None when it is not running here)."""
@@ -312,11 +320,18 @@ class InstallRunner:
             result.output_tokens,
             result.error,
             result.agent,
+            seen=run,
         )
         if finished is None:
             return False
         await self._recorded(
-            install, finished, result.status, result.input_tokens, result.output_tokens, result.error
+            install,
+            finished,
+            result.status,
+            result.input_tokens,
+            result.output_tokens,
+            result.error,
+            billable=result.billable,
         )
         return True
 
@@ -329,29 +344,40 @@ class InstallRunner:
         output_tokens: int,
         error: str | None,
         step_event: EventType | None = None,
+        billable: bool = False,
     ) -> None:
-        """The run record (the run list, counters, billing), lastRunAt and the schedule's count."""
+        """The run record (the run list, counters, billing), lastRunAt and the schedule's count.
+
+        Independent writes to different collections, sent together: the run waits for the slowest
+        (the run record's group), not for their sum; all are stored before the run answers."""
         if install is None:
             return
+        writes: list[Awaitable[Any]] = []
         if step_event:  # a run settled from outside has no step record of its own end (the run log)
-            await self.events.emit(
-                install["_id"], step_event, step_key=run.get("agentKey"), meta={"runId": run["_id"]}
+            writes.append(
+                self.events.emit(
+                    install["_id"], step_event, step_key=run.get("agentKey"), meta={"runId": run["_id"]}
+                )
             )
-        await self.runs.record(
-            install,
-            agent_key=run.get("agentKey"),
-            status=status,  # type: ignore[arg-type]
-            source=run.get("source") or "run",
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            error_message=error,
-            run_id=run["_id"],
-            platform_agent_id=run.get("platformAgentId"),
-            platform_run_id=run.get("platformRunId"),
+        writes.append(
+            self.runs.record(
+                install,
+                agent_key=run.get("agentKey"),
+                status=status,  # type: ignore[arg-type]
+                source=run.get("source") or "run",
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                error_message=error,
+                run_id=run["_id"],
+                platform_agent_id=run.get("platformAgentId"),
+                platform_run_id=run.get("platformRunId"),
+                billable=billable,
+            )
         )
-        await touch_last_run(self.store, install["_id"])
+        writes.append(touch_last_run(self.store, install["_id"]))
         if run.get("source") == "schedule":
-            await note_scheduled_outcome(self.store, install["_id"], status == "completed", error)
+            writes.append(note_scheduled_outcome(self.store, install["_id"], status == "completed", error))
+        await asyncio.gather(*writes)
 
     async def callback(self, install: Document, url: str, outcome: dict[str, Any]) -> bool:
         """Store the callback and make its first attempt; the job runner retries it durably
