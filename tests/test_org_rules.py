@@ -61,9 +61,10 @@ ROLE_TEXT = {
 async def orgs(store: Any) -> OrgAccess:
     """Two live orgs (free `acme`, pro `prime`) and one being deleted (`gone`), each with an
     owner, an admin and a member; `u-out` is a user in none of them."""
-    users = [
-        {"_id": f"u-{role}", "email": f"{role}@example.com", "name": role} for role in ALL
-    ] + [{"_id": "u-out", "email": "out@example.com", "name": "out"}, {"_id": "u-mute", "name": "mute"}]
+    users = [{"_id": f"u-{role}", "email": f"{role}@example.com", "name": role} for role in ALL] + [
+        {"_id": "u-out", "email": "out@example.com", "name": "out"},
+        {"_id": "u-mute", "name": "mute"},
+    ]
     await store.users.insert_many(users)
     await store.orgs.insert_many(
         [
