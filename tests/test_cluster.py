@@ -19,6 +19,10 @@ install actor killed with `kill -9` during a webhook run, a scheduled run (fired
 `schedule/trigger`, as the scheduler fires it) and a continued pipeline run. Not covered here:
 the scheduler firing once per minute while API processes stop and start (it needs the
 scheduler's minute clock).
+
+The module runs in a pytest process of its own (tests/test_cluster_suite.py starts it): a
+`Cluster` built in a process shares Ray's process-wide state (its key-value client and
+address) with that process's own Ray connection, and removing the cluster's nodes cuts it.
 """
 
 from __future__ import annotations
@@ -48,6 +52,12 @@ from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 from tests.support.processes import ApiProcess, ThreadServer, start_api
 from tests.support.runtime import member, svc_install, webhook_token
 from tests.support.waiting import wait_for
+
+# Set by tests/test_cluster_suite.py, which runs this module in a process of its own.
+OWN_PROCESS_VARIABLE = "SVC_CLUSTER_TESTS"
+pytestmark = pytest.mark.skipif(
+    os.environ.get(OWN_PROCESS_VARIABLE) != "1", reason="runs in its own process (test_cluster_suite.py)"
+)
 
 ACTOR_MB = 64
 MB = 1024 * 1024
@@ -93,6 +103,15 @@ class World:
     def add_worker(self) -> None:
         self.worker = self.cluster.add_node(num_cpus=1, memory=WORKER_MEMORY)
         self.cluster.wait_for_nodes()
+
+
+def stop_nodes(cluster: Cluster) -> None:
+    """`Cluster.shutdown()` without its last steps: it also resets this process's Ray key-value
+    client and address, which would cut the suite's own (session) Ray connection off."""
+    for node in list(cluster.worker_nodes):
+        cluster.remove_node(node)
+    if cluster.head_node is not None:
+        cluster.remove_node(cluster.head_node)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +175,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         for api in apis:
             api.stop()
         if cluster is not None:
-            cluster.shutdown()
+            stop_nodes(cluster)
         hook_server.stop()
         llm_server.stop()
         shutil.rmtree(ray_tmp, ignore_errors=True)
