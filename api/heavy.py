@@ -61,13 +61,28 @@ class HeavyGate:
                 await self.slots.acquire()
         except TimeoutError:
             return busy(BUSY)
+        # The handler runs as a task of its own and is abandoned when it is too slow: a cancel
+        # alone is not enough, since the database driver may absorb it while it waits on its own
+        # operation timeout (SVC_DB_TIMEOUT_SECONDS). These routes only read: nothing is half done.
+        task = asyncio.ensure_future(call())
+        task.add_done_callback(_settle)
         try:
-            async with asyncio.timeout(self.limit_s):
-                return await call()
-        except TimeoutError:
-            return busy(SLOW)
+            done, _ = await asyncio.wait({task}, timeout=self.limit_s)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
         finally:
             self.slots.release()
+        if not done:
+            task.cancel()
+            return busy(SLOW)
+        return task.result()
+
+
+def _settle(task: asyncio.Future[web.StreamResponse]) -> None:
+    """Collect an abandoned handler's outcome, so it is never reported as unretrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 HEAVY_GATE = web.AppKey("heavy_gate", HeavyGate)
