@@ -22,7 +22,7 @@ from actors.runtime import NAMESPACE, actor_name
 from api.app import RUNTIME, SERVICES
 from svc.jobs import Jobs
 from tests.support.runtime import managed_client, member, svc_install, webhook_token
-from tests.support.waiting import wait_for, wait_status
+from tests.support.waiting import wait_for, wait_status, wait_until
 
 INTERRUPTED = "stopped during the run"
 
@@ -70,8 +70,14 @@ async def test_cold_scheduled_run_is_recorded_completed(make_client, aiohttp_ser
     records = await run_record(store, fired["runId"])
     assert [(r["status"], r["inputTokens"]) for r in records] == [("completed", 11)], "billed as it ran"
     template_id = (await store.installs.find_one({"_id": install_id}))["templateId"]
-    listed = await (await client.get(f"/api/runs?templateId={template_id}", headers=key)).json()
-    assert listed["summary"]["failedRuns"] == 0 and listed["summary"]["totalRuns"] == 1
+
+    async def summary() -> dict[str, Any] | None:
+        # The ledger says completed before the run record and its counters are written.
+        listed = await (await client.get(f"/api/runs?templateId={template_id}", headers=key)).json()
+        return listed["summary"] if listed["summary"]["totalRuns"] else None
+
+    counted = await wait_until(summary, timeout_s=30)
+    assert counted is not None and (counted["totalRuns"], counted["failedRuns"]) == (1, 0)
     assert len(llm.requests) == 1
 
 
