@@ -57,6 +57,21 @@ async def kill_during_run(store: Any, install_id: str, run_id: str) -> None:
     os.kill(await actor_pid(install_id), signal.SIGKILL)
 
 
+async def slow_webhook_run(make_client: Any, aiohttp_server: Any) -> tuple[Any, ...]:
+    """A webhook run with a callback, still in its (10 s) model call: the client, the fake model,
+    the callbacks received, the deployer's key, the install id and the webhook's answer."""
+    client, llm = await managed_client(make_client, aiohttp_server)
+    received, hook = await callback_server(aiohttp_server)
+    caller, key, install_id = await svc_install(client, [member("lead")])
+    token = await webhook_token(client, caller)
+    llm.latency_s = 10.0
+    llm.script(text="never")
+    queued = await (
+        await client.post(f"/api/webhook/{token}", json={"inputText": "x", "callbackUrl": hook})
+    ).json()
+    return client, llm, received, key, install_id, queued
+
+
 async def test_cold_scheduled_run_is_recorded_completed(make_client, aiohttp_server, store):
     client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, [member("lead")])
@@ -152,15 +167,7 @@ async def test_an_actor_that_cannot_start_answers_503_and_queued_runs_settle_lat
 async def test_kill_9_during_a_webhook_run_settles_it_without_another_call(
     make_client, aiohttp_server, store
 ):
-    client, llm = await managed_client(make_client, aiohttp_server)
-    received, hook = await callback_server(aiohttp_server)
-    caller, key, install_id = await svc_install(client, [member("lead")])
-    token = await webhook_token(client, caller)
-    llm.latency_s = 10.0
-    llm.script(text="never")
-    queued = await (
-        await client.post(f"/api/webhook/{token}", json={"inputText": "x", "callbackUrl": hook})
-    ).json()
+    client, llm, received, key, install_id, queued = await slow_webhook_run(make_client, aiohttp_server)
     await kill_during_run(store, install_id, queued["runId"])
     # Nobody calls the actor: its restarted copy settles the run from its constructor.
     run = await wait_status(store, queued["runId"], "failed")
@@ -322,15 +329,7 @@ async def test_actors_follow_the_published_configuration(make_client, aiohttp_se
 
 
 async def test_the_sweeper_settles_a_run_whose_actor_is_gone_for_good(make_client, aiohttp_server, store):
-    client, llm = await managed_client(make_client, aiohttp_server)
-    received, hook = await callback_server(aiohttp_server)
-    caller, key, install_id = await svc_install(client, [member("lead")])
-    token = await webhook_token(client, caller)
-    llm.latency_s = 10.0
-    llm.script(text="never")
-    queued = await (
-        await client.post(f"/api/webhook/{token}", json={"inputText": "x", "callbackUrl": hook})
-    ).json()
+    client, llm, received, key, install_id, queued = await slow_webhook_run(make_client, aiohttp_server)
     await wait_status(store, queued["runId"], "running")
     # Gone and not restarted (its node left): no constructor will recover the run.
     actor = await asyncio.to_thread(ray.get_actor, actor_name(install_id), namespace=NAMESPACE)
