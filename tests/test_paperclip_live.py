@@ -185,8 +185,13 @@ async def test_the_whole_loop_against_the_real_paperclip(
     await eventually(lambda: _is(issue_status(issue["id"]), "done"), "the issue to be done")
     sent = llm.requests[0].body["messages"][0]["content"]
     assert "Write the launch note" in sent and "Two sentences about Monday's launch." in sent
-    comments = await upstream.ok("GET", f"/api/issues/{issue['id']}/comments")
-    assert "Launch note: the product ships on Monday." in str(comments)
+
+    # Paperclip applies the PATCH's status before it stores the PATCH's comment.
+    async def commented() -> bool:
+        comments = await upstream.ok("GET", f"/api/issues/{issue['id']}/comments")
+        return "Launch note: the product ships on Monday." in str(comments)
+
+    await eventually(commented, "the response as the issue's comment")
     done_run = await store["runs"].find_one(
         {"installId": install["installId"], "status": "completed", "platformAgentId": agents["writer"]}
     )
