@@ -56,8 +56,10 @@ class Money:
     async def builder(self, user_id: str, *, active: bool = True) -> str | None:
         """A builder; with `active`, a payout account onboarded through the provider (its id)."""
         await self.user(user_id)
-        if not active:
-            return None
+        return await self.activate(user_id) if active else None
+
+    async def activate(self, user_id: str) -> str:
+        """Onboard the user's payout account with the provider until it is active; its id."""
         link = await self.payouts.onboard(user_id, OnboardBody(returnUrl="https://example.com/back"))
         account_id = link["url"].split("/connect/setup/")[1].split("/")[0]
         self.fake.complete_onboarding(account_id)
