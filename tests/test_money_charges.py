@@ -10,6 +10,8 @@ keys, a declined / refused / unknown outcome and what each leaves on the invoice
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -53,7 +55,15 @@ async def deal(m: Money, *, active: bool = True, **template: Any) -> str | None:
 
 
 async def timeline(m: Money, action: str) -> list[dict[str, Any]]:
-    return [doc["meta"] async for doc in m.store["timeline"].find({"action": action, "installId": "i1"})]
+    query = {"kind": "billing", "action": action, "installId": "i1"}
+    return [doc["meta"] async for doc in m.store["timeline"].find(query)]
+
+
+INVOICE_FIELDS = {
+    "_id", "installId", "templateId", "builderUserId", "payoutAccountId", "payout", "deployer", "periodStart",
+    "periodEnd", "amountCents", "feeCents", "builderAmountCents", "status", "attempt", "claim", "claimedAt",
+    "attemptStartedAt", "source", "createdAt", "updatedAt",
+}  # fmt: skip
 
 
 async def failures(m: Money) -> dict[str, float]:
@@ -77,6 +87,21 @@ def test_previous_month_is_the_last_whole_utc_month() -> None:
     for now, start, end in cases:
         assert previous_month(now) == (start, end), now
         assert previous_month(now)[0].utcoffset() == timedelta(0)
+
+
+def test_previous_month_is_in_utc_whatever_the_local_zone() -> None:
+    zone = os.environ.get("TZ")
+    os.environ["TZ"] = "Asia/Tokyo"
+    time.tzset()
+    try:
+        now = datetime(2026, 3, 1, 0, 30, tzinfo=timezone(timedelta(hours=2)))
+        assert previous_month(now) == (datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 2, 1, tzinfo=UTC))
+    finally:
+        if zone is None:
+            os.environ.pop("TZ")
+        else:
+            os.environ["TZ"] = zone
+        time.tzset()
 
 
 async def test_a_charge_routes_the_builder_share_with_the_fee_kept(m: Money) -> None:
@@ -103,7 +128,8 @@ async def test_a_charge_routes_the_builder_share_with_the_fee_kept(m: Money) -> 
     assert (invoice["periodStart"], invoice["periodEnd"]) == (MAR, APR)
     assert (invoice["status"], invoice["attempt"], invoice["source"]) == ("paid", 1, "charge_cycle")
     assert invoice["deployer"] == {"kind": "user", "id": "u-dep"}
-    assert "failure" not in invoice and invoice["paidAt"] >= invoice["createdAt"]
+    assert set(invoice) == INVOICE_FIELDS | {"paymentIntentId", "paidAt"}
+    assert invoice["updatedAt"] >= invoice["paidAt"] >= invoice["createdAt"]
     intent = m.fake.payment_intents[invoice["paymentIntentId"]]
     assert (intent["amount"], intent["application_fee_amount"]) == (1234, 123)
     assert intent["transfer_data"] == {"destination": account}
@@ -278,6 +304,8 @@ async def test_a_declined_card_fails_the_attempt_and_the_next_call_retries_with_
         "Your card was declined.",
         1,
     )
+    assert set(failed) == INVOICE_FIELDS | {"failure", "attempts"}
+    assert [set(a) for a in failed["attempts"]] == [{"attempt", "code", "error", "at"}]
     assert [(a["attempt"], a["code"], a["error"]) for a in failed["attempts"]] == [
         (1, "card_declined", "Your card was declined.")
     ]
@@ -508,3 +536,26 @@ async def test_payment_events_settle_only_the_attempt_they_name(m: Money) -> Non
             assert invoice["failure"] == "payment failed (provider event)"
     await m.charges.payment_settled({"id": "pi_1"}, False)  # no metadata at all
     assert await failures(m) == {"provider_event": 1}
+
+
+async def test_an_invoice_keeps_its_last_twenty_attempts(m: Money) -> None:
+    await deal(m)
+    m.fake.declined_methods.add(CARD)
+    for _ in range(21):
+        with pytest.raises(PaymentRequired):
+            await m.charges.charge_cycle(DEPLOYER, body())
+    attempts = (await m.invoice("i1"))["attempts"]
+    assert [a["attempt"] for a in attempts] == list(range(2, 22))
+
+
+async def test_two_callers_resuming_one_stale_charge_take_it_over_once(m: Money) -> None:
+    await deal(m)
+    await unknown_outcome(m, body())
+    m.fake.idempotent.clear()  # as if that request had never reached the provider
+    install = await m.store.installs.find_one({"_id": "i1"})
+    after = (await m.invoice("i1"))["claimedAt"] + timedelta(minutes=6)
+    answers = await asyncio.gather(
+        *(m.charges.charge(install, MAR, APR, 1000, "x", wait=False, now=after) for _ in range(2)),
+        return_exceptions=True,
+    )
+    assert sorted(type(answer).__name__ for answer in answers) == ["ChargeOutcome", "Conflict"]
