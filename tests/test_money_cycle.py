@@ -312,6 +312,33 @@ async def test_cancel_bills_a_template_that_was_paid_in_the_period_and_not_a_fre
         await m.runs(f"i-{template}", START + timedelta(minutes=1), completed=3)
         answer = await m.charges.cancel_install("u-dep", f"i-{template}")
         assert answer["amountCents"] == charged, template
+        [meta] = [
+            d["meta"]
+            async for d in m.store["timeline"].find(
+                {"installId": f"i-{template}", "action": "billing.cancelled"}
+            )
+        ]
+        assert meta["dueCents"] == charged
+
+
+async def test_cancel_charges_from_fifty_cents(m: Money, cancel_time: None) -> None:
+    await cancel_deal(m, price=50, completed=1)
+    assert await m.charges.cancel_install("u-dep", "i1") == {
+        "status": "cancelled",
+        "charged": True,
+        "amountCents": 50,
+    }
+
+
+async def test_an_org_install_is_cancelled_by_its_deployer_while_a_member(
+    m: Money, cancel_time: None
+) -> None:
+    await cancel_deal(m, owner={"kind": "org", "id": "o1"})
+    await m.install("i2", "t1", owner={"kind": "org", "id": "o1"}, deployedBy="u-gone", created=START)
+    await m.store.org_members.insert_one({"_id": "m1", "orgId": "o1", "userId": "u-dep", "role": "member"})
+    with pytest.raises(NotFound):  # no longer a member
+        await m.charges.cancel_install("u-gone", "i2")
+    assert (await m.charges.cancel_install("u-dep", "i1"))["status"] == "cancelled"
 
 
 async def test_who_may_cancel_and_when(m: Money, cancel_time: None) -> None:

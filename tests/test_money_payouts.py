@@ -210,6 +210,7 @@ async def test_a_declined_transfer_waits_for_a_requeue_and_then_takes_a_new_key(
         again = await invoice(m, doc["_id"])
         assert (again["payout"], again["transferRequeues"]) == ("held", requeue)
         assert "transferClaimedAt" not in again and "transferStartedAt" not in again
+        assert again["updatedAt"] >= declined["payoutDeclinedAt"]
         m.fake.fail_transfers = requeue == 1
         assert await m.charges.pay_out_held() == (requeue - 1)
     assert m.transfer_keys() == [
@@ -432,13 +433,21 @@ async def test_events_are_routed_to_what_they_are_about(m: Money) -> None:
     assert (await m.invoice("i-p"))["status"] == "failed"
     assert await deliver(payouts, m, "payment_intent.succeeded", intent, "evt_2") == {"received": True}
     assert (await m.invoice("i-p"))["status"] == "paid"
-    # The builder's account becomes active: the held share is paid out, a declined one requeued.
+    # The builder's account becomes active: the held share is paid out, a declined one requeued
+    # (another builder's held share waits for their own account's event).
+    [other] = await held(m, 700, builder="u-c")
+    await m.activate("u-c")
+    await m.store["invoices"].update_one({"_id": pending["_id"]}, {"$set": {"payout": "declined"}})
     link = await m.payouts.onboard("u-b", OnboardBody(returnUrl="https://example.com/back"))
     account = link["url"].split("/connect/setup/")[1].split("/")[0]
     await deliver(payouts, m, "account.updated", m.fake.accounts[account], "evt_3")
     assert (await m.store.users.find_one({"_id": "u-b"}))["payout"]["status"] == "pending_onboarding"
+    assert m.fake.transfers == {} and (await invoice(m, pending["_id"]))["payout"] == "declined"
+    # An account no user has (created elsewhere on the platform): nothing to pay.
+    stranger = await m.charges.require_provider().create_payout_account("x@example.com", "u-x")
+    m.fake.complete_onboarding(stranger)
+    await deliver(payouts, m, "account.updated", m.fake.accounts[stranger], "evt_x")
     assert m.fake.transfers == {}
-    await m.store["invoices"].update_one({"_id": pending["_id"]}, {"$set": {"payout": "declined"}})
     m.fake.complete_onboarding(account)
     await deliver(payouts, m, "account.updated", m.fake.accounts[account], "evt_4")
     assert (await m.store.users.find_one({"_id": "u-b"}))["payout"]["status"] == "active"
@@ -446,6 +455,7 @@ async def test_events_are_routed_to_what_they_are_about(m: Money) -> None:
         [doc["_id"], pending["_id"]]
     )
     assert (await invoice(m, pending["_id"]))["transferRequeues"] == 1
+    assert (await invoice(m, other["_id"]))["payout"] == "held"
     # A reversal of a transfer we sent.
     transfer = next(t for t in m.fake.transfers.values() if t["metadata"]["invoiceId"] == doc["_id"])
     transfer.update(reversed=True, amount_reversed=transfer["amount"])
@@ -459,7 +469,7 @@ async def test_events_are_routed_to_what_they_are_about(m: Money) -> None:
         await deliver_raw(payouts, m, kind, f"evt_s{n}")
     assert handler.events == ["customer.subscription.updated", "checkout.session.completed"]
     done = await m.store["payment_events"].find({}).to_list(20)
-    assert {d["status"] for d in done} == {"done"} and len(done) == 8
+    assert {d["status"] for d in done} == {"done"} and len(done) == 9
     assert all(d["doneAt"] >= d["claimedAt"] for d in done)
 
 
@@ -472,6 +482,13 @@ async def test_an_event_is_applied_once(m: Money) -> None:
         for _ in range(2):  # a redelivery of an applied event changes nothing
             assert await deliver_raw(payouts, m, kind, "evt_a") == {"received": True}
         assert handler.events == ["customer.subscription.updated"]
+        record = await m.store["payment_events"].find_one({"_id": "evt_a"})
+        assert (record["type"], record["claimedAt"], record["receivedAt"], record["doneAt"]) == (
+            kind,
+            now,
+            now,
+            now,
+        )
         # Claimed by another delivery that is still applying it (within the lease): come back later.
         claims = [
             ("evt_b", now - timedelta(minutes=5)),
@@ -488,7 +505,8 @@ async def test_an_event_is_applied_once(m: Money) -> None:
         assert await deliver_raw(payouts, m, kind, "evt_c") == {"received": True}
         assert await deliver_raw(payouts, m, kind, "evt_d") == {"received": True}
         assert len(handler.events) == 2
-        assert (await m.store["payment_events"].find_one({"_id": "evt_c"}))["status"] == "done"
+        taken = await m.store["payment_events"].find_one({"_id": "evt_c"})
+        assert (taken["status"], taken["claimedAt"]) == ("done", now)
         # An apply that fails drops its claim, so the next delivery applies it.
         handler.fail = True
         with pytest.raises(RuntimeError):
