@@ -127,6 +127,7 @@ async def test_the_cycle_claims_with_the_time_it_is_given(m: Money) -> None:
 async def stale_charge(m: Money) -> dict[str, Any]:
     """An install whose monthly charge had an unknown outcome (left `processing`)."""
     await m.template("t1", {"kind": "user", "id": "u-b"})
+    await m.install("i0", "t0", card=None)  # another install, before it (not billed: no template)
     await m.install("i1", "t1", created=CE - HALF)
     await m.runs("i1", CE - timedelta(minutes=5), completed=2)
     # An answer that does not match the request: the outcome is unknown (a provider failure would
@@ -162,6 +163,10 @@ async def test_a_charge_left_processing_is_resumed_with_its_key_once_its_lease_i
     assert (paid["periodStart"], paid["periodEnd"]) == (invoice["periodStart"], invoice["periodEnd"])
     assert set(m.charge_keys()) == {KEY.format("i1")}
     assert [pi["amount"] for pi in m.fake.succeeded_charges()] == [200]
+    charged = [
+        d["meta"] async for d in m.store["timeline"].find({"kind": "billing", "action": "billing.charged"})
+    ]
+    assert charged == [{"invoiceId": paid["_id"], "amountCents": 200, "source": "monthly"}]
 
 
 async def test_a_charge_older_than_its_key_is_not_resumed(m: Money) -> None:
@@ -181,6 +186,24 @@ async def test_a_stale_charge_of_a_removed_install_is_left_alone(m: Money) -> No
     await stale_charge(m)
     await m.store.installs.delete_one({"_id": "i1"})
     assert await m.charges.run_cycle(CE, CE + timedelta(hours=1)) == counts()
+
+
+async def test_every_stale_charge_is_resumed_and_counted(m: Money) -> None:
+    """Three installs' charges left `processing`: the first install since removed, the other two
+    resumed, failing, then succeeding (each counted)."""
+    await m.template("t1", {"kind": "user", "id": "u-b"})
+    for install in ("i1", "i2", "i3"):
+        await m.install(install, "t1", f"u-{install}", created=CE - HALF)
+        await m.runs(install, CE - timedelta(minutes=5), completed=1)
+    m.fake.intent_answer_override = {"amount": 1}
+    assert await m.charges.run_cycle(CE, CE) == counts(failed=3)
+    await m.store.installs.delete_one({"_id": "i1"})
+    later = datetime.now(UTC) + timedelta(hours=1)
+    assert await m.charges.run_cycle(CE, later) == counts(failed=2, alreadyPaid=2)
+    m.fake.intent_answer_override = {}
+    m.fake.violations.clear()
+    m.fake.idempotent.clear()  # as if those requests had been lost on their way
+    assert await m.charges.run_cycle(CE, later + timedelta(hours=1)) == counts(resumed=2, alreadyPaid=2)
 
 
 # ---- cancel billing --------------------------------------------------------------------------
@@ -233,7 +256,9 @@ async def test_cancel_charges_the_usage_since_the_last_invoice_and_mails_a_recei
     [mail] = await receipts(m)
     assert (mail["to"], mail["subject"]) == ("u-dep@example.com", "Receipt: Name t1 cancelled")
     assert mail["body"] == receipt_body("$3.00", "Charged $3.00 to the saved payment method.")
-    [entry] = [doc async for doc in m.store["timeline"].find({"action": "billing.cancelled"})]
+    [entry] = [
+        doc async for doc in m.store["timeline"].find({"kind": "billing", "action": "billing.cancelled"})
+    ]
     assert (entry["installId"], entry["actorId"], entry["via"]) == ("i1", "u-dep", "session")
     assert entry["meta"] == {"charged": True, "amountCents": 300, "dueCents": 300}
 
@@ -297,7 +322,10 @@ async def test_what_cancel_does_when_it_cannot_charge(m: Money, cancel_time: Non
         }
         [mail] = await receipts(m)
         assert mail["body"] == receipt_body("$0.00", note), note
-        [entry] = [doc["meta"] async for doc in m.store["timeline"].find({"action": "billing.cancelled"})]
+        [entry] = [
+            doc["meta"]
+            async for doc in m.store["timeline"].find({"kind": "billing", "action": "billing.cancelled"})
+        ]
         assert entry == {"charged": False, "amountCents": 0, "dueCents": due}
     assert m.fake.succeeded_charges() == []
 
@@ -315,7 +343,7 @@ async def test_cancel_bills_a_template_that_was_paid_in_the_period_and_not_a_fre
         [meta] = [
             d["meta"]
             async for d in m.store["timeline"].find(
-                {"installId": f"i-{template}", "action": "billing.cancelled"}
+                {"installId": f"i-{template}", "kind": "billing", "action": "billing.cancelled"}
             )
         ]
         assert meta["dueCents"] == charged
