@@ -63,6 +63,7 @@ async def test_the_cycle_charges_each_active_paid_install_for_its_usage(m: Money
         ("i-ok", "t100", "completed", {}, 3, 300),
         ("i-50", "t50", "completed", {}, 1, 50),
         ("i-49", "t49", "completed", {}, 1, None),
+        ("i-49b", "t49", "completed", {}, 1, None),
         ("i-tok", "ttok", "completed", {}, 2, 100),  # 2 x 2,500 tokens at $0.20 per 1K
         ("i-free", "tfree", "completed", {}, 3, None),
         ("i-was", "twas", "completed", {}, 1, 100),  # free now, paid in the period: billed
@@ -71,6 +72,7 @@ async def test_the_cycle_charges_each_active_paid_install_for_its_usage(m: Money
         ("i-pending", "t100", "pending", {}, 3, None),
         ("i-nocard", "t100", "completed", {"card": None}, 3, None),
         ("i-declined", "t100", "completed", {"card": DECLINED}, 3, None),
+        ("i-declined2", "t100", "completed", {"card": DECLINED}, 1, None),
         ("i-gone", "t100", "cancelled", {"cancelledAt": CE - timedelta(minutes=10)}, 2, 200),
         ("i-late", "t100", "cancelled", {"cancelledAt": CE + timedelta(days=1)}, 1, 100),
         ("i-old", "t100", "cancelled", {"cancelledAt": CE - timedelta(days=400)}, 3, None),
@@ -87,19 +89,19 @@ async def test_the_cycle_charges_each_active_paid_install_for_its_usage(m: Money
     await m.runs("i-ok", CE, completed=4)
     renew = Renewals()
     result = await m.charges.run_cycle(CE, CE, renew)
-    assert result == counts(charged=6, skipped=1, failed=1)
-    assert renew.calls == 7  # after each charge tried, not after a skip
+    assert result == counts(charged=6, skipped=2, failed=2)
+    assert renew.calls == 8  # after each charge tried, not after a skip
     invoices = {doc["installId"]: doc async for doc in m.store["invoices"].find({})}
     assert {i: doc["amountCents"] for i, doc in invoices.items() if doc["status"] == "paid"} == {
         install: amount for install, *_, amount in rows if amount is not None
     }
-    assert invoices["i-declined"]["status"] == "failed"
+    assert invoices["i-declined"]["status"] == invoices["i-declined2"]["status"] == "failed"
     for install, doc in invoices.items():
         end = CE - timedelta(minutes=10) if install == "i-gone" else CE
         assert (doc["periodStart"], doc["periodEnd"], doc["source"]) == (since, end, "monthly"), install
     assert f"{KEY.format('i-ok')}" in m.charge_keys()
     # A rerun finds every period billed and charges nobody again.
-    assert await m.charges.run_cycle(CE, CE) == counts(alreadyPaid=6, skipped=1, failed=1)
+    assert await m.charges.run_cycle(CE, CE) == counts(alreadyPaid=6, skipped=2, failed=2)
     assert len(m.fake.succeeded_charges()) == 6
 
 
