@@ -97,6 +97,7 @@ async def test_which_invoices_are_due_a_transfer(m: Money) -> None:
     ms = timedelta(milliseconds=1)
     rows: list[tuple[str, dict[str, Any], bool]] = [
         ("held", {}, True),
+        ("one-cent", {"builderAmountCents": 1}, True),
         ("failed", {"status": "failed"}, False),
         ("processing", {"status": "processing"}, False),
         ("no-share", {"builderAmountCents": 0}, False),
@@ -143,7 +144,7 @@ async def test_which_invoices_are_due_a_transfer(m: Money) -> None:
         [{"_id": name, "installId": name, **base, **fields} for name, fields, _ in rows]
     )
     with time_machine.travel(now, tick=False):
-        assert await m.charges.pay_out_held() == 3
+        assert await m.charges.pay_out_held() == 4
     sent = sorted(t["metadata"]["invoiceId"] for t in m.fake.transfers.values())
     assert sent == sorted(name for name, _, due in rows if due)
     assert {t["destination"] for t in m.fake.transfers.values()} == {account}
@@ -515,3 +516,15 @@ async def test_an_event_is_applied_once(m: Money) -> None:
         handler.fail = False
         await deliver_raw(payouts, m, kind, "evt_e")
         assert len(handler.events) == 3
+
+
+async def test_a_rate_limited_transfer_goes_back_to_held(m: Money) -> None:
+    [doc] = await held(m, 1000)
+    await m.activate("u-b")
+    m.fake.rate_limit_transfers = True
+    assert await m.charges.pay_out_held() == 0
+    back = await invoice(m, doc["_id"])
+    assert back["payout"] == "held" and "payoutFailure" not in back
+    m.fake.rate_limit_transfers = False
+    assert await m.charges.pay_out_held() == 1  # at once, with the same key
+    assert m.transfer_keys() == [f"svc-payout:{doc['_id']}"] * 2

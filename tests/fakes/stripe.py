@@ -21,8 +21,8 @@ charges with one provider error class (`authentication_required`, `invalid_reque
 connection instead of answering, N times (the outcome is unknown to the caller);
 `fail_transfers` declines transfers as an account without funds does; `transfers_down`
 answers transfers 500 without transferring; `drop_transfer_answers=N` transfers, then drops
-the connection instead of answering, N times. `keys` records each POST's path and
-`Idempotency-Key` (Stripe does not return it).
+the connection instead of answering, N times; `rate_limit_transfers` answers transfers 429.
+`keys` records each POST's path and `Idempotency-Key` (Stripe does not return it).
 `sign(payload)` produces a `Stripe-Signature` header for webhook tests.
 """
 
@@ -62,6 +62,7 @@ class FakeStripe:
     fail_transfers: bool = False
     transfers_down: bool = False
     drop_transfer_answers: int = 0
+    rate_limit_transfers: bool = False
     # Fields laid over every payment intent answer (an answer the API description does not allow).
     intent_answer_override: dict[str, Any] = field(default_factory=dict)
     base_url: str = ""
@@ -452,6 +453,10 @@ async def create_transfer(request: web.Request) -> web.Response:
         return _error(400, "invalid_request_error", "No such destination account", "resource_missing")
     if fake.transfers_down:
         return _error(500, "api_error", "An error occurred with our connection to Stripe.")
+    if fake.rate_limit_transfers:
+        return _error(
+            429, "invalid_request_error", "Too many requests made to the API too quickly", "rate_limit"
+        )
     if fake.fail_transfers:
         return _error(
             400,
