@@ -340,6 +340,8 @@ async def test_onboarding_creates_one_payout_account_and_its_status_is_read_back
     }
     await m.payouts.onboard("u-b", OnboardBody(returnUrl="https://example.com/back"))
     assert list(m.fake.accounts) == [account]  # resumed, not created again
+    links = [params for _, path, params in m.fake.requests if path == "/v1/account_links"]
+    assert [(p["return_url"], p["refresh_url"]) for p in links] == [("https://example.com/back",) * 2] * 2
     for change, status in (
         (None, "pending_onboarding"),
         (m.fake.complete_onboarding, "active"),
@@ -528,3 +530,16 @@ async def test_a_rate_limited_transfer_goes_back_to_held(m: Money) -> None:
     m.fake.rate_limit_transfers = False
     assert await m.charges.pay_out_held() == 1  # at once, with the same key
     assert m.transfer_keys() == [f"svc-payout:{doc['_id']}"] * 2
+
+
+async def test_each_due_invoice_is_tried_whatever_became_of_the_one_before(m: Money) -> None:
+    """A refusal or a failure of one transfer does not stop the others of the run."""
+    await held(m, 1000, 2000)
+    await m.activate("u-b")
+    m.fake.fail_transfers = True
+    assert await m.charges.pay_out_held() == 0
+    assert await m.store["invoices"].count_documents({"payout": "declined"}) == 2
+    await m.charges.builders.requeue_declined("u-b")
+    m.fake.fail_transfers, m.fake.transfers_down = False, True
+    assert await m.charges.pay_out_held() == 0
+    assert await m.store["invoices"].count_documents({"payout": "transferring"}) == 2
