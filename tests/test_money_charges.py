@@ -566,3 +566,21 @@ async def test_two_callers_resuming_one_stale_charge_take_it_over_once(m: Money)
         if isinstance(a, Conflict) or (not isinstance(a, BaseException) and not a.charged_now)
     ]
     assert (len(charged), len(others)) == (1, 1), answers
+
+
+async def test_a_late_failure_of_a_claim_taken_over_changes_nothing(m: Money) -> None:
+    """A process whose claim ran out (and was taken over) hears back late: its failure is not
+    written over the new claim's attempt. Driven step by step through the claim itself."""
+    await deal(m)
+    install = await m.store.installs.find_one({"_id": "i1"})
+    now = datetime.now(UTC)
+    first = await m.charges._claim(install, MAR, APR, 1000, "x", now, wait=False)
+    second = await m.charges._claim(install, MAR, APR, 1000, "x", now + timedelta(minutes=6), wait=False)
+    assert second["_id"] == first["_id"] and second["claim"] != first["claim"]
+    await m.charges._attempt_failed(first, "late", "card_declined")
+    invoice = await m.invoice("i1")
+    assert (invoice["status"], invoice["claim"], "failure" in invoice) == (
+        "processing",
+        second["claim"],
+        False,
+    )
