@@ -584,3 +584,32 @@ async def test_a_late_failure_of_a_claim_taken_over_changes_nothing(m: Money) ->
         second["claim"],
         False,
     )
+
+
+async def test_a_waiting_call_answers_already_paid_when_the_other_caller_finishes(m: Money) -> None:
+    await deal(m)
+    # Another live caller holds the period's claim (seeded: a fresh `processing` invoice) ...
+    now = datetime.now(UTC)
+    other = {
+        "_id": "inv_other",
+        "installId": "i1",
+        "periodStart": MAR,
+        "periodEnd": APR,
+        "status": "processing",
+    }
+    await m.store["invoices"].insert_one(
+        {**other, "attempt": 1, "claim": "c", "claimedAt": now, "attemptStartedAt": now}
+    )
+
+    async def finish() -> None:
+        await m.store["invoices"].update_one({"_id": "inv_other"}, {"$set": {"status": "paid"}})
+
+    # ... and finishes a moment later, as a slow upstream would (the call polls until it does;
+    # should the update land first, the call finds it paid at once: the same answer).
+    started: list[asyncio.Task[None]] = []
+    asyncio.get_running_loop().call_later(0.3, lambda: started.append(asyncio.ensure_future(finish())))
+    assert await m.charges.charge_cycle(DEPLOYER, body()) == {
+        "status": "already_paid",
+        "invoiceId": "inv_other",
+    }
+    assert m.charge_keys() == []
