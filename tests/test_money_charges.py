@@ -613,3 +613,42 @@ async def test_a_waiting_call_answers_already_paid_when_the_other_caller_finishe
         "invoiceId": "inv_other",
     }
     assert m.charge_keys() == []
+
+
+async def test_the_key_lifetime_counts_from_the_attempt_not_from_the_last_takeover(m: Money) -> None:
+    await deal(m)
+    await unknown_outcome(m, body())
+    invoice = await m.invoice("i1")
+    install = await m.store.installs.find_one({"_id": "i1"})
+    start = invoice["attemptStartedAt"]
+    with pytest.raises(BadGateway):  # taken over 22 hours on (the same answer replayed)
+        await m.charges.charge(install, MAR, APR, 1000, "x", wait=False, now=start + timedelta(hours=22))
+    m.fake.violations.clear()
+    with pytest.raises(Conflict) as raised:
+        await m.charges.charge(install, MAR, APR, 1000, "x", wait=False, now=start + timedelta(hours=23))
+    assert "unknown outcome for over a day" in raised.value.message
+
+
+async def test_an_invoice_without_an_attempt_start_counts_from_its_claim(m: Money) -> None:
+    """An invoice written before `attemptStartedAt` existed (seeded): its claim time stands in."""
+    await deal(m)
+    install = await m.store.installs.find_one({"_id": "i1"})
+    claimed = datetime.now(UTC) - timedelta(hours=1)
+    fields = {
+        "installId": "i1",
+        "templateId": "t1",
+        "periodStart": MAR,
+        "periodEnd": APR,
+        "status": "processing",
+    }
+    money = {"amountCents": 1000, "feeCents": 100, "builderAmountCents": 900, "payoutAccountId": None}
+    await m.store["invoices"].insert_one(
+        {"_id": "inv_old", **fields, **money, "attempt": 1, "claim": "c", "claimedAt": claimed}
+    )
+    outcome = await m.charges.charge(install, MAR, APR, 1000, "x", wait=False)
+    assert outcome.charged_now and outcome.invoice["_id"] == "inv_old"
+    await m.store["invoices"].update_one(
+        {"_id": "inv_old"}, {"$set": {"status": "processing", "claimedAt": claimed}}
+    )
+    with pytest.raises(Conflict):  # 23 hours after that claim: left to an operator
+        await m.charges.charge(install, MAR, APR, 1000, "x", wait=False, now=claimed + timedelta(hours=23))
