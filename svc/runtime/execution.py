@@ -372,6 +372,7 @@ class InstallRunner:
                 platform_agent_id=run.get("platformAgentId"),
                 platform_run_id=run.get("platformRunId"),
                 billable=billable,
+                started_at=run.get("startedAt"),
             )
         )
         writes.append(touch_last_run(self.store, install["_id"]))
