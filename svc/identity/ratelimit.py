@@ -149,26 +149,28 @@ class RateLimiter:
                 counter.seen[name] = max(counter.seen.get(name, 0), value)
 
     async def _increment(self, key: str, increments: dict[str, int], end: float) -> dict[str, Any]:
-        """One atomic upsert of the counters; returns them after it."""
+        """Add to the counters atomically; returns them after the addition, this request's own
+        position included (the count it is judged by).
+
+        No upsert: SecantusDB answers some of several upserts racing to create one document with
+        no document (the increment applied, its result unknown), and a read back would count later
+        requests too, refusing a request within the limit. So an update of an existing document,
+        else an insert, whose loser of a race updates the winner's document."""
         collection = self.store.rate_limits
-        update = {
-            "$inc": increments,
-            "$setOnInsert": {"expiresAt": datetime.fromtimestamp(end, UTC) + timedelta(seconds=60)},
-        }
+        counts = await collection.find_one_and_update(
+            {"_id": key}, {"$inc": increments}, return_document=ReturnDocument.AFTER
+        )
+        if counts is not None:
+            return counts
+        expires = datetime.fromtimestamp(end, UTC) + timedelta(seconds=60)
         try:
-            counts = await collection.find_one_and_update(
-                {"_id": key}, update, upsert=True, return_document=ReturnDocument.AFTER
-            )
+            await collection.insert_one({"_id": key, **increments, "expiresAt": expires})
         except DuplicateKeyError:
-            # Two processes inserted the same new window at once; the loser retries as an update.
             counts = await collection.find_one_and_update(
-                {"_id": key}, update, return_document=ReturnDocument.AFTER
+                {"_id": key}, {"$inc": increments}, return_document=ReturnDocument.AFTER
             )
-        if counts is None:
-            # Seen with SecantusDB under concurrent upserts: the increment is applied but the
-            # document is not returned. Read it back; the count includes this request.
-            counts = await collection.find_one({"_id": key})
-        return counts or {}
+            return counts or {}
+        return dict(increments)
 
     def _schedule_flush(self) -> None:
         if self._flush_task is None or self._flush_task.done():
