@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pymongo import ReturnDocument
-from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo.errors import PyMongoError
 
-from svc.core import RateLimited, Store
+from svc.core import RateLimited, Store, tally
 
 log = logging.getLogger(__name__)
 
@@ -150,27 +149,10 @@ class RateLimiter:
 
     async def _increment(self, key: str, increments: dict[str, int], end: float) -> dict[str, Any]:
         """Add to the counters atomically; returns them after the addition, this request's own
-        position included (the count it is judged by).
-
-        No upsert: SecantusDB answers some of several upserts racing to create one document with
-        no document (the increment applied, its result unknown), and a read back would count later
-        requests too, refusing a request within the limit. So an update of an existing document,
-        else an insert, whose loser of a race updates the winner's document."""
-        collection = self.store.rate_limits
-        counts = await collection.find_one_and_update(
-            {"_id": key}, {"$inc": increments}, return_document=ReturnDocument.AFTER
-        )
-        if counts is not None:
-            return counts
+        position included (the count it is judged by, exact even when processes race to open
+        the window: svc/core/tally.py)."""
         expires = datetime.fromtimestamp(end, UTC) + timedelta(seconds=60)
-        try:
-            await collection.insert_one({"_id": key, **increments, "expiresAt": expires})
-        except DuplicateKeyError:
-            counts = await collection.find_one_and_update(
-                {"_id": key}, {"$inc": increments}, return_document=ReturnDocument.AFTER
-            )
-            return counts or {}
-        return dict(increments)
+        return await tally.add(self.store.rate_limits, key, increments, {"expiresAt": expires})
 
     def _schedule_flush(self) -> None:
         if self._flush_task is None or self._flush_task.done():
