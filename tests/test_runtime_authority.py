@@ -10,9 +10,11 @@ import asyncio
 import json
 import os
 import signal
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import ray
+import time_machine
 from aiohttp import web
 from ray.experimental import internal_kv
 
@@ -21,7 +23,7 @@ from actors.install_actor import InstallActor
 from actors.runtime import NAMESPACE, actor_name
 from api.app import RUNTIME, SERVICES
 from svc.core import utcnow
-from svc.jobs import Jobs
+from svc.jobs import ACTOR_GONE_AFTER, Jobs
 from svc.runtime import ledger
 from tests.support.runtime import managed_client, member, svc_install, webhook_token
 from tests.support.waiting import wait_for, wait_status, wait_until
@@ -364,7 +366,11 @@ async def test_the_sweeper_settles_a_run_whose_actor_is_gone_for_good(make_clien
         run = await store["pipeline_runs"].find_one({"_id": queued["runId"]})
         return run["status"] == "failed"
 
-    assert await wait_for(settled, timeout_s=90), "the sweeper settles it once the actor's beat is old"
+    # Not before the actor's last beat is ACTOR_GONE_AFTER old: this process's clock (the sweeper's)
+    # moves past it instead of the test waiting 30 s; the actor's processes keep the real clock.
+    assert not await settled(), "a run whose actor beat a moment ago is left alone"
+    with time_machine.travel(datetime.now(UTC) + ACTOR_GONE_AFTER + timedelta(seconds=5), tick=True):
+        assert await wait_for(settled, timeout_s=60), "the sweeper settles it once the actor's beat is old"
     run = await store["pipeline_runs"].find_one({"_id": queued["runId"]})
     assert INTERRUPTED in run["errorMessage"]
     assert [r["status"] for r in await run_record(store, queued["runId"])] == ["failed"]
