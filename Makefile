@@ -34,8 +34,7 @@ test: install
 # Two workers; `make mutate MUTANTS='plugins.egress*'` runs one module's slice.
 MUTANTS ?=
 mutate: install
-	$(BIN)/mutmut run --max-children 2 $(MUTANTS)
-	$(BIN)/mutmut results
+	$(BIN)/python scripts/mutate.py --max-children 2 $(MUTANTS)
 
 lint: install
 	$(BIN)/ruff check .

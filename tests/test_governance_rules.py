@@ -11,6 +11,7 @@ docs/orgs.md, not from the code.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -272,6 +273,17 @@ async def test_a_listed_request_is_the_spec_resource(gov: Services) -> None:
     }
 
 
+async def test_the_listing_is_bounded_to_the_newest_500(gov: Services) -> None:
+    """A hot read stays bounded (MAX_LISTED): an org with more requests lists its newest 500."""
+    base = {"orgId": "o-pro", "installId": "i-x", "templateId": "t-1", "templateName": "T"}
+    base["status"] = "pending"
+    await gov.store["org_approvals"].insert_many(
+        [{**base, "_id": f"a-{n:04}", "createdAt": NOW - timedelta(minutes=n)} for n in range(501)]
+    )
+    listed = await gov.approvals.approvals("u-member", "prime", None)
+    assert len(listed) == 500 and listed[0]["id"] == "a-0000" and listed[-1]["id"] == "a-0499"
+
+
 async def test_listing_is_for_members_of_a_pro_org(gov: Services) -> None:
     with pytest.raises(PaymentRequired):
         await gov.approvals.approvals("u-member", "acme", None)
@@ -299,6 +311,16 @@ async def test_a_member_asks_by_hand_and_the_managers_are_mailed(gov: Services) 
     mails = await outbox(store)
     assert [m["to"] for m in mails] == MANAGERS
     assert {m["subject"] for m in mails} == {"Deployment approval requested: Template t-1"}
+
+
+async def test_a_request_by_hand_answers_the_request_it_opened(gov: Services) -> None:
+    await seed_requests(gov.store)  # older requests, of this org and another
+    await seed_waiting_install(gov.store, "i-1", "o-pro")
+    view = await gov.approvals.create_approval("u-admin", "prime", request_body())
+    assert view["id"] not in {"a-1", "a-2", "a-3", "a-4", "a-5"}
+    assert view["installId"] == "i-1" and view["requestedBy"] == "u-admin" and view["status"] == "pending"
+    newest, *_ = await gov.approvals.approvals("u-admin", "prime", "pending")
+    assert newest["id"] == view["id"]
 
 
 async def test_a_request_by_hand_needs_an_install_of_the_org_and_its_template(gov: Services) -> None:
