@@ -33,9 +33,8 @@ ClientFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]
 
 @pytest.fixture(scope="session")
 def mongo_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """The session's embedded MongoDB-wire server (the same code `svc serve` uses). Under
-    `make mutate`, the one server scripts/mutate.py holds for the run (SVC_TEST_MONGO_DIR):
-    joined, and left running at the end, as its holder still uses it."""
+    """The session's embedded MongoDB-wire server (the same code `svc serve` uses), or a running
+    one the session joins and leaves running (SVC_TEST_MONGO_DIR: tests/support/shared_db.py)."""
     shared = os.environ.get("SVC_TEST_MONGO_DIR")
     server = EmbeddedMongo(Path(shared) if shared else tmp_path_factory.mktemp("mongo"))
     asyncio.run(server.start())
