@@ -35,7 +35,7 @@ test: install
 # Two workers; `make mutate MUTANTS='plugins.egress*'` runs one module's slice.
 MUTANTS ?=
 mutate: install
-	$(BIN)/mutmut run --max-children 2 $(MUTANTS)
+	$(BIN)/python -m tests.support.shared_db $(BIN)/mutmut run --max-children 2 $(MUTANTS)
 	$(BIN)/mutmut results
 
 lint: install

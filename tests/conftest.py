@@ -4,6 +4,7 @@ database name per test. Helpers shared by the test modules live in tests/support
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -32,8 +33,10 @@ ClientFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]
 
 @pytest.fixture(scope="session")
 def mongo_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """The session's embedded MongoDB-wire server (the same code `svc serve` uses)."""
-    server = EmbeddedMongo(tmp_path_factory.mktemp("mongo"))
+    """The session's embedded MongoDB-wire server (the same code `svc serve` uses), or a running
+    one the session joins and leaves running (SVC_TEST_MONGO_DIR: tests/support/shared_db.py)."""
+    shared = os.environ.get("SVC_TEST_MONGO_DIR")
+    server = EmbeddedMongo(Path(shared) if shared else tmp_path_factory.mktemp("mongo"))
     asyncio.run(server.start())
     assert server.port is not None
     yield server.port
