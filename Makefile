@@ -22,12 +22,13 @@ serve: install
 	$(BIN)/svc serve --host $(HOST) --port $(PORT)
 
 # Tests run in a random order (pytest-randomly; the seed is printed first): rerun one order with
-# `make test SEED=1234`, or turn it off while debugging with `-p no:randomly`.
+# `make test SEED=1234`, or turn it off while debugging with `-p no:randomly`. The 15 slowest
+# tests are listed at the end, to keep the suite within its 15 minutes.
 SEED ?=
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -p no:cacheprovider -p randomly $(if $(SEED),--randomly-seed=$(SEED),)
+	$(BIN)/pytest -q -p no:cacheprovider -p randomly --durations=15 $(if $(SEED),--randomly-seed=$(SEED),)
 
 # Mutation testing of the modules that decide money, access and egress, each against its fast
 # tests ([tool.mutmut] in pyproject.toml; survivors and their verdicts in docs/testing.md).

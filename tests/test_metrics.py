@@ -3,6 +3,7 @@ deployment metrics counted where they happen (in Ray actors) and read from Mongo
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -114,3 +115,34 @@ async def test_runs_tokens_blocks_and_judge_decisions_reach_the_scrape(make_clie
     assert value(samples, "svc_scheduler_lag_seconds_bucket", le="0.5") == 1
     assert value(samples, "svc_scheduler_lag_seconds_bucket", le="+Inf") == 2
     assert value(samples, "svc_scheduler_lag_seconds_sum") == 3.2
+
+
+async def test_counter_writes_racing_from_many_processes_lose_nothing(db_uri, store):
+    # Each writer is its own client, as each actor and API process is: one bulk write per change
+    # set, every label set's increments exact. (The embedded server applies upserts one at a
+    # time, so the retry of a lost first-insert race in `counters.write` is reached on MongoDB
+    # only.)
+    from svc.core.store import Store
+
+    writers = [Store.connect(db_uri) for _ in range(8)]
+    try:
+        await asyncio.gather(
+            *(
+                counters.write(
+                    writer,
+                    [
+                        counters.increment("races", {"kind": "a"}, 2),
+                        counters.increment("races", {"kind": "b"}),
+                        counters.observation("race_lag", {}, [0.2, 7.0], counters.LAG_BUCKETS),
+                    ],
+                )
+                for writer in writers
+                for _ in range(5)
+            )
+        )
+    finally:
+        for writer in writers:
+            await writer.close()
+    docs = {doc["_id"]: doc for doc in await counters.read_all(store)}
+    assert docs["races|kind=a"]["value"] == 80 and docs["races|kind=b"]["value"] == 40
+    assert docs["race_lag|"]["count"] == 80 and docs["race_lag|"]["buckets"] == {"0": 40, "4": 40}

@@ -10,9 +10,11 @@ import asyncio
 import json
 import os
 import signal
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import ray
+import time_machine
 from aiohttp import web
 from ray.experimental import internal_kv
 
@@ -20,7 +22,9 @@ from actors import deployment
 from actors.install_actor import InstallActor
 from actors.runtime import NAMESPACE, actor_name
 from api.app import RUNTIME, SERVICES
-from svc.jobs import Jobs
+from svc.core import utcnow
+from svc.jobs import ACTOR_GONE_AFTER, Jobs
+from svc.runtime import ledger
 from tests.support.runtime import managed_client, member, svc_install, webhook_token
 from tests.support.waiting import wait_for, wait_status, wait_until
 
@@ -122,6 +126,27 @@ async def test_a_cancelled_queued_run_never_calls_the_provider(make_client, aioh
     assert len(llm.requests) == 1, "the cancelled run never reached the provider"
     again = await client.post(f"/api/installs/{install_id}/cancel-run", headers=key)
     assert again.status == 404
+
+
+async def test_a_run_refused_by_the_actors_recovery_is_refused_to_the_waiting_caller(
+    make_client, aiohttp_server, store
+):
+    """A sync run queued just before its install was cancelled; the cold actor's recovery starts
+    it and refuses it (the install is cancelled) before the caller's own command arrives. That
+    command finds the run settled and must give the caller the same answer: refused (409)."""
+    client, llm = await managed_client(make_client, aiohttp_server)
+    _, key, install_id = await svc_install(client, [member("lead")])
+    # The run as `RunService.run` queues it, then the cancellation wins the race to the actor.
+    run = ledger.new_run(install_id, "go", "run", handoffAt=utcnow())
+    await ledger.enqueue(store, run)
+    assert (await client.delete(f"/api/installs/{install_id}", headers=key)).status == 200
+    runtime = client.server.app[RUNTIME]
+    await runtime.submit(install_id, {"runId": "warm-up"})  # the actor starts; its recovery runs
+    await wait_status(store, run["_id"], "failed")
+    outcome = await runtime.run(install_id, {"runId": run["_id"]})
+    assert outcome["refused"] is True
+    assert outcome["errorMessage"] == "Install is not ready (status: cancelled)"
+    assert not llm.requests, "a refused run never reaches the provider"
 
 
 async def test_an_actor_that_cannot_start_answers_503_and_queued_runs_settle_later(
@@ -341,7 +366,11 @@ async def test_the_sweeper_settles_a_run_whose_actor_is_gone_for_good(make_clien
         run = await store["pipeline_runs"].find_one({"_id": queued["runId"]})
         return run["status"] == "failed"
 
-    assert await wait_for(settled, timeout_s=90), "the sweeper settles it once the actor's beat is old"
+    # Not before the actor's last beat is ACTOR_GONE_AFTER old: this process's clock (the sweeper's)
+    # moves past it instead of the test waiting 30 s; the actor's processes keep the real clock.
+    assert not await settled(), "a run whose actor beat a moment ago is left alone"
+    with time_machine.travel(datetime.now(UTC) + ACTOR_GONE_AFTER + timedelta(seconds=5), tick=True):
+        assert await wait_for(settled, timeout_s=60), "the sweeper settles it once the actor's beat is old"
     run = await store["pipeline_runs"].find_one({"_id": queued["runId"]})
     assert INTERRUPTED in run["errorMessage"]
     assert [r["status"] for r in await run_record(store, queued["runId"])] == ["failed"]

@@ -1,6 +1,6 @@
 """Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports."""
 
-from svc.core import counters, errors, tokens, windows
+from svc.core import counters, errors, tally, tokens, windows
 from svc.core.cache import TTLCache
 from svc.core.clock import aware, iso, utcnow
 from svc.core.embedded import EmbeddedMongo, NoDatabaseError, require_database
@@ -72,6 +72,7 @@ __all__ = [
     "is_api_key",
     "iso",
     "require_database",
+    "tally",
     "tokens",
     "utcnow",
     "windows",

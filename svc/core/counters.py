@@ -6,7 +6,9 @@ one document of `metric_counters` (`$inc`, upserted), keyed by metric name and
 labels; a histogram is one document per label set holding its bucket counts, sum
 and count. A scrape reads the whole collection: one query whose size is the
 number of label sets (platforms times statuses, providers, ...), never the number of
-events. The values are cluster-wide totals (docs/operations.md).
+events. The values are cluster-wide totals (docs/operations.md). The changes one
+operation makes (a model call's two token counters, a run record's counter and duration)
+go in one bulk write: one round trip on the run path instead of one per label set.
 
 Counting never fails the operation it counts: a failed write is logged and dropped.
 """
@@ -18,7 +20,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo import UpdateOne
+from pymongo.errors import BulkWriteError, PyMongoError
 
 from svc.core.store import Document, Store
 
@@ -30,35 +33,26 @@ READ_LIMIT = 5000
 # Seconds: runs take seconds to minutes; scheduler lag is well under a tick when healthy.
 DURATION_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 LAG_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+DUPLICATE_KEY = 11000
 
 
 def _key(name: str, labels: Mapping[str, str]) -> str:
     return name + "|" + "|".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
-async def _upsert(store: Store, name: str, labels: Mapping[str, str], update: Document) -> None:
-    """One `$inc` on the label set's document; a racing first insert is retried as an update."""
-    key = _key(name, labels)
-    setter = {"$setOnInsert": {"name": name, "labels": dict(labels)}}
-    try:
-        try:
-            await store[COLLECTION].update_one({"_id": key}, {**update, **setter}, upsert=True)
-        except DuplicateKeyError:
-            await store[COLLECTION].update_one({"_id": key}, update)
-    except PyMongoError as exc:
-        log.warning("metric counter %s not updated: %s", name, type(exc).__name__)
+Change = tuple[str, dict[str, str], Document]
+"""One counter write: the metric's name, its labels and the update of its document."""
 
 
-async def inc(store: Store, name: str, labels: Mapping[str, str], amount: float = 1) -> None:
-    """Add `amount` to a counter."""
-    if amount:
-        await _upsert(store, name, labels, {"$inc": {"value": amount}})
+def increment(name: str, labels: Mapping[str, str], amount: float = 1) -> Change | None:
+    """Adding `amount` to a counter (nothing to write when it is 0)."""
+    return (name, dict(labels), {"$inc": {"value": amount}}) if amount else None
 
 
-async def observe(
-    store: Store, name: str, labels: Mapping[str, str], values: Iterable[float], buckets: tuple[float, ...]
-) -> None:
-    """Add observations to a histogram (one write for all of them)."""
+def observation(
+    name: str, labels: Mapping[str, str], values: Iterable[float], buckets: tuple[float, ...]
+) -> Change | None:
+    """Adding observations to a histogram (nothing to write without any)."""
     increments: dict[str, float] = {}
     count = 0
     total = 0.0
@@ -68,9 +62,51 @@ async def observe(
         increments[field] = increments.get(field, 0) + 1
         count += 1
         total += value
-    if count:
-        increments.update({"count": count, "sum": total})
-        await _upsert(store, name, {**labels}, {"$inc": increments, "$set": {"bounds": list(buckets)}})
+    if not count:
+        return None
+    increments.update({"count": count, "sum": total})
+    return (name, dict(labels), {"$inc": increments, "$set": {"bounds": list(buckets)}})
+
+
+async def write(store: Store, changes: Iterable[Change | None]) -> None:
+    """Apply counter changes in one round trip (an unordered bulk of upserts).
+
+    A first insert that raced another process's is retried as a plain update. Counting never
+    fails the operation it counts: a failed write is logged and dropped."""
+    writes = [
+        ({"_id": _key(name, labels)}, update, {"$setOnInsert": {"name": name, "labels": labels}})
+        for name, labels, update in filter(None, changes)
+    ]
+    if not writes:
+        return
+    collection = store[COLLECTION]
+    try:
+        try:
+            await collection.bulk_write(
+                [UpdateOne(key, {**update, **setter}, upsert=True) for key, update, setter in writes],
+                ordered=False,
+            )
+        except BulkWriteError as exc:
+            errors = exc.details.get("writeErrors", [])
+            if any(error.get("code") != DUPLICATE_KEY for error in errors):
+                raise
+            raced = [writes[error["index"]] for error in errors]
+            await collection.bulk_write([UpdateOne(key, update) for key, update, _ in raced], ordered=False)
+    except PyMongoError as exc:
+        names = sorted({key["_id"].split("|", 1)[0] for key, _, _ in writes})
+        log.warning("metric counters %s not updated: %s", names, type(exc).__name__)
+
+
+async def inc(store: Store, name: str, labels: Mapping[str, str], amount: float = 1) -> None:
+    """Add `amount` to a counter."""
+    await write(store, [increment(name, labels, amount)])
+
+
+async def observe(
+    store: Store, name: str, labels: Mapping[str, str], values: Iterable[float], buckets: tuple[float, ...]
+) -> None:
+    """Add observations to a histogram (one write for all of them)."""
+    await write(store, [observation(name, labels, values, buckets)])
 
 
 async def read_all(store: Store) -> list[dict[str, Any]]:

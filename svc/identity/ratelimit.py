@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pymongo import ReturnDocument
-from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo.errors import PyMongoError
 
-from svc.core import RateLimited, Store
+from svc.core import RateLimited, Store, tally
 
 log = logging.getLogger(__name__)
 
@@ -149,26 +148,11 @@ class RateLimiter:
                 counter.seen[name] = max(counter.seen.get(name, 0), value)
 
     async def _increment(self, key: str, increments: dict[str, int], end: float) -> dict[str, Any]:
-        """One atomic upsert of the counters; returns them after it."""
-        collection = self.store.rate_limits
-        update = {
-            "$inc": increments,
-            "$setOnInsert": {"expiresAt": datetime.fromtimestamp(end, UTC) + timedelta(seconds=60)},
-        }
-        try:
-            counts = await collection.find_one_and_update(
-                {"_id": key}, update, upsert=True, return_document=ReturnDocument.AFTER
-            )
-        except DuplicateKeyError:
-            # Two processes inserted the same new window at once; the loser retries as an update.
-            counts = await collection.find_one_and_update(
-                {"_id": key}, update, return_document=ReturnDocument.AFTER
-            )
-        if counts is None:
-            # Seen with SecantusDB under concurrent upserts: the increment is applied but the
-            # document is not returned. Read it back; the count includes this request.
-            counts = await collection.find_one({"_id": key})
-        return counts or {}
+        """Add to the counters atomically; returns them after the addition, this request's own
+        position included (the count it is judged by, exact even when processes race to open
+        the window: svc/core/tally.py)."""
+        expires = datetime.fromtimestamp(end, UTC) + timedelta(seconds=60)
+        return await tally.add(self.store.rate_limits, key, increments, {"expiresAt": expires})
 
     def _schedule_flush(self) -> None:
         if self._flush_task is None or self._flush_task.done():

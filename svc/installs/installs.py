@@ -108,6 +108,15 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         """The platforms with a trait set, for store queries."""
         return [p.id for p in self.plugins.platforms() if getattr(p.traits, trait)]
 
+    async def _deployer(self, principal: Principal) -> str | None:
+        """Who answers for a new install: the caller, or for an org key the member who created the
+        key (as governance records the requester). An org's deletion hands an install back to its
+        deployer while still a member (`Removal.hand_back`)."""
+        if principal.user_id is not None or principal.key_id is None:
+            return principal.user_id
+        key = await self.store.api_keys.find_one({"_id": principal.key_id}, {"createdBy": 1})
+        return (key or {}).get("createdBy")
+
     async def create(self, principal: Principal, body: CreateInstallBody) -> dict[str, Any]:
         """Validate, provision through the platform's driver, store; the spec's response."""
         require_unscoped(principal)
@@ -150,7 +159,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
             "orchABaseUrl": (fields.get("credentials") or {}).get("orchABaseUrl"),
             "status": "pending",
             "owner": owner_of(principal),
-            "deployedBy": principal.user_id,
+            "deployedBy": await self._deployer(principal),
             "createdByKeyId": principal.key_id,
             "variables": variables,
             "secretsEncrypted": {k: self.vault.encrypt(v) for k, v in install_secrets.items()},

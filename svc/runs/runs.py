@@ -105,11 +105,13 @@ class Runs:
         created_at: datetime | None = None,
         platform_run_id: str | None = None,
         billable: bool = False,
+        started_at: datetime | None = None,
     ) -> tuple[str, bool]:
         """Store one run: the run id, and whether it is new (False for a repeated runId).
 
         `billable`: a failed run whose tokens are billed all the same (a managed run stopped by its
-        per-run token cap: the spend caps issue bills its tokens as usage); completed runs always are."""
+        per-run token cap: the spend caps issue bills its tokens as usage); completed runs always are.
+        `started_at`: when the install's actor began a managed run (its duration in the metrics)."""
         run_id = run_id or tokens.new_id()
         doc: dict[str, Any] = {
             "_id": tokens.new_id(),
@@ -129,6 +131,7 @@ class Runs:
             "source": source,
             "createdAt": created_at or utcnow(),
             **({"billable": True} if billable and status == "failed" else {}),
+            **({"startedAt": started_at} if started_at else {}),
         }
         # Written with the reports arriving at the same time (svc/runs/recording.py); False
         # for the same report again.

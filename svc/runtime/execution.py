@@ -254,6 +254,8 @@ class InstallRunner:
         }
         if run.get("errorMessage"):
             outcome["errorMessage"] = run["errorMessage"]
+        if "refused" in run:  # the same answer as the call that refused it (a 409 or 404 to a sync caller)
+            outcome["refused"] = run["refused"]
         return outcome
 
     async def _refused(self, install: Document | None, run_id: str) -> dict[str, Any]:
@@ -262,8 +264,9 @@ class InstallRunner:
             "Install not found" if install is None else f"Install is not ready (status: {install['status']})"
         )
         # Claimed by this copy a moment ago: it ends failed, with no run record (it never ran).
-        await ledger.finish(self.store, run_id, self.incarnation, "failed", 0, 0, message)
-        return {**failed_outcome(run_id, message), "refused": install is not None}
+        refused = install is not None
+        await ledger.finish(self.store, run_id, self.incarnation, "failed", 0, 0, message, refused=refused)
+        return {**failed_outcome(run_id, message), "refused": refused}
 
     async def secrets_of(self, install: Document) -> dict[str, str]:
         """Org secrets, overridden by the install's own of the same name (spec)."""
@@ -372,6 +375,7 @@ class InstallRunner:
                 platform_agent_id=run.get("platformAgentId"),
                 platform_run_id=run.get("platformRunId"),
                 billable=billable,
+                started_at=run.get("startedAt"),
             )
         )
         writes.append(touch_last_run(self.store, install["_id"]))

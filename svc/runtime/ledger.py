@@ -110,12 +110,15 @@ async def finish(
     error: str | None,
     agent_key: str | None = None,
     seen: Document | None = None,
+    refused: bool | None = None,
 ) -> Document | None:
     """running -> completed/failed, only by the incarnation that runs it; the run, or None when
     another writer settled it first (recovery, the sweeper): then nothing more is recorded.
 
     `seen`: the run as this incarnation claimed it; the answer is then built from it and the
-    changes, with no read (the fields a run record needs never change once it is queued)."""
+    changes, with no read (the fields a run record needs never change once it is queued).
+    `refused`: the run never ran because its install was not ready (True) or gone (False); kept
+    so a later command for the same run gets the same answer."""
     changes = {
         "status": status,
         "endedAt": utcnow(),
@@ -123,6 +126,7 @@ async def finish(
         "outputTokens": tokens_out,
         "errorMessage": error,
         **({"agentKey": agent_key} if agent_key else {}),
+        **({"refused": refused} if refused is not None else {}),
     }
     return await _transition(
         store, {"_id": run_id, "status": "running", "incarnation": incarnation}, changes, seen

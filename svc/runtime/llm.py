@@ -77,10 +77,14 @@ class LLM:
         """One call, the whole answer."""
         provider, request = self.request(model, system, messages, tools, max_tokens, timeout_s)
         response = await self.plugins.complete(provider, request)
-        if self.store is not None:
-            for kind, amount in (("input", response.input_tokens), ("output", response.output_tokens)):
-                labels = {"provider": provider, "kind": kind}
-                await counters.inc(self.store, "llm_tokens", labels, amount or 0)
+        if self.store is not None:  # both kinds in one round trip
+            await counters.write(
+                self.store,
+                [
+                    counters.increment("llm_tokens", {"provider": provider, "kind": kind}, amount or 0)
+                    for kind, amount in (("input", response.input_tokens), ("output", response.output_tokens))
+                ],
+            )
         return response
 
     async def stream(

@@ -23,6 +23,7 @@ from svc.core import (
     Document,
     Mailer,
     Store,
+    tally,
     tokens,
     utcnow,
 )
@@ -179,9 +180,7 @@ class PipelineExecutor:
                     {"installId": install_id, "githubHandle": raw["targetHandle"]}, sort=[("createdAt", -1)]
                 )
                 target_id = found["_id"] if found else None
-            counter = await self.store["counters"].find_one_and_update(
-                {"_id": "drafts"}, {"$inc": {"value": 1}}, upsert=True, return_document=ReturnDocument.AFTER
-            )
+            counter = await tally.add(self.store["counters"], "drafts", {"value": 1})
             await self.store["drafts"].insert_one(
                 {
                     "_id": int(counter["value"]),
