@@ -433,6 +433,7 @@ async def test_a_pending_payment_is_settled_by_the_provider_event(m: Money) -> N
     invoice = await m.invoice("i1")
     intent = next(iter(m.fake.payment_intents.values()))
     assert (invoice["status"], invoice["paymentIntentId"]) == ("processing", intent["id"])
+    assert set(invoice) == INVOICE_FIELDS | {"paymentIntentId"}
     await m.charges.payment_settled(intent, True)
     settled = await m.invoice("i1")
     assert (settled["status"], settled["paymentIntentId"]) == ("paid", intent["id"]) and settled["paidAt"]
