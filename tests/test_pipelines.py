@@ -8,7 +8,7 @@ import json
 import ray
 
 from tests.support.runtime import managed_client, member, provider_settings, start_llm, svc_install
-from tests.support.waiting import wait_status
+from tests.support.waiting import wait_status, wait_until
 
 
 async def start(client, key, install_id, task="Begin"):
@@ -61,8 +61,16 @@ async def test_a_paused_pipeline_survives_its_actor_and_continues(make_client, a
     )
     llm.script(text="first half")
     paused = await start(client, key, install_id)
-    actor = ray.get_actor(f"install:{install_id}", namespace="svc")
+    name = f"install:{install_id}"
+    actor = ray.get_actor(name, namespace="svc")
     await asyncio.to_thread(ray.kill, actor, no_restart=True)
+
+    def gone() -> bool:
+        # ray.kill only asks: until the worker is dead its name still leads to it, and a continue
+        # sent meanwhile may be applied by the dying copy (then settled as interrupted).
+        return name not in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+
+    assert await wait_until(lambda: asyncio.to_thread(gone)), "the actor is gone"
     llm.script(text="second half")
     response = await client.post(f"/api/installs/{install_id}/continue", json={}, headers=key)
     assert response.status == 200
