@@ -464,6 +464,26 @@ async def test_overlapping_periods_are_never_billed_twice(m: Money) -> None:
     assert (await m.charges.charge_cycle(DEPLOYER, body(installId="i2")))["status"] == "succeeded"
 
 
+async def test_racing_calls_for_an_overlapping_period_are_all_refused(m: Money) -> None:
+    """One caller inserts the period's invoice, finds the overlap and deletes it again; the
+    others, whose insert hit that invoice, find it gone and start over (`_claim`'s retry): each
+    must end in the same overlap refusal, with nothing charged and nothing left behind."""
+    await deal(m)
+    await m.charges.charge_cycle(DEPLOYER, body(start=MAR, end=APR))
+    paid = await m.invoice("i1")
+    mid_mar, mid_apr = MAR + timedelta(days=14), APR + timedelta(days=14)
+    answers = await asyncio.gather(
+        *(m.charges.charge_cycle(DEPLOYER, body(start=mid_mar, end=mid_apr)) for _ in range(4)),
+        return_exceptions=True,
+    )
+    for answer in answers:
+        assert isinstance(answer, Conflict), answer
+        assert answer.extra == {"invoiceId": paid["_id"]}
+        assert answer.message.startswith(f"The period overlaps invoice {paid['_id']} ")
+    assert [doc["_id"] async for doc in m.store["invoices"].find({})] == [paid["_id"]]
+    assert len(m.fake.succeeded_charges()) == 1
+
+
 async def test_a_retry_is_refused_when_another_invoice_billed_the_period_since(m: Money) -> None:
     await deal(m)
     m.fake.declined_methods.add(CARD)
