@@ -29,6 +29,7 @@ from svc.core.embedded_child import SERVER_LOCK
 from svc.core.processes import alive, marked_processes
 from svc.core.vault import DEV_KEY_FILE
 from tests.support.serve import EXIT_TIMEOUT_S, LEFTOVER_TIMEOUT_S, START_TIMEOUT_S, SVC, Service
+from tests.support.waiting import wait_until
 
 
 def assert_database_running(data_dir: Path) -> int:
@@ -262,10 +263,9 @@ async def test_the_database_stops_when_its_killed_users_are_gone(tmp_path):
         shutil.rmtree(data_dir)  # even with its data directory gone
         user.kill()
         await user.wait()
-        deadline = time.monotonic() + LEFTOVER_TIMEOUT_S
-        while alive(pid) and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        assert not alive(pid), "the database outlived its only user"
+        assert await wait_until(lambda: not alive(pid), LEFTOVER_TIMEOUT_S), (
+            "the database outlived its only user"
+        )
     finally:
         if user.returncode is None:
             user.kill()

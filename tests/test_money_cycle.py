@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import time_machine
 
+from svc.billing.usage import install_amount
 from svc.core import Conflict, NotFound
 from tests.support.billing import CARD
 from tests.support.money import Money, money_world
@@ -399,3 +400,23 @@ async def test_the_receipt_goes_to_the_account_email_without_a_deployer_email(
     await m.install("i2", "t1", "u-mute", created=START, deployerEmail=None)
     await m.charges.cancel_install("u-mute", "i2")  # no address at all: no receipt
     assert len(await receipts(m)) == 1
+
+
+async def test_the_amount_prices_each_part_of_the_period_at_the_price_in_force(m: Money) -> None:
+    """`install_amount` over a price history: a free part first (skipped, not the end of the
+    sum), then a per-run part and a per-token part, each added to the total."""
+    since = CE - HALF
+    history = [
+        {"from": since - HALF, "pricingModel": "free"},
+        {"from": since + timedelta(minutes=10), "pricingModel": "per_run", "priceUsdCents": 100},
+        {"from": since + timedelta(minutes=20), "pricingModel": "per_k_tokens", "priceUsdCents": 20},
+    ]
+    owner = {"kind": "user", "id": "u-b"}
+    await m.template("t1", owner, model="per_k_tokens", price=20, priceHistory=history)
+    await m.install("i1", "t1", created=since)
+    await m.runs("i1", since + timedelta(minutes=5), completed=3)  # free then
+    await m.runs("i1", since + timedelta(minutes=15), completed=2, failed=1)  # 2 x $1.00
+    await m.runs("i1", since + timedelta(minutes=25), completed=2, tokens=(1500, 1000))  # 5K tokens: $1.00
+    template = await m.store["templates"].find_one({"_id": "t1"})
+    assert await install_amount(m.store, "i1", template, since, CE) == 300
+    assert await install_amount(m.store, "i1", template, since, since + timedelta(minutes=10)) == 0

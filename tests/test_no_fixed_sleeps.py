@@ -15,9 +15,6 @@ TESTS = Path(__file__).parent
 ALLOWED = {
     TESTS / "support" / "waiting.py",  # the one place that polls
 }
-# Polls with deadlines in modules that other work owns right now (runtime, lifecycle, storage);
-# they move to tests/support/waiting.py with that work. Listed so no new one can appear.
-KNOWN = {TESTS / "test_lifecycle.py": 2, TESTS / "test_storage.py": 1}
 
 
 def sleeps(path: Path) -> list[int]:
@@ -42,7 +39,7 @@ def test_no_test_module_sleeps_to_synchronise() -> None:
         f"{path.relative_to(TESTS)}:{line}"
         for path in modules
         if path not in ALLOWED
-        for line in sleeps(path)[KNOWN.get(path, 0) :]
+        for line in sleeps(path)
     }
     assert not offenders, f"wait on a condition (tests/support/waiting.py), not a sleep: {sorted(offenders)}"
 

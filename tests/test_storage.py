@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from api.app import create_app
 from config.settings import Settings
 from svc.core.embedded import STATE_FILE, EmbeddedMongo, free_port
 from tests.support.accounts import signup
+from tests.support.waiting import wait_until
 
 SVC = str(Path(sys.executable).with_name("svc"))
 
@@ -64,15 +63,6 @@ async def test_a_stale_state_file_is_ignored(tmp_path):
         await server.stop()
 
 
-def _wait_for(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -100,13 +90,13 @@ async def test_embedded_server_dies_with_a_killed_api(tmp_path, secret_key):
     )
     try:
         state = tmp_path / STATE_FILE
-        assert await asyncio.to_thread(_wait_for, state.exists, 120), "the API never started its database"
+        assert await wait_until(state.exists, 120), "the API never started its database"
         db_pid = json.loads(state.read_text())["pid"]
         assert _alive(db_pid)
     finally:
         api.send_signal(signal.SIGKILL)
         api.wait()
-    assert await asyncio.to_thread(_wait_for, lambda: not _alive(db_pid), 60), "database outlived the API"
+    assert await wait_until(lambda: not _alive(db_pid), 60), "database outlived the API"
 
 
 async def test_indexes_are_created_at_start_up(client, store):
