@@ -32,10 +32,12 @@ test: install
 
 # Mutation testing of the modules that decide money, access and egress, each against its fast
 # tests ([tool.mutmut] in pyproject.toml; survivors and their verdicts in docs/testing.md).
-# Two workers; `make mutate MUTANTS='plugins.egress*'` runs one module's slice.
+# Three workers over two shared databases (tests/support/shared_db.py);
+# `make mutate MUTANTS='plugins.egress*'` runs one module's slice.
 MUTANTS ?=
+MUTATE_WORKERS ?= 3
 mutate: install
-	$(BIN)/python -m tests.support.shared_db $(BIN)/mutmut run --max-children 2 $(MUTANTS)
+	$(BIN)/python -m tests.support.shared_db $(BIN)/mutmut run --max-children $(MUTATE_WORKERS) $(MUTANTS)
 	$(BIN)/mutmut results
 
 lint: install

@@ -27,16 +27,19 @@ from tests.leftovers import (  # noqa: F401 - the session's leftover check
     pytest_configure,
     pytest_sessionfinish,
 )
+from tests.support import shared_db
 
 ClientFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
 
 
 @pytest.fixture(scope="session")
 def mongo_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """The session's embedded MongoDB-wire server (the same code `svc serve` uses), or a running
-    one the session joins and leaves running (SVC_TEST_MONGO_DIR: tests/support/shared_db.py)."""
-    shared = os.environ.get("SVC_TEST_MONGO_DIR")
-    server = EmbeddedMongo(Path(shared) if shared else tmp_path_factory.mktemp("mongo"))
+    """The session's embedded MongoDB-wire server (the same code `svc serve` uses), or one of
+    the running ones that the session joins and leaves running (SVC_TEST_MONGO_DIR:
+    tests/support/shared_db.py)."""
+    shared = os.environ.get(shared_db.VARIABLE)
+    directory = shared_db.joined(shared, os.getpid()) if shared else tmp_path_factory.mktemp("mongo")
+    server = EmbeddedMongo(directory)
     asyncio.run(server.start())
     assert server.port is not None
     yield server.port

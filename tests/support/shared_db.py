@@ -7,7 +7,12 @@ started for the whole command; sessions join it through `SVC_TEST_MONGO_DIR` (te
 and leave it running when they end (EmbeddedMongo's users lock), and it is stopped once the
 command is done. Each test still gets a database of its own.
 
-    python -m tests.support.shared_db mutmut run --max-children 2
+The embedded server is single-threaded: with every worker's sessions on one server, it was
+the run's bottleneck (three quarters of a core while the two workers waited on it). So
+`SVC_TEST_DATABASES` servers are started (default 2, one per core) and each session joins
+one of them, chosen by its process id (tests/conftest.py).
+
+    python -m tests.support.shared_db mutmut run --max-children 3
 """
 
 from __future__ import annotations
@@ -21,24 +26,33 @@ from pathlib import Path
 
 from svc.core.embedded import EmbeddedMongo
 
-VARIABLE = "SVC_TEST_MONGO_DIR"
+VARIABLE = "SVC_TEST_MONGO_DIR"  # the servers' directories, os.pathsep between them
+COUNT = "SVC_TEST_DATABASES"
 
 
-async def run(command: list[str]) -> int:
+async def run(command: list[str], count: int) -> int:
     with tempfile.TemporaryDirectory(prefix="svc-shared-db-") as directory:
-        server = EmbeddedMongo(Path(directory))
-        await server.start()
+        servers = [EmbeddedMongo(Path(directory) / str(n)) for n in range(count)]
+        for server in servers:
+            server.data_dir.mkdir()
+        await asyncio.gather(*(server.start() for server in servers))
         try:
-            env = {**os.environ, VARIABLE: directory}
+            env = {**os.environ, VARIABLE: os.pathsep.join(str(server.data_dir) for server in servers)}
             return await asyncio.to_thread(lambda: subprocess.call(command, env=env))
         finally:
-            await server.stop()
+            await asyncio.gather(*(server.stop() for server in servers))
+
+
+def joined(shared: str, pid: int) -> Path:
+    """The directory of the server a session with this process id joins."""
+    directories = shared.split(os.pathsep)
+    return Path(directories[pid % len(directories)])
 
 
 def main() -> None:
     if len(sys.argv) < 2:
         sys.exit("usage: python -m tests.support.shared_db COMMAND [ARG...]")
-    sys.exit(asyncio.run(run(sys.argv[1:])))
+    sys.exit(asyncio.run(run(sys.argv[1:], int(os.environ.get(COUNT, "2")))))
 
 
 if __name__ == "__main__":
