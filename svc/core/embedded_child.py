@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 START_LOCK = "mongo.lock"
 USERS_LOCK = "mongo.users"
@@ -74,6 +74,39 @@ def watch(data_dir: Path, start_lock: IO[str], users_lock: IO[str]) -> None:
     os._exit(1)
 
 
+def prune_retryable_in_order(registry: Any) -> None:
+    """SecantusDB's retryable-write records, pruned from the oldest end (a drop-in for its
+    `TransactionRegistry._prune_retryable_locked`, called under the registry's lock).
+
+    Its own prune runs on every write, scans every record (kept 30 minutes) and, past its cap
+    of 10,000, sorts them all: on this machine a write then costs 9 ms instead of 2.5 ms, for
+    every client (bench/embedded_writes.py). Records are inserted in time order (a key is
+    recorded once: a retry with it is answered from the record), and a dict keeps insertion
+    order, so the stale and the excess are at the front: the same records go, in O(1) per
+    write. Were a key ever recorded again out of order, a stale record behind it would wait
+    for it (the cap still holds).
+    """
+    from secantus import transactions
+
+    records = registry._retryable
+    cutoff = registry._time() - transactions._RETRYABLE_RECORD_LIFETIME_SECONDS
+    excess = len(records) - transactions._RETRYABLE_RECORD_MAX
+    while records:
+        oldest = next(iter(records))
+        if excess <= 0 and records[oldest][1] >= cutoff:
+            return
+        del records[oldest]
+        excess -= 1
+
+
+def _install_prune() -> None:
+    """Use `prune_retryable_in_order` when SecantusDB has the prune it replaces."""
+    from secantus.transactions import TransactionRegistry
+
+    if callable(getattr(TransactionRegistry, "_prune_retryable_locked", None)):
+        TransactionRegistry._prune_retryable_locked = prune_retryable_in_order  # type: ignore[method-assign]
+
+
 def main(argv: list[str]) -> int:
     """Lock, start the watchdog, then run SecantusDB's own command line with the remaining arguments."""
     data_dir = Path(argv[0])
@@ -85,6 +118,7 @@ def main(argv: list[str]) -> int:
     users_lock = open(data_dir / USERS_LOCK, "a")
     threading.Thread(target=watch, args=(data_dir, start_lock, users_lock), daemon=True).start()
 
+    _install_prune()
     from secantus.cli import main as secantus_main
 
     return secantus_main(argv[1:])
