@@ -575,18 +575,43 @@ async def test_two_callers_resuming_one_stale_charge_take_it_over_once(m: Money)
     m.fake.idempotent.clear()  # as if that request had never reached the provider
     install = await m.store.installs.find_one({"_id": "i1"})
     after = (await m.invoice("i1"))["claimedAt"] + timedelta(minutes=6)
+    # Five at once, so that some read the stale claim before any takes it: those that lose the
+    # take-over read the invoice again (and find the winner's fresh claim).
     answers = await asyncio.gather(
-        *(m.charges.charge(install, MAR, APR, 1000, "x", wait=False, now=after) for _ in range(2)),
+        *(m.charges.charge(install, MAR, APR, 1000, "x", wait=False, now=after) for _ in range(5)),
         return_exceptions=True,
     )
-    # One takes the claim and charges; the other finds it claimed (409) or already paid.
+    # One takes the claim and charges; the others find it claimed (409) or already paid.
     charged = [a for a in answers if not isinstance(a, BaseException) and a.charged_now]
     others = [
         a
         for a in answers
         if isinstance(a, Conflict) or (not isinstance(a, BaseException) and not a.charged_now)
     ]
-    assert (len(charged), len(others)) == (1, 1), answers
+    assert (len(charged), len(others)) == (1, 4), answers
+
+
+async def test_a_failed_invoice_is_retried_under_a_fresh_claim(m: Money) -> None:
+    """The retry of a declined attempt takes the invoice back to `processing` under its own
+    claim, time and attempt: a caller right behind it finds the claim held, not stale."""
+    await deal(m)
+    m.fake.declined_methods.add(CARD)
+    with pytest.raises(PaymentRequired):
+        await m.charges.charge_cycle(DEPLOYER, body(1000))
+    m.fake.declined_methods.clear()
+    failed = await m.invoice("i1")
+    install = await m.store.installs.find_one({"_id": "i1"})
+    later = (datetime.now(UTC) + timedelta(minutes=10)).replace(microsecond=0)  # past the lease
+    with time_machine.travel(later, tick=False):
+        taken = await m.charges._claim(install, MAR, APR, 2000, "x", later, wait=False)
+        stored = await m.invoice("i1")
+        assert stored == taken
+        assert (stored["status"], stored["attempt"], stored["amountCents"]) == ("processing", 2, 2000)
+        assert stored["claim"] != failed["claim"]
+        assert stored["claimedAt"] == stored["attemptStartedAt"] == stored["updatedAt"] == later
+        with pytest.raises(Conflict) as raised:
+            await m.charges._claim(install, MAR, APR, 2000, "x", later + timedelta(seconds=1), wait=False)
+    assert raised.value.message == "A charge for this install and period is in progress; try again shortly"
 
 
 async def test_a_late_failure_of_a_claim_taken_over_changes_nothing(m: Money) -> None:
