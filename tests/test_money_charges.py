@@ -576,7 +576,9 @@ async def test_two_callers_resuming_one_stale_charge_take_it_over_once(m: Money)
     install = await m.store.installs.find_one({"_id": "i1"})
     after = (await m.invoice("i1"))["claimedAt"] + timedelta(minutes=6)
     # Five at once, so that some read the stale claim before any takes it: those that lose the
-    # take-over read the invoice again (and find the winner's fresh claim).
+    # take-over read the invoice again (and find the winner's fresh claim). Five connections
+    # are opened first, or the caller with the one open connection runs ahead of the others.
+    await asyncio.gather(*(m.store.installs.find_one({"_id": "i1"}) for _ in range(5)))
     answers = await asyncio.gather(
         *(m.charges.charge(install, MAR, APR, 1000, "x", wait=False, now=after) for _ in range(5)),
         return_exceptions=True,
