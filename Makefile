@@ -21,14 +21,18 @@ install: $(STAMP)
 serve: install
 	$(BIN)/svc serve --host $(HOST) --port $(PORT)
 
-# Tests run in a random order (pytest-randomly; the seed is printed first): rerun one order with
-# `make test SEED=1234`, or turn it off while debugging with `-p no:randomly`. The 15 slowest
-# tests are listed at the end, to keep the suite within its 15 minutes.
-SEED ?=
+# Tests run in a random order (pytest-randomly). The seed is chosen here and printed first
+# (pytest's -q hides the plugin's own header): rerun one order with `make test SEED=1234`, or
+# turn it off while debugging with `-p no:randomly`. The 15 slowest tests are listed at the
+# end, to keep the suite within its 15 minutes.
+ifeq ($(SEED),)
+SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+endif
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -p no:cacheprovider -p randomly --durations=15 $(if $(SEED),--randomly-seed=$(SEED),)
+	@echo "Random test order, seed $(SEED): 'make test SEED=$(SEED)' runs this order again."
+	$(BIN)/pytest -q -p no:cacheprovider -p randomly --randomly-seed=$(SEED) --durations=15
 
 # Mutation testing of the modules that decide money, access and egress, each against its fast
 # tests ([tool.mutmut] in pyproject.toml; survivors and their verdicts in docs/testing.md).
