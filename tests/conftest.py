@@ -29,6 +29,9 @@ from tests.leftovers import (  # noqa: F401 - the session's leftover check
 )
 from tests.support import shared_db
 
+# Fixtures kept beside the helpers they build on: `gov` (the governance and plan rule tests).
+pytest_plugins = ["tests.support.governance"]
+
 ClientFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
 
 

@@ -10,14 +10,11 @@ docs/orgs.md, not from the code.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
-import time_machine
 
-from config.settings import Settings
 from svc.core import BadRequest, Conflict, Forbidden, NotFound, PaymentRequired, Store
 from svc.identity import Principal
 from svc.orgs import ApprovalDecisionBody, ApprovalRequestBody, GovernanceBody
@@ -26,23 +23,13 @@ from tests.support.governance import (
     PUBLIC_URL,
     Services,
     audit_events,
-    build,
     outbox,
-    seed_orgs,
     seed_waiting_install,
 )
 
 STAMP = "2030-03-15T12:00:00.000Z"  # NOW on the wire
 MANAGERS = ["admin@example.com", "owner@example.com"]
 LAPSE_NOTE = "Governance lapsed with the Pro plan"
-
-
-@pytest.fixture
-async def gov(store: Store, make_settings: Callable[..., Settings]) -> AsyncIterator[Services]:
-    """The seeded orgs (tests/support/governance.py) on a clock frozen at NOW."""
-    with time_machine.travel(NOW, tick=False):
-        await seed_orgs(store)
-        yield build(store, make_settings())
 
 
 async def approval(store: Store, approval_id: str) -> dict[str, Any]:

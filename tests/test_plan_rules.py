@@ -10,31 +10,20 @@ Plans never calls the payment provider itself, so no fake server is needed here.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
-import time_machine
 
-from config.settings import Settings
 from svc.core import BadRequest, NotFound, Store
 from svc.identity import Principal
 from svc.orgs import ApprovalDecisionBody
-from tests.support.governance import NOW, Services, audit_events, build, seed_orgs, seed_waiting_install
+from tests.support.governance import NOW, Services, audit_events, seed_waiting_install
 
 STAMP = "2030-03-15T12:00:00.000Z"  # NOW on the wire
 PERIOD_END = NOW + timedelta(days=30)
 TRIAL_END = NOW + timedelta(days=14)
 REPLACEABLE = ("incomplete", "incomplete_expired", "paused", "canceled")  # svc/billing/org_billing.py
-
-
-@pytest.fixture
-async def gov(store: Store, make_settings: Callable[..., Settings]) -> AsyncIterator[Services]:
-    """The seeded orgs (tests/support/governance.py) on a clock frozen at NOW."""
-    with time_machine.travel(NOW, tick=False):
-        await seed_orgs(store)
-        yield build(store, make_settings())
 
 
 async def org(store: Store, org_id: str) -> dict[str, Any]:

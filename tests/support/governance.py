@@ -8,9 +8,13 @@ platform, so a rejection retires them without calling any platform upstream.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+import pytest
+import time_machine
 
 from config.settings import Settings
 from plugins.manager import Plugins
@@ -125,3 +129,12 @@ async def audit_events(store: Store, org_id: str) -> list[dict[str, Any]]:
     docs = await store["org_audit"].find({"orgId": org_id}).to_list(None)
     events = [{k: d.get(k) for k in ("action", "actorId", "actorEmail", "meta")} for d in docs]
     return sorted(events, key=lambda e: (e["action"], repr(sorted((e["meta"] or {}).items()))))
+
+
+@pytest.fixture
+async def gov(store: Store, make_settings: Callable[..., Settings]) -> AsyncIterator[Services]:
+    """The seeded orgs on a clock frozen at NOW: the fixture of the governance and plan rule
+    tests (registered in tests/conftest.py)."""
+    with time_machine.travel(NOW, tick=False):
+        await seed_orgs(store)
+        yield build(store, make_settings())
