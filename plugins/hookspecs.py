@@ -33,6 +33,8 @@ from plugins.types import (
     ProvisionResult,
     RunReport,
     StreamChunk,
+    UpgradeContext,
+    UpgradeResult,
 )
 
 PROJECT = "svc"
@@ -97,6 +99,19 @@ def svc_heartbeat_task(platform: str, context: HeartbeatContext) -> HeartbeatTas
 def svc_heartbeat_finished(platform: str, context: HeartbeatContext) -> list[str] | None:
     """Called after a heartbeat's run, before answering the platform: write the outcome back
     upstream (a comment, a status). Returns problems worth logging (empty when all went well)."""
+
+
+@hookspec(firstresult=True)
+def svc_upgrade(platform: str, context: UpgradeContext) -> UpgradeResult | None:
+    """Called when an install moves to another version (an upgrade or a rollback): first with
+    `context.dry_run` true for the plan (say what you would update, create and remove; change
+    nothing), then false to make the team upstream match `context.definition`.
+
+    On a failure, undo what this call changed and raise `PlatformError`: the install stays on its
+    version. Return `UpgradeResult(supported=False, reason=...)` when the change cannot be made
+    in place. Default (no implementation): the platform does not support upgrades in place, and
+    such upgrades are refused before anything changes.
+    """
 
 
 # ---------------------------------------------------------------------------------------

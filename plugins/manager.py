@@ -38,6 +38,8 @@ from plugins.types import (
     ProvisionResult,
     RunReport,
     StreamChunk,
+    UpgradeContext,
+    UpgradeResult,
 )
 
 log = logging.getLogger(__name__)
@@ -128,6 +130,16 @@ class Plugins:
     async def heartbeat_finished(self, platform: str, context: HeartbeatContext) -> list[str]:
         """Write a heartbeat's outcome back upstream; the problems met (empty when none)."""
         return list(await self._driver("svc_heartbeat_finished", platform=platform, context=context) or [])
+
+    async def upgrade(self, platform: str, context: UpgradeContext) -> UpgradeResult:
+        """Plan (dry run) or make an install's move to another version upstream; a platform
+        whose driver does not implement `svc_upgrade` does not support it in place."""
+        result = await self._driver("svc_upgrade", platform=platform, context=context)
+        if result is None:
+            return UpgradeResult(
+                supported=False, reason=f"platform {platform} does not support upgrading an install in place"
+            )
+        return result
 
     # ---- LLM providers ---------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "AgentChange",
     "ChatMessage",
     "CompletionRequest",
     "CompletionResponse",
@@ -37,6 +38,8 @@ __all__ = [
     "StreamChunk",
     "ToolCall",
     "ToolSpec",
+    "UpgradeContext",
+    "UpgradeResult",
 ]
 
 # Install body fields a platform may accept beyond templateId, platform and the billing fields.
@@ -178,6 +181,65 @@ class DeprovisionResult:
     """How many agents were deleted upstream, and what could not be."""
 
     deleted_agents: int
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AgentChange:
+    """What an upgrade does to one agent upstream: `update` (same key, new configuration),
+    `create` (a key the new version adds), `remove` (a key it drops) or `keep` (unchanged)."""
+
+    key: str
+    action: Literal["update", "create", "remove", "keep"]
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class UpgradeContext:
+    """One install moving to another version of its template (an upgrade or a rollback).
+
+    `current_definition` is what is deployed now and `definition` the version to move to, both
+    with the install's variables interpolated. `deployed_agents` are the agents upstream now
+    (including any an interrupted earlier attempt recorded). With `dry_run` the driver says what
+    it would do and changes nothing upstream. `issue_install_token` (awaited, apply only) gives a
+    fresh `svc_install_…` token for agents that report runs; `on_created` is awaited right after
+    each new upstream agent exists, as in provisioning.
+    """
+
+    install_id: str
+    platform: str
+    template: dict[str, Any]
+    current_definition: dict[str, Any]
+    definition: dict[str, Any]
+    deployed_agents: tuple[DeployedAgent, ...]
+    credentials: dict[str, str]
+    secrets: dict[str, str]
+    options: dict[str, Any]
+    state: dict[str, Any]
+    runtime_webhook_url: str
+    webhook_secret: str
+    ingest_url: str
+    dry_run: bool = True
+    allow_private: bool = False
+    issue_install_token: Callable[[], Awaitable[str]] | None = None
+    on_created: Callable[[DeployedAgent], Awaitable[None]] | None = None
+
+
+@dataclass(frozen=True)
+class UpgradeResult:
+    """What an upgrade does (dry run) or did upstream.
+
+    `supported` false (with `reason`) refuses the upgrade before anything changes. After an
+    apply, `deployed_agents` are the agents upstream, `state` replaces the stored driver state
+    (None keeps it) and `warnings` name what was left behind (an agent that could not be removed).
+    """
+
+    supported: bool = True
+    reason: str | None = None
+    changes: tuple[AgentChange, ...] = ()
+    deployed_agents: tuple[DeployedAgent, ...] | None = None
+    state: dict[str, Any] | None = None
+    platform_data: dict[str, Any] | None = None
     warnings: tuple[str, ...] = ()
 
 

@@ -411,7 +411,8 @@ async def svc_deprovision(platform: str, context: DeprovisionContext) -> Deprovi
     client = Client(context.credentials, context.allow_private)
     deleted, warnings = 0, []
     try:
-        for agent in context.deployed_agents:
+        leftovers = [DeployedAgent("leftover", i, "") for i in context.state.get("leftoverAgents") or []]
+        for agent in (*context.deployed_agents, *leftovers):  # leftovers: refused deletes of upgrades
             try:
                 await client.call("DELETE", f"/api/agents/{agent.externalId}")
                 deleted += 1
@@ -431,6 +432,14 @@ async def svc_deprovision(platform: str, context: DeprovisionContext) -> Deprovi
     finally:
         await client.close()
     return DeprovisionResult(deleted_agents=deleted, warnings=tuple(warnings))
+
+
+@hookimpl
+async def svc_upgrade(platform: str, context: Any) -> Any:
+    """An UpgradeContext: update, create and remove agents in place (plugins/builtin/orch_a_upgrade.py)."""
+    from plugins.builtin.orch_a_upgrade import upgrade  # it builds on this module
+
+    return await upgrade(context)
 
 
 def _text(value: Any) -> str:

@@ -293,6 +293,7 @@ async def svc_deprovision(platform: str, context: DeprovisionContext) -> Deprovi
     """Delete every deployed agent; failures become warnings, all-denied raises `denied=True`."""
     credentials = context.credentials
     agent_ids = [a.externalId for a in context.deployed_agents] or list(context.state.get("agentIds") or [])
+    agent_ids += list(context.state.get("leftoverAgents") or [])  # deletes an upgrade could not make
     if not agent_ids:
         return DeprovisionResult(deleted_agents=0)
     base = _base_url(credentials)
@@ -318,6 +319,14 @@ async def svc_deprovision(platform: str, context: DeprovisionContext) -> Deprovi
         extra={"installId": context.install_id, "deleted": deleted, "failed": len(warnings)},
     )
     return DeprovisionResult(deleted_agents=deleted, warnings=tuple(warnings))
+
+
+@hookimpl
+async def svc_upgrade(platform: str, context: Any) -> Any:
+    """An UpgradeContext: upsert, create and remove agents in place (plugins/builtin/orch_b_upgrade.py)."""
+    from plugins.builtin.orch_b_upgrade import upgrade  # it builds on this module
+
+    return await upgrade(context)
 
 
 @hookimpl

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from plugins.builtin.upgrading import agent_changes
 from plugins.hookspecs import hookimpl
 from plugins.types import (
     DeployedAgent,
@@ -14,6 +15,8 @@ from plugins.types import (
     PlatformTraits,
     ProvisionContext,
     ProvisionResult,
+    UpgradeContext,
+    UpgradeResult,
 )
 
 PLATFORM = "svc"
@@ -55,3 +58,16 @@ def svc_provision(platform: str, context: ProvisionContext) -> ProvisionResult |
 def svc_deprovision(platform: str, context: DeprovisionContext) -> DeprovisionResult | None:
     """Nothing upstream to delete."""
     return DeprovisionResult(deleted_agents=0)
+
+
+@hookimpl
+def svc_upgrade(platform: str, context: UpgradeContext) -> UpgradeResult | None:
+    """In place, always: the runtime reads the install's definition when each run starts (runs
+    already started keep the version they started on), so only the agent list changes here."""
+    agents = tuple(
+        DeployedAgent(key=a["key"], externalId=f"{context.install_id}:{a['key']}", name=a["name"])
+        for a in context.definition["agents"]
+    )
+    return UpgradeResult(
+        changes=tuple(agent_changes(context.current_definition, context.definition)), deployed_agents=agents
+    )

@@ -1,0 +1,125 @@
+"""orchB (Relevance AI): moving an install's team to another version in place (docs/upgrades.md).
+
+`POST /agents/upsert` with an `agent_id` updates that agent, without one creates an agent, so
+an agent the new version keeps is upserted with its id and new prompt and model, and one it
+adds is created. A failure re-upserts the updated agents with the old version's body and
+deletes the created ones before raising: the team upstream is the old one again. Agents the
+new version drops are deleted last; a refused delete is a warning and the agent stays in the
+install's state (`leftoverAgents`) for `DELETE /api/installs/:id?removeUpstream=true`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from plugins.builtin.orch_b import _base_url, _call, _delete_agent, _json, _model_for
+from plugins.builtin.upgrading import agent_changes, by_key
+from plugins.egress import egress_client
+from plugins.types import DeployedAgent, PlatformError, UpgradeContext, UpgradeResult
+
+
+def upsert_body(agent: dict[str, Any], context: UpgradeContext) -> dict[str, Any]:
+    """The upsert body of one team agent (as provisioning sends it)."""
+    model = _model_for(agent, context.options)
+    if model is None:
+        raise PlatformError(f"orchB cannot deploy agent {agent.get('key')!r}: unknown model")
+    return {
+        "name": agent["name"],
+        "system_prompt": agent.get("prompt") or "",
+        "model": model,
+        "metadata": {
+            "svcInstallId": context.install_id,
+            "svcAgentKey": agent["key"],
+            "svcIngestUrl": context.ingest_url,
+        },
+    }
+
+
+async def _upsert(client: httpx.AsyncClient, base: str, body: dict[str, Any], context: UpgradeContext) -> str:
+    response = await _call(
+        client, "POST", f"{base}/agents/upsert", "agents/upsert", context.credentials, json=body
+    )
+    answer = _json(response, "agents/upsert")
+    agent_id = answer.get("agent_id") if isinstance(answer, dict) else None
+    if not isinstance(agent_id, str) or not agent_id:
+        raise PlatformError("orchB agents/upsert returned no agent_id", response.status_code)
+    return agent_id
+
+
+async def upgrade(context: UpgradeContext) -> UpgradeResult:
+    """Plan (dry run) or apply the move; see the module's docstring for the order and the undo."""
+    changes = agent_changes(context.current_definition, context.definition)
+    target = list(context.definition.get("agents") or [])
+    bodies = [upsert_body(agent, context) for agent in target]  # unknown models: refused up front
+    if context.dry_run:
+        return UpgradeResult(changes=tuple(changes))
+    base = _base_url(context.credentials)
+    deployed = by_key(context.deployed_agents)
+    old_agents = {a["key"]: a for a in context.current_definition.get("agents") or []}
+    action = {change.key: change.action for change in changes}
+    updated: list[tuple[str, str]] = []
+    created: list[str] = []
+    async with egress_client(allow_private=context.allow_private) as client:
+        try:
+            for agent, body in zip(target, bodies, strict=True):
+                existing = deployed.get(agent["key"])
+                if existing is not None:
+                    if action.get(agent["key"]) != "keep":
+                        updated.append((existing.externalId, agent["key"]))
+                        await _upsert(client, base, {**body, "agent_id": existing.externalId}, context)
+                    continue
+                agent_id = await _upsert(client, base, body, context)
+                created.append(agent_id)
+                made = DeployedAgent(key=agent["key"], externalId=agent_id, name=agent["name"])
+                deployed[agent["key"]] = made
+                if context.on_created is not None:
+                    await context.on_created(made)
+        except BaseException:
+            await _undo(client, base, context, updated, created, old_agents)
+            raise
+        warnings, leftovers = [], list(context.state.get("leftoverAgents") or [])
+        keys = {agent["key"] for agent in target}
+        for key, agent in list(deployed.items()):
+            if key in keys:
+                continue
+            try:
+                await _delete_agent(client, base, agent.externalId, context.credentials)
+            except PlatformError as exc:
+                if exc.upstream_status != 404:
+                    warnings.append(f"agent {key} ({agent.externalId}) was not removed: {exc.detail}")
+                    leftovers.append(agent.externalId)
+            del deployed[key]
+    agents = tuple(deployed[agent["key"]] for agent in target)
+    return UpgradeResult(
+        changes=tuple(changes),
+        deployed_agents=agents,
+        state={**context.state, "agentIds": [a.externalId for a in agents], "leftoverAgents": leftovers},
+        warnings=tuple(warnings),
+    )
+
+
+async def _undo(
+    client: httpx.AsyncClient,
+    base: str,
+    context: UpgradeContext,
+    updated: list[tuple[str, str]],
+    created: list[str],
+    old_agents: dict[str, dict[str, Any]],
+) -> None:
+    """Best effort: the old bodies back on the updated agents, the created ones deleted."""
+    for agent_id, key in reversed(updated):
+        try:
+            if key in old_agents:
+                body = upsert_body(old_agents[key], context)
+                await _upsert(client, base, {**body, "agent_id": agent_id}, context)
+            else:  # made by an interrupted earlier attempt: not part of the old team
+                await _delete_agent(client, base, agent_id, context.credentials)
+        except PlatformError:
+            pass
+    for agent_id in reversed(created):
+        try:
+            await _delete_agent(client, base, agent_id, context.credentials)
+        except PlatformError:
+            pass
