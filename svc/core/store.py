@@ -88,6 +88,7 @@ INDEXES: dict[str, list[Index]] = {
     "template_versions": [
         Index([("templateId", ASCENDING), ("version", DESCENDING)], unique=True),
         Index([("fromDraftId", ASCENDING)]),
+        Index([("publishedAt", ASCENDING), ("_id", ASCENDING)]),  # automatic upgrades: releases in order
     ],
     "installs": [
         Index([("webhookTokenHash", ASCENDING)], unique=True, partial={"webhookTokenHash": STRING}),

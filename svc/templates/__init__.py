@@ -10,7 +10,9 @@ from svc.templates.definitions import (
     json_schema,
 )
 from svc.templates.owner_archive import archive_user_templates
+from svc.templates.permissions import widens
 from svc.templates.portability import ImportQuery, Portability, export_schema
+from svc.templates.price_changes import display as price_label
 from svc.templates.price_changes import next_period_start, period_start, price_in_force
 from svc.templates.resources import (
     LIST_DEFAULT,
@@ -30,7 +32,14 @@ from svc.templates.resources import (
     view,
 )
 from svc.templates.templates import Templates
-from svc.templates.versioning import diff_summary
+from svc.templates.version_reads import (
+    published_version,
+    releases_after,
+    template_head,
+    template_heads,
+    version_log,
+)
+from svc.templates.versioning import diff_summary, structured_diff, upgrade_bump
 
 __all__ = [
     "LIST_DEFAULT",
@@ -64,6 +73,15 @@ __all__ = [
     "owner_of",
     "period_start",
     "price_in_force",
+    "price_label",
+    "published_version",
     "release_install",
+    "releases_after",
+    "structured_diff",
+    "template_head",
+    "template_heads",
+    "upgrade_bump",
+    "version_log",
     "view",
+    "widens",
 ]

@@ -296,6 +296,12 @@ class Templates:
         merged.update(
             semver=next_semver(parent.get("semver", FIRST_SEMVER), bump), publishedAt=now, updatedAt=now
         )
+        # A version that changes the price follows the price-change rules (issue 34): from the next
+        # billing period, deployers mailed, as PATCH /api/billing/pricing does (docs/billing.md).
+        old_price = (parent["pricingModel"], parent.get("priceUsdCents"))
+        new_price = (merged["pricingModel"], merged.get("priceUsdCents"))
+        if new_price != old_price:
+            merged["priceHistory"] = scheduled_history(parent, *new_price, next_period_start(now))
         # The conditional update is the arbiter: of two concurrent publishes, one matches.
         updated = await self._templates.find_one_and_update(
             {"_id": parent["_id"], "status": "published", "version": draft["version"] - 1},
@@ -308,6 +314,8 @@ class Templates:
         await self._templates.delete_one({"_id": draft["_id"]})
         if bump == "MAJOR":
             await self._notify_major(updated)
+        if new_price != old_price:
+            await notify_deployers(self.store, self.mailer, updated, old_price, next_period_start(now))
         return view(updated)
 
     async def _snapshot(
@@ -322,6 +330,8 @@ class Templates:
             "bump": bump if doc["version"] > 1 else "INITIAL",
             "changeLog": doc.get("changeLog"),
             "definition": doc["definition"],
+            "pricingModel": doc.get("pricingModel"),  # the price the version was published with
+            "priceUsdCents": doc.get("priceUsdCents"),
             "publishedAt": when,
         }
         await self._versions.replace_one({"_id": snapshot["_id"]}, snapshot, upsert=True)
@@ -339,8 +349,8 @@ class Templates:
             f"Version {template['version']} ({template['semver']}) of {template['name']} "
             f"({template['slug']}) changes its contract: agents or inputs were removed or renamed.\n\n"
             f"Change log:\n{template.get('changeLog') or '(none given)'}\n\n"
-            "Your installs keep running the version they were installed from. "
-            "Install again to move to the new version."
+            "Your installs keep running the version they were installed from until you upgrade "
+            "them: see the plan on each install's Versions tab, or POST /api/installs/:id/upgrade."
         )
         for email in sorted(emails):
             await self.mailer.send(email, subject, body, kind="template.major_version")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from svc.templates.permissions import permission_changes
+
 Bump = Literal["MAJOR", "MINOR", "PATCH"]
 FIRST_SEMVER = "1.0.0"
 
@@ -134,3 +136,32 @@ def diff_summary(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "removedSecrets": sorted(secrets[0] - secrets[1]),
         "text": f"{bump}: " + ", ".join(parts) + (f"; breaking: {'; '.join(breaking)}" if breaking else ""),
     }
+
+
+# ---- an install's move between versions (issue 34; docs/upgrades.md) ------------------------
+
+
+def upgrade_bump(
+    old: dict[str, Any], new: dict[str, Any], have_variables: set[str], have_secrets: set[str]
+) -> tuple[Bump, list[str], list[dict[str, Any]]]:
+    """The bump of moving one install from `old` to `new`, its reasons and the per-agent
+    permission changes: the publish rules, except that a new required input the install already
+    holds breaks nothing for it, and a changed reach of an agent is at least MINOR (narrower, or
+    wider, which the deployer must accept besides)."""
+    held = {"requiredVariables": have_variables, "requiredSecrets": have_secrets}
+    adjusted = dict(new)
+    for field, have in held.items():
+        before = _keys(old, field)
+        adjusted[field] = [n for n in new.get(field) or [] if n in before or n not in have]
+    bump, reasons = bump_reasons(old, adjusted)
+    changes = permission_changes(old, new)
+    reach = [
+        f"agent {c['agent']!r} may reach {'more' if c['widened'] else 'less'} than before"
+        for c in changes
+        if c["change"] != "removed" and (c["widened"] or c["narrowed"])
+    ]
+    if reach and bump == "PATCH":
+        bump, reasons = "MINOR", reach
+    elif reach and bump == "MINOR":
+        reasons = reasons + reach
+    return bump, reasons, changes

@@ -1,0 +1,129 @@
+"""Which outbound requests two versions of an agent's access policy decide differently.
+
+An upgrade that lets an agent reach more than before must be accepted by the deployer, and one
+that lets it reach less is a MINOR change (docs/upgrades.md). Whether one first-match rule list
+allows more than another is answered by probing: every request shape either policy singles out
+(each rule's host, methods and path prefix, a subdomain for a `*.` host, and "any other" host,
+method and path) is decided by both policies, as the runtime decides it, and each probe whose
+decision moved is reported, grouped by host and path. Decisions rank deny < require_approval <
+allow; no policy, and a policy in `report` mode, allow everything; an agent that does not exist
+reaches nothing.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Any
+
+Policy = dict[str, Any] | None
+RANK = {"deny": 0, "require_approval": 1, "allow": 2}
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+OTHER_HOST = "other-host.svc-probe.invalid"
+OTHER_PATH = "/~svc-probe-other-path"
+SUBDOMAIN = "svc-probe"
+NOTHING: dict[str, Any] = {"accessPolicyVersion": "1", "defaultAction": "deny", "rules": []}
+
+
+def _host_matches(pattern: str, host: str) -> bool:
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:]) and len(host) > len(pattern) - 1
+    return host == pattern
+
+
+def decide(policy: Policy, host: str, method: str, path: str) -> str:
+    """What the policy does with one request: allow, require_approval or deny (first match wins)."""
+    if policy is None or policy.get("mode") == "report":
+        return "allow"
+    for rule in policy.get("rules") or []:
+        match = rule.get("match") or {}
+        if match.get("host") and not _host_matches(match["host"], host):
+            continue
+        if match.get("methods") and method not in match["methods"]:
+            continue
+        if match.get("pathPrefix") and not path.startswith(match["pathPrefix"]):
+            continue
+        return str(rule["action"])
+    return str(policy.get("defaultAction") or "allow")
+
+
+def _rules(*policies: Policy) -> list[dict[str, Any]]:
+    return [rule.get("match") or {} for policy in policies if policy for rule in policy.get("rules") or []]
+
+
+def _probes(old: Policy, new: Policy) -> tuple[list[tuple[str, str, str]], dict[str, str], list[str]]:
+    """The probe requests, the label of each probe host, and the methods "other" stands for."""
+    matches = _rules(old, new)
+    labels = {OTHER_HOST: "any other host"}
+    for match in matches:
+        host = match.get("host")
+        if host and host.startswith("*."):
+            labels[f"{SUBDOMAIN}{host[1:]}"] = host
+            labels.setdefault(host[2:], host[2:])
+        elif host:
+            labels[host] = host
+    named = sorted({method for match in matches for method in match.get("methods") or []})
+    unnamed = [method for method in METHODS if method not in named]
+    methods = named + unnamed[:1]
+    paths = sorted({match["pathPrefix"] for match in matches if match.get("pathPrefix")} | {"/", OTHER_PATH})
+    return list(product(labels, methods, paths)), labels, unnamed
+
+
+def policy_changes(old: Policy, new: Policy) -> dict[str, list[dict[str, Any]]]:
+    """The requests `new` decides more permissively (`widened`) and less (`narrowed`) than `old`:
+    [{host, methods, path, before, after}], grouped by host, path and the two decisions."""
+    probes, labels, unnamed = _probes(old, new)
+    groups: dict[tuple[str, str, str, str], list[str]] = {}
+    for host, method, path in probes:
+        before, after = decide(old, host, method, path), decide(new, host, method, path)
+        if before != after:
+            shown = unnamed if unnamed and method == unnamed[0] else [method]
+            groups.setdefault((labels[host], path, before, after), []).extend(shown)
+    result: dict[str, list[dict[str, Any]]] = {"widened": [], "narrowed": []}
+    for (host, path, before, after), methods in sorted(groups.items()):
+        entry = {
+            "host": host,
+            "methods": [m for m in METHODS if m in methods],
+            "path": "any other path" if path == OTHER_PATH else path,
+            "before": before,
+            "after": after,
+        }
+        result["widened" if RANK[after] > RANK[before] else "narrowed"].append(entry)
+    return result
+
+
+def permission_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per agent of either definition whose reach changes: {agent, change (added, removed,
+    renamed, changed), renamedFrom?, widened, narrowed}. A renamed agent (same display name, new
+    key) is compared with its old self; an added one with an agent that reaches nothing."""
+    before = {a["key"]: a for a in old.get("agents") or []}
+    after = {a["key"]: a for a in new.get("agents") or []}
+    gone = [key for key in before if key not in after]
+    renamed: dict[str, str] = {}
+    for key in [k for k in after if k not in before]:
+        match = next((g for g in gone if before[g].get("name") == after[key].get("name")), None)
+        if match is not None:
+            renamed[key] = match
+            gone.remove(match)
+    changes: list[dict[str, Any]] = []
+    for key, agent in after.items():
+        source = key if key in before else renamed.get(key)
+        old_policy = before[source].get("accessPolicy") if source else NOTHING
+        diff = policy_changes(old_policy, agent.get("accessPolicy"))
+        kind = "changed" if key in before else "renamed" if source else "added"
+        if diff["widened"] or diff["narrowed"] or kind == "added":
+            entry = {"agent": key, "change": kind, **diff}
+            if kind == "renamed":
+                entry["renamedFrom"] = source
+            changes.append(entry)
+    changes += [{"agent": key, "change": "removed", "widened": [], "narrowed": []} for key in gone]
+    return changes
+
+
+def widens(changes: list[dict[str, Any]]) -> bool:
+    """Whether any agent may reach more than before (what the deployer must accept)."""
+    return any(change["widened"] for change in changes)
+
+
+def narrows(changes: list[dict[str, Any]]) -> bool:
+    """Whether any agent that stays may reach less than before (a MINOR change)."""
+    return any(change["narrowed"] for change in changes if change["change"] != "removed")
