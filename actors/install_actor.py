@@ -25,6 +25,7 @@ import ray
 
 from actors import deployment
 from svc.core import Document, Store, Vault
+from svc.installs import run_definition  # issue 34: pinned runs
 from svc.runtime import CANCELLED, InstallRunner, failed_outcome, ledger
 from svc.wiring import build_install_runner
 
@@ -111,8 +112,10 @@ class InstallActor:
         if not candidates:
             return {"conflict": NO_PENDING_GATE}
         paused = candidates[0]
-        install = await self.store.installs.find_one({"_id": self.install_id}, {"definition": 1})
-        if install is None or paused["state"]["fromStep"] >= len(install["definition"]["agents"]):
+        install = await self.store.installs.find_one({"_id": self.install_id})
+        # Issue 34: a paused pipeline keeps the version it started on, across an upgrade.
+        pinned = await run_definition(self.store, install, paused.get("templateVersion")) if install else None
+        if pinned is None or paused["state"]["fromStep"] >= len(pinned["agents"]):
             return {"conflict": NO_AGENTS_LEFT}
         run = await ledger.resume(
             self.store, paused["_id"], self.runner.incarnation, bool(payload.get("bypassGates"))

@@ -20,6 +20,7 @@ from pymongo.errors import DuplicateKeyError
 
 from svc.billing import Charges
 from svc.core import Document, Mailer, Runtime, RuntimeFailure, Store, aware, iso, tokens, utcnow
+from svc.installs import AutoUpgrades
 from svc.runtime import CallbackDelivery, InstallRunner, ledger, next_fire
 
 if TYPE_CHECKING:
@@ -59,8 +60,10 @@ class Jobs:
         mailer: Mailer | None = None,
         callbacks: CallbackDelivery | None = None,
         sweeper: RunSweeper | None = None,
+        auto_upgrades: AutoUpgrades | None = None,
     ) -> None:
         self.store = store
+        self.auto_upgrades = auto_upgrades  # issue 34: svc/installs/auto_upgrades.py
         self.mailer = mailer
         self.callbacks = callbacks
         self.sweeper = sweeper
@@ -93,6 +96,7 @@ class Jobs:
                 services.runtime,
                 services.settings.run_handoff_seconds,
             ),
+            auto_upgrades=services.auto_upgrades,
         )
 
     @property
@@ -127,6 +131,11 @@ class Jobs:
                 await self._sweep(now)
             except Exception:
                 log.exception("run sweep failed")
+        if self.auto_upgrades is not None:  # one bounded batch per tick, resumable (docs/upgrades.md)
+            try:
+                await self.auto_upgrades.tick(now)
+            except Exception:
+                log.exception("automatic upgrades failed")
 
     async def _ensure(self, name: str, first_run: datetime) -> Document:
         doc = await self._jobs.find_one({"_id": name})

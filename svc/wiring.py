@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from svc.billing import Charges, OrgBilling, Payouts, SpendCaps, UsageReport
     from svc.core import TTLCache
     from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter, UserAdmin
-    from svc.installs import Installs, RunPoller
+    from svc.installs import AutoUpgrades, Installs, RunPoller, Upgrades
     from svc.orgs import (
         Approvals,
         Invitations,
@@ -68,6 +68,8 @@ class Services:
     run_analytics: RunAnalytics
     run_poller: RunPoller
     installs: Installs
+    upgrades: Upgrades  # versions of installs (issue 34, docs/upgrades.md)
+    auto_upgrades: AutoUpgrades
     llm: LLM
     run_service: RunService
     # Settles runs whose actor is gone, with their records and callbacks (the job runner's sweeper).
@@ -127,7 +129,7 @@ def build_services(
     from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, SpendCaps, UsageReport, run_cost
     from svc.core import TTLCache
     from svc.identity import Accounts, ApiKeys, Credentials, RateLimiter, UserAdmin
-    from svc.installs import Installs, RunPoller
+    from svc.installs import AutoUpgrades, Installs, RunPoller, Upgrades
     from svc.orgs import (
         Approvals,
         AuditLog,
@@ -165,11 +167,12 @@ def build_services(
     org_access = OrgAccess(store, accounts)
     governance = Governance(store, org_access, audit, mailer, settings.public_url)
     installs = Installs(store, vault, plugins, credentials, settings, runs, governance)
+    upgrades = Upgrades(store, installs, mailer, governance)
     outreach = Outreach(store, installs)
     api_keys = ApiKeys(store, vault, key_cache, installs.deployer_may_reach)
     llm = LLM(plugins, settings, store)
     invitations = Invitations(store, org_access, audit, mailer, settings.public_url)
-    approvals = Approvals(store, org_access, audit, mailer, governance, installs)
+    approvals = Approvals(store, org_access, audit, mailer, governance, installs, upgrades)
     org_secrets = OrgSecrets(store, org_access, audit, vault)
     plans = Plans(store, org_access, audit, approvals)
     provider = (
@@ -199,6 +202,8 @@ def build_services(
         run_analytics=RunAnalytics(store),
         run_poller=RunPoller(store, vault, plugins, runs, settings),
         installs=installs,
+        upgrades=upgrades,
+        auto_upgrades=AutoUpgrades(store, upgrades, settings.public_url),
         llm=llm,
         run_service=RunService(store, installs, runtime, outreach, admission=spend_caps.admit),
         install_runner=InstallRunner(

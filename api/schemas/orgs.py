@@ -22,6 +22,9 @@ class Org(BaseModel):
     billingEmail: str | None
     avatarUrl: str | None
     governanceEnabled: bool
+    upgradeApproval: Literal["breaking", "all"] = Field(
+        default="breaking", description="under governance, which version moves of installs wait for approval"
+    )
     currentPeriodEnd: Timestamp | None
     cancelAtPeriodEnd: bool
     createdAt: Timestamp
@@ -133,6 +136,16 @@ class CreatedOrgKey(OrgKey, Reply):
     key: str = Field(description="svc_live_<32 hex>")
 
 
+class ApprovalUpgrade(BaseModel):
+    """The version move an approval request asks for."""
+
+    fromVersion: int
+    toVersion: int
+    direction: Literal["upgrade", "rollback"]
+    bump: Literal["MAJOR", "MINOR", "PATCH"]
+    reason: str
+
+
 class Approval(BaseModel):
     """The Approval request resource."""
 
@@ -149,6 +162,9 @@ class Approval(BaseModel):
     reviewedByEmail: str | None
     reviewedAt: Timestamp | None
     createdAt: Timestamp
+    upgrade: ApprovalUpgrade | None = Field(
+        default=None, description="set when the request is a version move of an existing install"
+    )
 
 
 class ApprovalList(Reply):

@@ -46,3 +46,21 @@ class Governance(Protocol):
     async def request_approval(self, install: dict[str, Any], principal: Any) -> str:
         """Open the approval request for a waiting install and notify the approvers; its id."""
         ...
+
+    async def upgrade_approval(self, owner: dict[str, str], bump: str, widens: bool) -> str | None:
+        """Why an install of this owner may not move to another version without approval: a MAJOR
+        or widening move under governance, any move when the org asks so (None: it may)."""
+        ...
+
+    async def request_upgrade_approval(
+        self, install: dict[str, Any], requester_id: str | None, upgrade: dict[str, Any]
+    ) -> str:
+        """Open the approval request for an install's move ({toVersion, direction, bump, ...}) and
+        notify the approvers, as for a new install; its id."""
+        ...
+
+    async def record_install_event(
+        self, install: dict[str, Any], action: str, actor_id: str | None, meta: dict[str, Any]
+    ) -> None:
+        """Add an event of an org's install to the org's audit log (nothing for a personal one)."""
+        ...

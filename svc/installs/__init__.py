@@ -1,22 +1,31 @@
 """Installs: a template deployed onto a platform, its variables and secrets, and who may reach it."""
 
+from svc.installs.auto_upgrades import AutoUpgrades
 from svc.installs.fields import CreateInstallBody, interpolate
 from svc.installs.installs import Installs, touch_last_run
 from svc.installs.limits import LimitsBody, limits_of, set_limits
 from svc.installs.reach import builder_reaches, deployer_reaches, is_visible, reaches
 from svc.installs.run_poller import RunPoller
+from svc.installs.upgrade_plan import AutoUpgradeBody, UpgradeBody
+from svc.installs.upgrades import Upgrades
+from svc.installs.versions import run_definition
 
 __all__ = [
+    "AutoUpgradeBody",
+    "AutoUpgrades",
     "CreateInstallBody",
     "Installs",
     "LimitsBody",
     "RunPoller",
+    "UpgradeBody",
+    "Upgrades",
     "builder_reaches",
     "deployer_reaches",
     "interpolate",
     "is_visible",
     "limits_of",
     "reaches",
+    "run_definition",
     "set_limits",
     "touch_last_run",
 ]

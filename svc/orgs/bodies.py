@@ -68,6 +68,11 @@ class GovernanceBody(RequestBody):
     """PATCH /api/orgs/:slug/settings/governance."""
 
     enabled: bool
+    upgradeApproval: Literal["breaking", "all"] | None = Field(
+        default=None,
+        description="which version moves of installs wait for approval under governance: `breaking` "
+        "(MAJOR or widening permissions; the default) or `all`; omitted: unchanged",
+    )
 
 
 class ApprovalRequestBody(RequestBody):

@@ -11,7 +11,7 @@ from pymongo import DESCENDING, ReturnDocument
 
 from svc.core import BadRequest, Conflict, Document, Mailer, NotFound, Store, tokens, utcnow
 from svc.identity import Principal
-from svc.installs import Installs
+from svc.installs import Installs, Upgrades
 from svc.orgs.access import MAX_LISTED, OrgAccess, is_pro
 from svc.orgs.audit import SYSTEM, Actor, AuditLog
 from svc.orgs.bodies import ApprovalDecisionBody, ApprovalRequestBody, GovernanceBody
@@ -50,8 +50,48 @@ class Governance:
             org, install["_id"], install["templateId"], install["templateName"], actor
         )
 
+    async def upgrade_approval(self, owner: dict[str, str], bump: str, widens: bool) -> str | None:
+        """Governance port: why a move of an org's install waits for approval (docs/upgrades.md)."""
+        if not await self.requires_approval(owner):
+            return None
+        if widens:
+            return "it lets agents reach more than before"
+        if bump == "MAJOR":
+            return "it is a MAJOR (breaking) change"
+        org = await self.store.orgs.find_one({"_id": owner["id"]}, {"upgradeApproval": 1})
+        if (org or {}).get("upgradeApproval") == "all":
+            return "the org requires approval for every version change"
+        return None
+
+    async def request_upgrade_approval(
+        self, install: Document, requester_id: str | None, upgrade: dict[str, Any]
+    ) -> str:
+        """Governance port: the request for an install's move; owners and admins are emailed."""
+        actor = await self.org_access.actor_or_system(requester_id)
+        org = await self.store.orgs.find_one({"_id": install["owner"]["id"]})
+        assert org is not None
+        return await self.open_request(
+            org, install["_id"], install["templateId"], install["templateName"], actor, upgrade=upgrade
+        )
+
+    async def record_install_event(
+        self, install: Document, action: str, actor_id: str | None, meta: dict[str, Any]
+    ) -> None:
+        """Governance port: an org install's event in the org's audit log."""
+        owner = install.get("owner") or {}
+        if owner.get("kind") != "org":
+            return
+        actor = await self.org_access.actor_or_system(actor_id)
+        await self.audit.record(owner["id"], action, actor, {"installId": install["_id"], **meta})
+
     async def open_request(
-        self, org: Document, install_id: str, template_id: str, template_name: str, actor: Actor
+        self,
+        org: Document,
+        install_id: str,
+        template_id: str,
+        template_name: str,
+        actor: Actor,
+        upgrade: dict[str, Any] | None = None,
     ) -> str:
         doc = {
             "_id": tokens.new_id(),
@@ -68,16 +108,26 @@ class Governance:
             "reviewedAt": None,
             "createdAt": utcnow(),
         }
+        if upgrade is not None:  # a version move of an existing install (docs/upgrades.md)
+            doc["upgrade"] = upgrade
         await self.store["org_approvals"].insert_one(doc)
         meta = {"approvalId": doc["_id"], "installId": install_id, "templateId": template_id}
+        if upgrade is not None:
+            meta["upgrade"] = {k: upgrade[k] for k in ("fromVersion", "toVersion", "direction", "bump")}
         await self.audit.record(org["_id"], "approval.requested", actor, meta)
         link = f"{self.public_url}/orgs/{org['slug']}/approvals"
+        what = f"deploy {template_name} (install {install_id})"
+        if upgrade is not None:
+            what = (
+                f"{'upgrade' if upgrade['direction'] == 'upgrade' else 'roll back'} {template_name} "
+                f"(install {install_id}) from version {upgrade['fromVersion']} to {upgrade['toVersion']} "
+                f"({upgrade['bump']}: {upgrade['reason']})"
+            )
         for email in await self.org_access.manager_emails(org["_id"]):
             await self.mailer.send(
                 email,
-                f"Deployment approval requested: {template_name}",
-                f"{actor.email or 'An org key'} asks to deploy {template_name} (install {install_id}) "
-                f"in {org['name']}.\n\nReview it: {link}",
+                f"{'Upgrade' if upgrade else 'Deployment'} approval requested: {template_name}",
+                f"{actor.email or 'An org key'} asks to {what} in {org['name']}.\n\nReview it: {link}",
                 kind="org_approval_requested",
             )
         return str(doc["_id"])
@@ -94,6 +144,7 @@ class Approvals:
         mailer: Mailer,
         governance: Governance,
         installs: Installs,
+        upgrades: Upgrades | None = None,
     ) -> None:
         self.store = store
         self.org_access = org_access
@@ -101,19 +152,25 @@ class Approvals:
         self.mailer = mailer
         self.governance = governance
         self.installs = installs
+        self.upgrades = upgrades  # version moves that waited for approval (svc/installs/upgrades.py)
 
     async def set_governance(self, user_id: str, slug: str, body: GovernanceBody) -> dict[str, Any]:
         """Turn approval of new deployments on or off."""
         access = await self.org_access.check(user_id, slug, "governance.set")
+        changes: Document = {"governanceEnabled": body.enabled, "updatedAt": utcnow()}
+        if body.upgradeApproval is not None:
+            changes["upgradeApproval"] = body.upgradeApproval
         updated = await self.store.orgs.find_one_and_update(
-            {"_id": access.org["_id"]},
-            {"$set": {"governanceEnabled": body.enabled, "updatedAt": utcnow()}},
-            return_document=ReturnDocument.AFTER,
+            {"_id": access.org["_id"]}, {"$set": changes}, return_document=ReturnDocument.AFTER
         )
         assert updated is not None
         if bool(access.org.get("governanceEnabled")) != body.enabled:
             action = "governance.enabled" if body.enabled else "governance.disabled"
             await self.audit.record(updated["_id"], action, access.actor, {})
+        before = access.org.get("upgradeApproval") or "breaking"
+        if body.upgradeApproval is not None and body.upgradeApproval != before:
+            meta = {"upgradeApproval": body.upgradeApproval}
+            await self.audit.record(updated["_id"], "governance.upgrade_approval_changed", access.actor, meta)
         return org_view(updated)
 
     async def approvals(self, user_id: str, slug: str, status: str | None) -> list[dict[str, Any]]:
@@ -183,16 +240,20 @@ class Approvals:
         )
         if decided is None:
             return None
-        await self.installs.settle_approval(decided["installId"], org["_id"], status == "approved")
+        if decided.get("upgrade") is not None and self.upgrades is not None:
+            await self.upgrades.settle_approval(decided, status == "approved", actor.id)
+        else:
+            await self.installs.settle_approval(decided["installId"], org["_id"], status == "approved")
         action = "approval.approved" if status == "approved" else "approval.rejected"
         meta = {"approvalId": approval_id, "installId": decided["installId"], "note": note}
         await self.audit.record(org["_id"], action, actor, meta)
         if decided.get("requestedByEmail"):
             note_text = f"\n\nNote from the reviewer: {note}" if note else ""
+            what = "Upgrade" if decided.get("upgrade") else "Deployment"
             await self.mailer.send(
                 decided["requestedByEmail"],
-                f"Deployment {status}: {decided['templateName']}",
-                f"{actor.email or 'The service'} {status} the deployment of {decided['templateName']} "
+                f"{what} {status}: {decided['templateName']}",
+                f"{actor.email or 'The service'} {status} the {what.lower()} of {decided['templateName']} "
                 f"(install {decided['installId']}) in {org['name']}.{note_text}",
                 kind="org_approval_decided",
             )
@@ -213,3 +274,5 @@ class Approvals:
         waiting = await self.store.installs.find({**as_org, "approval": "pending"}, {"_id": 1}).to_list(None)
         for install in waiting:
             await self.installs.settle_approval(install["_id"], org_id, approved=False)
+        if self.upgrades is not None:  # version moves waiting for approval are dropped too
+            await self.upgrades.drop_pending(org_id)

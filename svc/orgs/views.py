@@ -17,6 +17,7 @@ def org_view(doc: Document) -> dict[str, Any]:
         "billingEmail": doc.get("billingEmail"),
         "avatarUrl": doc.get("avatarUrl"),
         "governanceEnabled": bool(doc.get("governanceEnabled")),
+        "upgradeApproval": doc.get("upgradeApproval") or "breaking",
         "currentPeriodEnd": iso(doc.get("currentPeriodEnd")),
         "cancelAtPeriodEnd": bool(doc.get("cancelAtPeriodEnd")),
         "createdAt": iso(doc["createdAt"]),
@@ -39,6 +40,8 @@ def approval_view(doc: Document) -> dict[str, Any]:
         "reviewedByEmail": doc.get("reviewedByEmail"),
         "reviewedAt": iso(doc.get("reviewedAt")),
         "createdAt": iso(doc["createdAt"]),
+        # A version move of an existing install, not a new deployment (docs/upgrades.md).
+        "upgrade": doc.get("upgrade"),
     }
 
 

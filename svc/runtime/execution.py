@@ -23,7 +23,7 @@ from svc.core import (
     tokens,
     utcnow,
 )
-from svc.installs import interpolate, touch_last_run
+from svc.installs import run_definition, touch_last_run
 from svc.runs import Runs
 from svc.runtime import ledger
 from svc.runtime.agent_loop import AgentStep, RunScope, TeamResult, TeamRunner
@@ -123,7 +123,7 @@ class InstallRunner:
         install = await self.store.installs.find_one({"_id": install_id})
         if install is None or install["status"] != "completed":
             return await self._refused(install, run_id)
-        definition = interpolate(install["definition"], install.get("variables") or {})
+        definition = await run_definition(self.store, install, run.get("templateVersion"))  # issue 34
         root_key = next(
             (a["key"] for a in definition["agents"] if not a.get("reportsTo")), definition["agents"][0]["key"]
         )

@@ -47,6 +47,7 @@ def new_run(install_id: str, task: str, source: Source, **extra: Any) -> Documen
         "outputTokens": 0,
         "agentKey": None,
         "incarnation": None,
+        "templateVersion": None,  # issue 34: the version it runs, set when queued (run_definition)
         **extra,
     }
 

@@ -100,7 +100,9 @@ class RunService:
             raise BadRequest(f"run is for managed (svc) installs; this install is on {install['platform']}")
         require_ready(install)
         await self._admit(install)
-        run = ledger.new_run(install_id, body.task, "run", handoffAt=utcnow())
+        run = ledger.new_run(  # issue 34: pinned to the install's version
+            install_id, body.task, "run", handoffAt=utcnow(), templateVersion=install["templateVersion"]
+        )
         if not body.wait:
             await ledger.enqueue(self.store, run)
             self._hand_over(install_id, run["_id"])
@@ -127,7 +129,8 @@ class RunService:
                 raise BadRequest("callbackUrl: must be an http(s) URL")
         await self._admit(install)
         run = ledger.new_run(
-            install_id, body.inputText or "", "webhook", callbackUrl=body.callbackUrl, handoffAt=utcnow()
+            install_id, body.inputText or "", "webhook", callbackUrl=body.callbackUrl, handoffAt=utcnow(),
+            templateVersion=install["templateVersion"],  # issue 34: pinned runs
         )
         await ledger.enqueue(self.store, run)
         self._hand_over(install_id, run["_id"])
@@ -153,6 +156,7 @@ class RunService:
             bypassGates=bool(first.get("bypassGates")),
             runAgent=first.get("runAgent"),
             handoffAt=utcnow(),
+            templateVersion=install["templateVersion"],  # issue 34: pinned runs
         )
         await ledger.enqueue(self.store, run)
         self._hand_over(install_id, run["_id"])
@@ -206,6 +210,7 @@ class RunService:
             platformRunId=(read.platform_run_id if read else None) or body.runId,
             platformTaskId=(read.platform_task_id if read else None) or context.get("taskId"),
             handoffAt=utcnow(),
+            templateVersion=install["templateVersion"],  # issue 34: pinned runs
         )
         await self._admit(install)
         outcome = await self._wait(install["_id"], run)

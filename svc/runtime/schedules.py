@@ -355,10 +355,10 @@ class SchedulerCore:
         if not claimed:
             return []
         ids = [schedule["_id"] for schedule, _ in claimed]
-        ready = {
-            doc["_id"]
+        ready = {  # install id -> the version its runs are queued on (issue 34: pinned runs)
+            doc["_id"]: doc.get("templateVersion")
             for doc in await self.store.installs.find(
-                {"_id": {"$in": ids}, "status": "completed"}, {"_id": 1}
+                {"_id": {"$in": ids}, "status": "completed"}, {"_id": 1, "templateVersion": 1}
             ).to_list(None)
         }
         active = (
@@ -409,6 +409,7 @@ class SchedulerCore:
                         bypassGates=bool(schedule.get("bypassGates")),
                         scheduledFor=fire_at,
                         createdAt=now,
+                        templateVersion=ready[install_id],  # issue 34: pinned runs
                         # Handed over now; a run waiting for its install to be free gets it later.
                         handoffAt=None if queued else now,
                     )
