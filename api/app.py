@@ -33,6 +33,7 @@ from api.handlers import (
     runs,
     runtime,
     templates,
+    upgrades,
 )
 from api.heavy import HEAVY_GATE, HeavyGate, is_heavy
 from api.lifecycle import timed
@@ -56,6 +57,7 @@ ROUTES: tuple[Route, ...] = (
     *health.routes,
     *accounts.routes,
     *installs.routes,
+    *upgrades.routes,
     *authoring.routes,
     *templates.routes,
     *runtime.routes,

@@ -79,6 +79,8 @@ UPSTREAM: dict[str, dict[int, str]] = {
     "create_install": {502: "the platform refused or failed: {error, upstreamStatus}"},
     "delete_install": {502: "orchC: the stored credentials cannot delete the agents"},
     "invoke": {502: "the platform refused or failed: {error, upstreamStatus}"},
+    "upgrade_install": {502: "the platform refused the change (undone): {error, upstreamStatus}"},
+    "rollback_install": {502: "the platform refused the change (undone): {error, upstreamStatus}"},
     "runtime_webhook_test": {502: "the model provider failed"},
     **{
         name: {503: "the runtime is not available; Retry-After says when to try again"}

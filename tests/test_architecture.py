@@ -20,7 +20,7 @@ OWNERS = {
     "identity": {"users", "sessions", "api_keys", "install_tokens", "rate_limits", "org_key_slots"},
     "templates": {"templates", "template_versions"},
     "runs": {"runs", "run_stats", "runs_newest"},
-    "installs": {"installs", "vault_secrets"},
+    "installs": {"installs", "vault_secrets", "auto_upgrade_state"},
     "runtime": {
         "pipeline_runs",
         "schedules",

@@ -84,6 +84,15 @@ class InstallList(Reply):
     installs: list[InstallItem]
 
 
+class UpdateNote(BaseModel):
+    """A newer published version of the install's template (docs/upgrades.md)."""
+
+    version: int
+    semver: str | None
+    bump: Literal["MAJOR", "MINOR", "PATCH"]
+    widensPermissions: bool
+
+
 class ManagedInstall(BaseModel):
     """A managed (`svc`) install summary; non-empty missing lists mean it is not fully configured."""
 
@@ -100,6 +109,10 @@ class ManagedInstall(BaseModel):
     currentVariables: dict[str, str]
     missingSecrets: list[str]
     missingVariables: list[str]
+    templateVersion: int
+    updateAvailable: UpdateNote | None = Field(
+        description="the newest version this install can move to, with its class for this install"
+    )
 
 
 class ManagedInstallList(RootModel[list[ManagedInstall]]):

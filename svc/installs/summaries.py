@@ -7,6 +7,8 @@ from typing import Any
 
 from svc.core import Document, Store, Vault, iso
 from svc.installs.reach import is_visible
+from svc.installs.versions import update_note
+from svc.templates import template_heads
 
 MAX_LISTED = 500
 
@@ -36,6 +38,7 @@ async def managed_summaries(
     # By _id alone (an `enabled` condition beside it would scan every schedule).
     cursor = store["schedules"].find({"_id": {"$in": ids}}, {"nextRunAt": 1, "enabled": 1})
     schedules = {d["_id"]: d.get("nextRunAt") for d in await cursor.to_list(None) if d.get("enabled") is True}
+    heads = await template_heads(store, sorted({d["templateId"] for d in docs}))  # issue 34
     summaries = []
     for doc in docs:
         org = orgs.get(doc["owner"]["id"]) if doc["owner"]["kind"] == "org" else None
@@ -62,6 +65,10 @@ async def managed_summaries(
                     s for s in definition.get("requiredSecrets") or [] if s not in have_secrets
                 ],
                 "missingVariables": [v for v in required_vars if v not in (doc.get("variables") or {})],
+                "templateVersion": doc["templateVersion"],
+                "updateAvailable": update_note(
+                    doc, heads.get(doc["templateId"]), set(doc.get("variables") or {}), have_secrets
+                ),
             }
         )
     return summaries

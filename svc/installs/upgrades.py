@@ -74,13 +74,13 @@ class Upgrades(VersionMover):
 
     async def move(
         self, principal: Principal, install_id: str, body: UpgradeBody, direction: Direction
-    ) -> tuple[int, dict[str, Any]]:
+    ) -> dict[str, Any]:
         """Plan (dryRun), or check and apply the move, or open the org's approval request when
-        governance asks for one: (status, answer)."""
+        governance asks for one (the answer's `status` is then `pending_approval`)."""
         install = await self.installs.owned(principal, install_id)
         plan = await self.plan(install, body, direction)
         if body.dryRun:
-            return 200, {"dryRun": True, "plan": plan.view()}
+            return {"dryRun": True, "plan": plan.view()}
         require_unscoped(principal)
         refused = refusal(plan) or acceptance_refusal(plan, body.acceptPermissions)
         if refused is not None:
@@ -89,8 +89,8 @@ class Upgrades(VersionMover):
         # An org key acts for the member who created it, as for a new install's approval.
         actor = Actor(await self.installs._deployer(principal), principal.via)
         if plan.approval_reason is not None:
-            return 202, await self._request_approval(install, plan, values, actor)
-        return 200, await self.apply(install, plan, values, actor)
+            return await self._request_approval(install, plan, values, actor)
+        return await self.apply(install, plan, values, actor)
 
     async def plan(self, install: Document, body: UpgradeBody, direction: Direction) -> Plan:
         """The plan of moving `install` as `body` asks, from the install as it is now."""

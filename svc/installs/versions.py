@@ -122,6 +122,22 @@ async def availability(
     return out
 
 
+def update_note(
+    install: Document, head: Document | None, have_variables: set[str], have_secrets: set[str]
+) -> dict[str, Any] | None:
+    """"Update available" for the deployer's home list: the newest version and its class for this
+    install (None when the install is on it, or the template is no longer published)."""
+    if head is None or head.get("status") != "published" or head["version"] <= install["templateVersion"]:
+        return None
+    bump, _, changes = upgrade_bump(install["definition"], head["definition"], have_variables, have_secrets)
+    return {
+        "version": head["version"],
+        "semver": head.get("semver"),
+        "bump": bump,
+        "widensPermissions": any(change["widened"] for change in changes),
+    }
+
+
 def pending_view(install: Document) -> dict[str, Any] | None:
     """An upgrade waiting for the org's approval, if any."""
     pending = install.get("pendingUpgrade")
