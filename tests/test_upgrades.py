@@ -69,7 +69,8 @@ async def test_a_patch_release_is_offered_planned_applied_and_rolled_back(client
     assert install["definition"]["agents"][0]["prompt"] == "You lead."
     timeline = await store["timeline"].find({"installId": install_id, "kind": "version"}).to_list(None)
     assert sorted(entry["action"] for entry in timeline) == ["install.rolled_back", "install.upgraded"]
-    mails = await store["outbox"].find({"kind": {"$in": ["install.upgraded", "install.rolled_back"]}}).to_list(None)
+    kinds = ["install.upgraded", "install.rolled_back"]
+    mails = await store["outbox"].find({"kind": {"$in": kinds}}).to_list(None)
     assert sorted(m["kind"] for m in mails) == ["install.rolled_back", "install.upgraded"]
     assert all(m["to"] == caller.email for m in mails)
 

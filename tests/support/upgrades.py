@@ -46,7 +46,9 @@ def with_agents(base: dict[str, Any], *agents: dict[str, Any]) -> dict[str, Any]
     return changed(base, agents=[copy.deepcopy(a) for a in agents])
 
 
-async def publish_next(client: Any, key: str, template_id: str, new: dict[str, Any], log: str) -> dict[str, Any]:
+async def publish_next(
+    client: Any, key: str, template_id: str, new: dict[str, Any], log: str
+) -> dict[str, Any]:
     """Publish a new version of the template with this definition and change log."""
     return await release(client, key, template_id, new, change_log=log)
 

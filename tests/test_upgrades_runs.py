@@ -1,0 +1,164 @@
+"""Runs across a move on the managed runtime: a run started before an upgrade finishes on its
+version (with a slow fake model, held mid-run), a paused pipeline resumes on its version, new
+runs use the new one, and a run racing an upgrade runs one whole version (docs/upgrades.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.llm import FakeLLM
+from tests.support.accounts import bearer, create_key, signup
+from tests.support.runtime import provider_settings
+from tests.support.templates import publish_template
+from tests.support.upgrades import move, move_ok, publish_next
+from tests.support.waiting import wait_status
+
+
+@dataclass
+class SlowLLM(FakeLLM):
+    """A fake providerA that holds the next `hold` calls until the test releases them: a model
+    call in flight, for as long as the test needs it (no sleeping)."""
+
+    hold: int = 0
+    holding: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if self.hold > 0:
+            self.hold -= 1
+            self.holding.set()
+            await self.release.wait()
+        return await super()._handle(request)
+
+
+def lead_and_helper(version: str, **fields: Any) -> dict[str, Any]:
+    """A lead that may delegate to a helper, both prompts naming the version."""
+    return {
+        "version": "v1",
+        "agents": [
+            {"key": "lead", "name": "Lead", "model": "providerA:small", "prompt": f"Lead {version}."},
+            {
+                "key": "helper",
+                "name": "Helper",
+                "model": "providerA:small",
+                "prompt": f"Helper {version}.",
+                "reportsTo": "lead",
+            },
+        ],
+        **fields,
+    }
+
+
+async def setup(
+    make_client: Any, aiohttp_server: Any, team: dict[str, Any]
+) -> tuple[Any, SlowLLM, str, dict[str, str], str]:
+    llm = SlowLLM("providerA")
+    server = await aiohttp_server(llm.app())
+    client = await make_client(rate_limit_multiplier=None, providers=provider_settings(llm.url(server)))
+    caller = await signup(client)
+    key = await create_key(client, caller)
+    template = await publish_template(client, key, definition=team)
+    made = await client.post(
+        "/api/installs", json={"templateId": template["id"], "platform": "svc"}, headers=bearer(key)
+    )
+    assert made.status == 201, await made.text()
+    return client, llm, key, bearer(key), (await made.json())["installId"]
+
+
+def systems(llm: FakeLLM) -> list[str]:
+    """The system prompt of each model call, in order."""
+    return [request.body["system"] for request in llm.requests]
+
+
+async def test_a_run_in_flight_finishes_on_its_version_and_new_runs_use_the_new_one(
+    make_client, aiohttp_server, store
+):
+    client, llm, key, headers, install_id = await setup(make_client, aiohttp_server, lead_and_helper("one"))
+    llm.hold = 1
+    llm.script(tool_calls=[{"name": "delegate_helper", "arguments": {"task": "help"}}])
+    llm.script(text="helped")
+    llm.script(text="done")
+    body = {"task": "go", "wait": False}
+    started = await client.post(f"/api/installs/{install_id}/run", json=body, headers=headers)
+    run_id = (await started.json())["runId"]
+    await asyncio.wait_for(llm.holding.wait(), 60)  # the lead's first model call is in flight
+
+    template_id = (await store.installs.find_one({"_id": install_id}))["templateId"]
+    await publish_next(client, key, template_id, lead_and_helper("two"), "new prompts")
+    moved = await move_ok(client, headers, install_id)
+    assert moved["toVersion"] == 2
+    llm.release.set()
+
+    run = await wait_status(store, run_id, "completed")
+    assert run["templateVersion"] == 1
+    calls = systems(llm)
+    assert len(calls) == 3
+    # Every step of the run in flight, the delegate called after the upgrade included, ran version 1.
+    assert "Lead one." in calls[0] and "Helper one." in calls[1] and "Lead one." in calls[2]
+
+    llm.script(text="fresh")
+    fresh = await client.post(f"/api/installs/{install_id}/run", json={"task": "again"}, headers=headers)
+    assert fresh.status == 200, await fresh.text()
+    assert "Lead two." in systems(llm)[-1]
+    again = await store["pipeline_runs"].find_one({"_id": (await fresh.json())["runId"]})
+    assert again["templateVersion"] == 2
+
+
+async def test_a_paused_pipeline_keeps_its_version_until_it_ends(make_client, aiohttp_server, store):
+    gates = [{"name": "review", "after": "lead"}]
+    team = lead_and_helper("one", gates=gates)
+    team["agents"][1].pop("reportsTo")
+    client, llm, key, headers, install_id = await setup(make_client, aiohttp_server, team)
+    llm.script(text="lead out")
+    run_url = f"/api/installs/{install_id}/run"
+    paused = await (await client.post(run_url, json={"task": "go"}, headers=headers)).json()
+    assert paused["status"] == "paused"
+
+    template_id = (await store.installs.find_one({"_id": install_id}))["templateId"]
+    newer = lead_and_helper("two", gates=gates)
+    newer["agents"][1].pop("reportsTo")
+    await publish_next(client, key, template_id, newer, "new prompts")
+    await move_ok(client, headers, install_id)
+
+    llm.script(text="helper out")
+    response = await client.post(f"/api/installs/{install_id}/continue", json={}, headers=headers)
+    assert response.status == 200, await response.text()
+    await wait_status(store, paused["runId"], "completed")
+    assert "Helper one." in systems(llm)[-1], "the continued step ran the version the run started on"
+
+    llm.script(text="lead again")
+    second = await (await client.post(run_url, json={"task": "go"}, headers=headers)).json()
+    assert second["status"] == "paused" and "Lead two." in systems(llm)[-1]
+
+
+async def test_runs_racing_an_upgrade_each_run_one_whole_version(make_client, aiohttp_server, store):
+    client, llm, key, headers, install_id = await setup(make_client, aiohttp_server, lead_and_helper("one"))
+    llm.default_text = "ok"
+    template_id = (await store.installs.find_one({"_id": install_id}))["templateId"]
+    await publish_next(client, key, template_id, lead_and_helper("two"), "v2")
+    for round_ in range(3):
+        direction = "upgrade" if round_ % 2 == 0 else "rollback"
+        runs = [
+            client.post(
+                f"/api/installs/{install_id}/run",
+                json={"task": f"r{round_}-{i}", "wait": False},
+                headers=headers,
+            )
+            for i in range(4)
+        ]
+        answers = await asyncio.gather(move(client, headers, install_id, direction), *runs)
+        assert answers[0].status == 200, await answers[0].text()
+        for answer in answers[1:]:
+            assert answer.status == 202, await answer.text()
+            run_id = (await answer.json())["runId"]
+            run = await wait_status(store, run_id, "completed")
+            prompts = [
+                r.body["system"] for r in llm.requests if r.body["messages"][0]["content"] == run["task"]
+            ]
+            assert prompts, "the run called the model"
+            word = "one" if run["templateVersion"] == 1 else "two"
+            assert all(f"Lead {word}." in prompt for prompt in prompts), (run["templateVersion"], prompts)
