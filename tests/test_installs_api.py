@@ -57,6 +57,9 @@ SUMMARY_FIELDS = {
     "currentVariables",
     "missingSecrets",
     "missingVariables",
+    # Beyond the spec's list (issue 34): the version and whether a newer one is available.
+    "templateVersion",
+    "updateAvailable",
 }
 CREATED_FIELDS = {"installId", "platform", "deployedAgents", "platformData"}
 TEAM = [("lead", "Lead"), ("writer", "Writer")]

@@ -23,7 +23,8 @@ class Org(BaseModel):
     avatarUrl: str | None
     governanceEnabled: bool
     upgradeApproval: Literal["breaking", "all"] = Field(
-        default="breaking", description="under governance, which version moves of installs wait for approval"
+        default="breaking",
+        description="under governance, which version moves of installs wait for approval (shown once set)",
     )
     currentPeriodEnd: Timestamp | None
     cancelAtPeriodEnd: bool

@@ -69,14 +69,14 @@ class InstallVersions(Reply):
     history: list[HistoryEntry]
 
 
-class VersionRef(BaseModel):
+class InstallVersionRef(BaseModel):
     """A version of the install's template."""
 
     version: int
     semver: str | None
 
 
-class TargetRef(VersionRef):
+class TargetVersionRef(InstallVersionRef):
     """The version a move goes to."""
 
     changeLog: str | None
@@ -171,8 +171,8 @@ class UpgradePlan(BaseModel):
 
     installId: str
     direction: Literal["upgrade", "rollback"]
-    from_: VersionRef = Field(alias="from")
-    to: TargetRef
+    from_: InstallVersionRef = Field(alias="from")
+    to: TargetVersionRef
     bump: Bump
     reasons: list[str]
     changeLogs: list[ChangeLogEntry]

@@ -17,10 +17,11 @@ def org_view(doc: Document) -> dict[str, Any]:
         "billingEmail": doc.get("billingEmail"),
         "avatarUrl": doc.get("avatarUrl"),
         "governanceEnabled": bool(doc.get("governanceEnabled")),
-        "upgradeApproval": doc.get("upgradeApproval") or "breaking",
         "currentPeriodEnd": iso(doc.get("currentPeriodEnd")),
         "cancelAtPeriodEnd": bool(doc.get("cancelAtPeriodEnd")),
         "createdAt": iso(doc["createdAt"]),
+        # Set once an owner or admin chose which version moves wait for approval (docs/upgrades.md).
+        **({"upgradeApproval": doc["upgradeApproval"]} if doc.get("upgradeApproval") else {}),
     }
 
 
@@ -41,7 +42,7 @@ def approval_view(doc: Document) -> dict[str, Any]:
         "reviewedAt": iso(doc.get("reviewedAt")),
         "createdAt": iso(doc["createdAt"]),
         # A version move of an existing install, not a new deployment (docs/upgrades.md).
-        "upgrade": doc.get("upgrade"),
+        **({"upgrade": upgrade_view(doc["upgrade"])} if doc.get("upgrade") else {}),
     }
 
 
@@ -55,3 +56,8 @@ def invitation_view(doc: Document) -> dict[str, Any]:
         "expiresAt": iso(doc["expiresAt"]),
         "createdAt": iso(doc["createdAt"]),
     }
+
+
+def upgrade_view(upgrade: Document) -> dict[str, Any]:
+    """The version move an approval request asks for."""
+    return {k: upgrade[k] for k in ("fromVersion", "toVersion", "direction", "bump", "reason")}

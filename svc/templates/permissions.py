@@ -70,25 +70,37 @@ def _probes(old: Policy, new: Policy) -> tuple[list[tuple[str, str, str]], dict[
 
 def policy_changes(old: Policy, new: Policy) -> dict[str, list[dict[str, Any]]]:
     """The requests `new` decides more permissively (`widened`) and less (`narrowed`) than `old`:
-    [{host, methods, path, before, after}], grouped by host, path and the two decisions."""
+    [{host, methods, path, before, after}], grouped by host and the two decisions (`any path`
+    when every path probed moved alike)."""
     probes, labels, unnamed = _probes(old, new)
-    groups: dict[tuple[str, str, str, str], list[str]] = {}
+    all_paths = {path for _, _, path in probes}
+    cells: dict[tuple[str, str, str], dict[str, set[str]]] = {}
     for host, method, path in probes:
         before, after = decide(old, host, method, path), decide(new, host, method, path)
         if before != after:
             shown = unnamed if unnamed and method == unnamed[0] else [method]
-            groups.setdefault((labels[host], path, before, after), []).extend(shown)
+            cells.setdefault((labels[host], before, after), {}).setdefault(path, set()).update(shown)
     result: dict[str, list[dict[str, Any]]] = {"widened": [], "narrowed": []}
-    for (host, path, before, after), methods in sorted(groups.items()):
-        entry = {
-            "host": host,
-            "methods": [m for m in METHODS if m in methods],
-            "path": "any other path" if path == OTHER_PATH else path,
-            "before": before,
-            "after": after,
-        }
-        result["widened" if RANK[after] > RANK[before] else "narrowed"].append(entry)
+    for (host, before, after), by_path in sorted(cells.items()):
+        by_methods: dict[frozenset[str], list[str]] = {}
+        for path, methods in by_path.items():
+            by_methods.setdefault(frozenset(methods), []).append(path)
+        for methods, paths in sorted(by_methods.items(), key=lambda item: sorted(item[1])):
+            shown_paths = ["any path"] if set(paths) == all_paths else sorted(_path_label(p) for p in paths)
+            for path in shown_paths:
+                entry = {
+                    "host": host,
+                    "methods": [m for m in METHODS if m in methods],
+                    "path": path,
+                    "before": before,
+                    "after": after,
+                }
+                result["widened" if RANK[after] > RANK[before] else "narrowed"].append(entry)
     return result
+
+
+def _path_label(path: str) -> str:
+    return "any other path" if path == OTHER_PATH else path
 
 
 def permission_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
