@@ -100,9 +100,10 @@ class Upgrades(VersionMover):
         takes_secrets = traits.secrets_updatable or (info is not None and "secrets" in info.accepts)
         check_values(body, target.definition, takes_secrets)
         check_secret_names(dict(body.secrets or {}))
-        variables, secrets = await self._held(install, body)
-        bump, reasons, permissions = classify(install, target, variables, secrets)
-        missing_vars, missing_secrets = missing_values(target.definition, variables, secrets)
+        # The class is the install's as it stands (values sent with the move are new inputs it
+        # did not have: still breaking); what is missing counts the values sent.
+        bump, reasons, permissions = classify(install, target, *await self._held(install, None))
+        missing_vars, missing_secrets = missing_values(target.definition, *await self._held(install, body))
         problems: list[str] = []
         if info is not None:
             try:
