@@ -10,8 +10,9 @@ sent instead of an upgrade is claimed once per install and version.
 
 An install opted into `patch` takes PATCH versions, one opted into `minor` PATCH and MINOR ones
 (the class is the install's own, as the plan computes it); MAJOR versions are never applied
-automatically. When the plan needs new values, widens permissions, needs the org's approval or
-cannot be made on the platform, the deployer is mailed instead.
+automatically (their publish mails every deployer already). When the version is above the
+install's setting, or its plan needs new values, widens permissions, needs the org's approval
+or cannot be made on the platform, the deployer is mailed instead, once per version.
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ SYSTEM = Actor(None, "auto-upgrade")
 class AutoUpgrades:
     """The automatic-upgrade job: one bounded, resumable batch per tick."""
 
-    def __init__(self, store: Store, upgrades: Upgrades, public_url: str) -> None:
+    def __init__(self, store: Store, upgrades: Upgrades, public_url: str, batch: int = BATCH) -> None:
         self.store = store
         self.upgrades = upgrades
         self.public_url = public_url
+        self.batch = batch
 
     async def tick(self, now: datetime) -> int:
         """Process one batch if a published version is waiting; how many installs were looked at."""
@@ -75,10 +77,10 @@ class AutoUpgrades:
             "autoUpgrade.mode": {"$in": list(TAKES)},
             "_id": {"$gt": current["afterInstall"]},
         }
-        batch = await self.store.installs.find(query).sort("_id", 1).to_list(BATCH)
+        batch = await self.store.installs.find(query).sort("_id", 1).to_list(self.batch)
         for install in batch:
             await self.consider(install, int(current["version"]))
-        if len(batch) < BATCH:
+        if len(batch) < self.batch:
             done = {"publishedAt": current["publishedAt"], "id": current["snapshotId"]}
             await self._save(token, {"after": done, "current": None, "leaseUntil": None})
         else:
@@ -97,9 +99,12 @@ class AutoUpgrades:
         except ServiceError as exc:  # archived template, version gone, install changed
             log.info("automatic upgrade skipped: %s", exc.message, extra={"installId": install["_id"]})
             return "skipped"
-        if plan.bump not in TAKES[mode]:
+        if plan.bump == "MAJOR":  # never automatic; its publish mailed every deployer already
             return "skipped"
         needs = self._needs(plan)
+        if plan.bump not in TAKES[mode]:
+            takes = " and ".join(TAKES[mode])
+            needs.insert(0, f"it is a {plan.bump} version; this install takes {takes} versions automatically")
         if needs:
             await self._mail_once(install, plan, version, needs)
             return "mailed"
