@@ -110,10 +110,12 @@ class Upgrades(VersionMover):
                 check_depth(info, target.definition)
             except BadRequest as exc:
                 problems.append(exc.message)
+            # As a credentials change re-checks them: the company exists now (its id, not a name).
+            options = {k: v for k, v in (install.get("options") or {}).items() if k != "companyName"}
             fields = {
+                **options,
                 "credentials": self.installs._decrypt_json(install.get("credentialsEncrypted")),
-                **({"companyId": install["companyId"]} if install.get("companyId") else {}),
-                **(install.get("options") or {}),
+                "companyId": install.get("companyId") or "-",
             }
             if info.credential_fields or fields["credentials"]:
                 problems += await self.installs.plugins.validate_install(info.id, fields, target.definition)

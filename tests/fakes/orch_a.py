@@ -52,7 +52,10 @@ class FakePaperclip:
 
     `fail_agent_create_at` makes the Nth agent create answer 500, `html_at` answers it with an
     HTML page, `deny_deletes` refuses deletes with 403; `deliver_to` replaces the origin of every
-    `http` agent's URL (the test's service is not at SVC_PUBLIC_URL).
+    `http` agent's URL (the test's service is not at SVC_PUBLIC_URL). Upgrades (docs/upgrades.md):
+    `PATCH /api/agents/:id` with `replaceAdapterConfig` replaces the adapter configuration as the
+    real server does (anything else merges), `PUT .../instructions-bundle/file` writes a file of
+    the agent's bundle; `fail_agent_update_at` makes the Nth update answer 500.
     """
 
     api_key: str = "board-key-123"
@@ -72,6 +75,8 @@ class FakePaperclip:
     base_url: str = ""
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _agent_creates: int = 0
+    fail_agent_update_at: int | None = None
+    _agent_updates: int = 0
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     def app(self) -> web.Application:
@@ -82,6 +87,8 @@ class FakePaperclip:
         app.router.add_post("/api/companies/{id}/agents", self.create_agent)
         app.router.add_post("/api/companies/{id}/issues", self.create_issue)
         app.router.add_delete("/api/agents/{id}", self.delete_agent)
+        app.router.add_patch("/api/agents/{id}", self.update_agent)
+        app.router.add_put("/api/agents/{id}/instructions-bundle/file", self.write_instructions)
         app.router.add_post("/api/agents/{id}/keys", self.create_agent_key)
         app.router.add_post("/api/agents/{id}/wakeup", self.wakeup)
         app.router.add_get("/api/issues/{id}", self.read_issue)
@@ -172,6 +179,43 @@ class FakePaperclip:
         if self.agents.pop(request.match_info["id"], None) is None:
             return answer("agent_not_found")
         return answer("agent_deleted")
+
+    async def update_agent(self, request: web.Request) -> web.Response:
+        if refused := self._board(request):
+            return refused
+        agent = self.agents.get(request.match_info["id"])
+        if agent is None:
+            return answer("agent_not_found")
+        self._agent_updates += 1
+        if self.fail_agent_update_at == self._agent_updates:
+            return web.json_response({"error": "Internal server error"}, status=500)
+        body = dict(request[BODY] or {})
+        if "permissions" in body:
+            return web.json_response({"error": "Use /api/agents/:id/permissions for permission changes"}, 422)
+        replace = body.pop("replaceAdapterConfig", False) is True
+        if body.get("role", agent.get("role", "general")) not in ROLES:
+            return web.json_response({"error": "Validation error", "details": ["role"]}, status=400)
+        manager = body.get("reportsTo")
+        if manager is not None and manager not in self.agents:
+            return web.json_response({"error": "Reports-to agent not found"}, status=422)
+        if "adapterConfig" in body and not replace:
+            body["adapterConfig"] = {**(agent.get("adapterConfig") or {}), **body["adapterConfig"]}
+        agent.update(body)
+        shown = {k: v for k, v in agent.items() if k != "instructionsBundle"}
+        return web.json_response({**recorded("agent_created")["body"], **shown}, status=200)
+
+    async def write_instructions(self, request: web.Request) -> web.Response:
+        if refused := self._board(request):
+            return refused
+        agent = self.agents.get(request.match_info["id"])
+        if agent is None:
+            return answer("agent_not_found")
+        body = request[BODY] or {}
+        if not isinstance(body.get("path"), str) or not isinstance(body.get("content"), str):
+            return web.json_response({"error": "Validation error"}, status=400)
+        files = agent.setdefault("instructionsBundle", {"files": {}})["files"]
+        files[body["path"]] = body["content"]
+        return web.json_response({"path": body["path"], "size": len(body["content"].encode())})
 
     async def create_agent_key(self, request: web.Request) -> web.Response:
         if refused := self._board(request):
