@@ -162,6 +162,6 @@ def upgrade_bump(
     ]
     if reach and bump == "PATCH":
         bump, reasons = "MINOR", reach
-    elif reach and bump == "MINOR":
+    elif reach:
         reasons = reasons + reach
     return bump, reasons, changes
