@@ -66,3 +66,20 @@ async def test_first_awaited_answer_wins():
     plugins = Plugins()
     assert await plugins.validate_install("svc", {}, {"agents": []}) == []
     assert await plugins.validate_install("nobody", {}, {"agents": []}) == []
+
+
+async def test_a_driver_without_svc_upgrade_does_not_support_upgrades_in_place():
+    """The new hook's default (docs/plugins.md, docs/upgrades.md): no implementation, no in-place move."""
+    from plugins.types import UpgradeContext
+
+    context = UpgradeContext(
+        install_id="i", platform="orchC", template={}, current_definition={"agents": []},
+        definition={"agents": []}, deployed_agents=(), credentials={}, secrets={}, options={}, state={},
+        runtime_webhook_url="", webhook_secret="", ingest_url="",
+    )
+    plugins = Plugins()
+    result = await plugins.upgrade("orchC", context)
+    assert (result.supported, result.reason) == (
+        False, "platform orchC does not support upgrading an install in place"
+    )
+    assert (await plugins.upgrade("svc", context)).supported is True

@@ -162,3 +162,38 @@ async def test_runs_racing_an_upgrade_each_run_one_whole_version(make_client, ai
             assert prompts, "the run called the model"
             word = "one" if run["templateVersion"] == 1 else "two"
             assert all(f"Lead {word}." in prompt for prompt in prompts), (run["templateVersion"], prompts)
+
+
+async def test_schedule_webhook_token_caps_variables_and_secrets_carry_over(
+    make_client, aiohttp_server, store
+):
+    client, llm, key, headers, install_id = await setup(make_client, aiohttp_server, lead_and_helper("one"))
+    base = f"/api/installs/{install_id}"
+    schedule = await client.patch(
+        f"{base}/schedule", json={"cronExpression": "0 9 * * 1", "label": "Monday digest"}, headers=headers
+    )
+    assert schedule.status == 200, await schedule.text()
+    limits = await client.patch(f"{base}/limits", json={"runTokenCap": 5000}, headers=headers)
+    assert limits.status == 200, await limits.text()
+    secret = await client.patch(f"{base}/secrets", json={"API_TOKEN": "kept"}, headers=headers)
+    assert secret.status == 200
+    before = await store.installs.find_one({"_id": install_id})
+    token = before["webhookTokenHash"]
+
+    template_id = before["templateId"]
+    await publish_next(client, key, template_id, lead_and_helper("two"), "new prompts")
+    await move_ok(client, headers, install_id)
+
+    after = await store.installs.find_one({"_id": install_id})
+    assert after["webhookTokenHash"] == token
+    assert after["limits"] == before["limits"] and after["secretsEncrypted"] == before["secretsEncrypted"]
+    kept = await (await client.get(f"{base}/schedule", headers=headers)).json()
+    assert (kept["cronExpression"], kept["label"]) == ("0 9 * * 1", "Monday digest")
+    llm.script(text="scheduled")
+    fired = await client.post(f"{base}/schedule/trigger", headers=headers)
+    assert fired.status == 200, await fired.text()
+    run_id = (await fired.json())["runId"]
+    run = await wait_status(store, run_id, "completed")
+    assert run["templateVersion"] == 2 and "Lead two." in systems(llm)[-1], (
+        "a scheduled run uses the new version"
+    )

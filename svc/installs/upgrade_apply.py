@@ -28,6 +28,7 @@ from svc.core import (
     BadRequest,
     Conflict,
     Document,
+    Governance,
     Mailer,
     Store,
     Timeline,
@@ -36,6 +37,7 @@ from svc.core import (
     utcnow,
 )
 from svc.installs.fields import MAX_INSTALL_SECRETS, interpolate
+from svc.installs.installs import Installs
 from svc.installs.upgrade_plan import Plan, Target
 from svc.installs.versions import MAX_HISTORY, first_entry
 
@@ -65,8 +67,8 @@ class VersionMover:
 
     store: Store
     mailer: Mailer
-    installs: Any  # svc.installs.Installs (its plugins, vault, settings, credentials, remembered)
-    governance: Any  # the core Governance port, or None
+    installs: Installs  # its plugins, vault, settings, credentials and remembered secrets
+    governance: Governance | None
 
     def context(
         self,

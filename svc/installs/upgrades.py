@@ -65,7 +65,7 @@ class Upgrades(VersionMover):
         """The install's version, the newest it can move to (with its class for this install and
         the change logs in between), its history and its automatic-upgrade setting."""
         install = await self.installs.owned(principal, install_id)
-        variables, secrets = await self._held(install, None)
+        variables, secrets = await self._held(install)
         if secrets is None:  # a platform that takes no secrets: none is ever missing
             secrets = set(install["definition"].get("requiredSecrets") or [])
         return await availability(self.store, install, variables, secrets)
@@ -102,8 +102,12 @@ class Upgrades(VersionMover):
         check_secret_names(dict(body.secrets or {}))
         # The class is the install's as it stands (values sent with the move are new inputs it
         # did not have: still breaking); what is missing counts the values sent.
-        bump, reasons, permissions = classify(install, target, *await self._held(install, None))
-        missing_vars, missing_secrets = missing_values(target.definition, *await self._held(install, body))
+        variables, secrets = await self._held(install)
+        bump, reasons, permissions = classify(install, target, variables, secrets)
+        variables |= set(body.variables or {})
+        if secrets is not None:
+            secrets |= set(body.secrets or {})
+        missing_vars, missing_secrets = missing_values(target.definition, variables, secrets)
         problems: list[str] = []
         if info is not None:
             try:
@@ -150,15 +154,15 @@ class Upgrades(VersionMover):
             problems=problems,
         )
 
-    async def _held(self, install: Document, body: UpgradeBody | None) -> tuple[set[str], set[str] | None]:
-        """The variable and secret names the install holds (with those sent); secrets None on a
-        platform that takes none. Org secrets count on the managed runtime, which injects them."""
-        variables = set(install.get("variables") or {}) | set((body.variables if body else None) or {})
+    async def _held(self, install: Document) -> tuple[set[str], set[str] | None]:
+        """The variable and secret names the install holds; secrets None on a platform that
+        takes none. Org secrets count on the managed runtime, which injects them at run time."""
+        variables = set(install.get("variables") or {})
         info = self.installs.plugins.platform(install["platform"])
         traits = self.installs.traits(install["platform"])
         if not (traits.secrets_updatable or (info is not None and "secrets" in info.accepts)):
             return variables, None
-        secrets = set(install.get("secretsEncrypted") or {}) | set((body.secrets if body else None) or {})
+        secrets = set(install.get("secretsEncrypted") or {})
         owner = install.get("owner") or {}
         if traits.managed and owner.get("kind") == "org":
             # Names only, read as the deployer's home list reads them (svc/installs/summaries.py).
