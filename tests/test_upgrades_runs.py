@@ -187,7 +187,7 @@ async def test_schedule_webhook_token_caps_variables_and_secrets_carry_over(
     after = await store.installs.find_one({"_id": install_id})
     assert after["webhookTokenHash"] == token
     assert after["limits"] == before["limits"] and after["secretsEncrypted"] == before["secretsEncrypted"]
-    kept = await (await client.get(f"{base}/schedule", headers=headers)).json()
+    kept = (await (await client.get(f"{base}/schedule", headers=headers)).json())["schedule"]
     assert (kept["cronExpression"], kept["label"]) == ("0 9 * * 1", "Monday digest")
     llm.script(text="scheduled")
     fired = await client.post(f"{base}/schedule/trigger", headers=headers)
