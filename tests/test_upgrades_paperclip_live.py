@@ -7,20 +7,18 @@ under CI); it and its Postgres are stopped at the end."""
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from api.app import create_app
-from scripts.paperclip import Paperclip, PaperclipUnavailable, free_port
+from scripts.paperclip import Paperclip
 from tests.support import waiting
 from tests.support.accounts import bearer, create_key, signup
 from tests.support.runtime import provider_settings, start_llm
 from tests.support.templates import publish_template
 from tests.support.upgrades import LOCKED, move_ok, plan_of, publish_next, versions
-from tests.test_paperclip_live import Upstream
+
+# The same Paperclip set-up as the whole-loop live test (its module-scoped fixtures).
+from tests.test_paperclip_live import Upstream, paperclip, svc_port  # noqa: F401
 
 DEADLINE_S = 180.0
 
@@ -64,31 +62,14 @@ def team(version: str, *, with_old: bool, with_editor: bool) -> dict[str, Any]:
     return {"agents": agents}
 
 
-@pytest.fixture(scope="module")
-def svc_port() -> int:
-    return free_port()
-
-
-@pytest.fixture(scope="module")
-def paperclip(svc_port: int) -> Iterator[Paperclip]:
-    """A running, onboarded Paperclip; stopped (with Postgres) after."""
-    server = Paperclip(allow_origins=[f"http://127.0.0.1:{svc_port}"])
-    try:
-        server.start()
-    except PaperclipUnavailable as exc:
-        server.stop()
-        reason = f"live Paperclip test cannot run: {exc}"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 async def test_an_orch_a_install_moves_up_and_back_on_the_real_paperclip(
-    paperclip: Paperclip, svc_port: int, aiohttp_client, aiohttp_server, make_settings, store, ray_session
+    paperclip: Paperclip,  # noqa: F811 (the imported fixtures)
+    svc_port: int,  # noqa: F811
+    aiohttp_client,
+    aiohttp_server,
+    make_settings,
+    store,
+    ray_session,
 ):
     llm, llm_url = await start_llm(aiohttp_server)
     settings = make_settings(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from plugins.builtin import orch_c_bedrock
+from tests.fakes.orch_a import FakePaperclip
 from tests.fakes.orch_c import FakeBedrockAgents
 from tests.fakes.orch_c import create_app as orch_c_app
 from tests.support.accounts import app_store, bearer, create_key, signup
@@ -37,16 +38,20 @@ async def deployer(client: Any) -> tuple[str, dict[str, Any]]:
     return key, await publish_template(client, key, definition=V1)
 
 
-async def test_orch_a_updates_creates_and_removes_agents_in_place(client, aiohttp_server):
+async def orch_a_install(client: Any, aiohttp_server: Any) -> tuple[FakePaperclip, str, str, dict[str, str]]:
+    """An orchA install of V1 on the fake Paperclip, and V2 published: (fake, key, install, agent ids)."""
     fake = await start_paperclip(aiohttp_server)
     key, template = await deployer(client)
     credentials = {"orchABaseUrl": fake.base_url, "orchAApiKey": fake.api_key}
     made = await install_ok(
         client, key, templateId=template["id"], platform="orchA", credentials=credentials, companyName="Acme"
     )
-    install_id = made["installId"]
-    ids = {a["key"]: a["externalId"] for a in made["deployedAgents"]}
     await publish_next(client, key, template["id"], V2, "an editor instead of old")
+    return fake, key, made["installId"], {a["key"]: a["externalId"] for a in made["deployedAgents"]}
+
+
+async def test_orch_a_updates_creates_and_removes_agents_in_place(client, aiohttp_server):
+    fake, key, install_id, ids = await orch_a_install(client, aiohttp_server)
 
     plan = await plan_of(client, bearer(key), install_id)
     assert plan["platform"]["inPlace"] is True and plan["ready"] is True, plan["problems"]
@@ -72,15 +77,7 @@ async def test_orch_a_updates_creates_and_removes_agents_in_place(client, aiohtt
 
 
 async def test_orch_a_undoes_a_half_made_change_and_names_the_platforms_answer(client, aiohttp_server):
-    fake = await start_paperclip(aiohttp_server)
-    key, template = await deployer(client)
-    credentials = {"orchABaseUrl": fake.base_url, "orchAApiKey": fake.api_key}
-    made = await install_ok(
-        client, key, templateId=template["id"], platform="orchA", credentials=credentials, companyName="Acme"
-    )
-    install_id = made["installId"]
-    ids = {a["key"]: a["externalId"] for a in made["deployedAgents"]}
-    await publish_next(client, key, template["id"], V2, "an editor instead of old")
+    fake, key, install_id, ids = await orch_a_install(client, aiohttp_server)
     before = {agent_id: dict(agent) for agent_id, agent in fake.agents.items()}
     fake.fail_agent_create_at = fake._agent_creates + 1  # lead and writer are updated, then the create fails
 

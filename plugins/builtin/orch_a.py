@@ -206,6 +206,17 @@ def adapter(agent: dict[str, Any], context: ProvisionContext) -> tuple[str, dict
     return kind, config, extra
 
 
+def agent_body(agent: dict[str, Any], context: ProvisionContext, ids: dict[str, str]) -> dict[str, Any]:
+    """One agent's create body (provisioning, and upgrades): profile, manager, adapter, bundle."""
+    kind, config, extra = adapter(agent, context)
+    profile = {field: agent.get(field, "") for field in ("title", "capabilities")}
+    return {
+        "name": agent["name"], "role": upstream_role(agent.get("role", "")), **profile,
+        "reportsTo": ids.get(agent.get("reportsTo") or ""), "adapterType": kind,
+        "adapterConfig": config, "runtimeConfig": RUNTIME_CONFIG, **extra,
+    }
+
+
 class Client:
     """Calls one Paperclip instance; every failure becomes a PlatformError without the key."""
 
@@ -329,18 +340,8 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
         runtime_keys: dict[str, str] = {}
         local_agents = 0
         for agent in managers_first(context.definition["agents"]):
-            kind, config, extra = adapter(agent, context)
-            body = {
-                "name": agent["name"],
-                "role": upstream_role(agent.get("role", "")),
-                "title": agent.get("title", ""),
-                "capabilities": agent.get("capabilities", ""),
-                "reportsTo": upstream_ids.get(agent.get("reportsTo") or ""),
-                "adapterType": kind,
-                "adapterConfig": config,
-                "runtimeConfig": RUNTIME_CONFIG,
-                **extra,
-            }
+            body = agent_body(agent, context, upstream_ids)
+            kind = body["adapterType"]
             agent_id = await client.create(f"/api/companies/{company_id}/agents", body)
             upstream_ids[agent["key"]] = agent_id
             created.append(agent_id)
@@ -438,7 +439,6 @@ async def svc_deprovision(platform: str, context: DeprovisionContext) -> Deprovi
 async def svc_upgrade(platform: str, context: Any) -> Any:
     """An UpgradeContext: update, create and remove agents in place (plugins/builtin/orch_a_upgrade.py)."""
     from plugins.builtin.orch_a_upgrade import upgrade  # it builds on this module
-
     return await upgrade(context)
 
 

@@ -15,14 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from plugins.builtin.orch_a import (
-    RUNTIME_CONFIG,
-    Client,
-    adapter,
-    managers_first,
-    ui_links,
-    upstream_role,
-)
+from plugins.builtin.orch_a import Client, agent_body, managers_first, ui_links
 from plugins.builtin.upgrading import agent_changes, by_key
 from plugins.types import (
     DeployedAgent,
@@ -51,22 +44,6 @@ def provision_view(context: UpgradeContext, definition: dict[str, Any], token: s
         ingest_url=context.ingest_url,
         allow_private=context.allow_private,
     )
-
-
-def agent_body(agent: dict[str, Any], view: ProvisionContext, upstream_ids: dict[str, str]) -> dict[str, Any]:
-    """The create body of one agent (as provisioning sends it)."""
-    kind, config, extra = adapter(agent, view)
-    return {
-        "name": agent["name"],
-        "role": upstream_role(agent.get("role", "")),
-        "title": agent.get("title", ""),
-        "capabilities": agent.get("capabilities", ""),
-        "reportsTo": upstream_ids.get(agent.get("reportsTo") or ""),
-        "adapterType": kind,
-        "adapterConfig": config,
-        "runtimeConfig": RUNTIME_CONFIG,
-        **extra,
-    }
 
 
 class Mover:

@@ -162,6 +162,16 @@ def _model_for(agent: dict[str, Any], options: dict[str, Any]) -> str | None:
     return UPSTREAM.get(options.get("model") or agent.get("model") or "")
 
 
+def upsert_body(agent: dict[str, Any], model: str, install_id: str, ingest_url: str) -> dict[str, Any]:
+    """One team agent as an upsert body (provisioning, and upgrades with its `agent_id`)."""
+    return {
+        "name": agent["name"],
+        "system_prompt": agent.get("prompt") or "",
+        "model": model,
+        "metadata": {"svcInstallId": install_id, "svcAgentKey": agent["key"], "svcIngestUrl": ingest_url},
+    }
+
+
 async def _delete_agent(
     client: httpx.AsyncClient, base: str, agent_id: str, credentials: dict[str, str]
 ) -> None:
@@ -221,16 +231,7 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
     async with egress_client(allow_private=context.allow_private) as client:
         try:
             for agent, model in zip(agents, models, strict=True):
-                body = {
-                    "name": agent["name"],
-                    "system_prompt": agent.get("prompt") or "",
-                    "model": model,
-                    "metadata": {
-                        "svcInstallId": context.install_id,
-                        "svcAgentKey": agent["key"],
-                        "svcIngestUrl": context.ingest_url,
-                    },
-                }
+                body = upsert_body(agent, model, context.install_id, context.ingest_url)
                 response = await _call(
                     client, "POST", f"{base}/agents/upsert", "agents/upsert", credentials, json=body
                 )

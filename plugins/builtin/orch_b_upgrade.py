@@ -14,27 +14,18 @@ from typing import Any
 
 import httpx
 
-from plugins.builtin.orch_b import _base_url, _call, _delete_agent, _json, _model_for
+from plugins.builtin.orch_b import _base_url, _call, _delete_agent, _json, _model_for, upsert_body
 from plugins.builtin.upgrading import agent_changes, by_key
 from plugins.egress import egress_client
 from plugins.types import DeployedAgent, PlatformError, UpgradeContext, UpgradeResult
 
 
-def upsert_body(agent: dict[str, Any], context: UpgradeContext) -> dict[str, Any]:
-    """The upsert body of one team agent (as provisioning sends it)."""
+def body_of(agent: dict[str, Any], context: UpgradeContext) -> dict[str, Any]:
+    """The upsert body of one team agent, as provisioning sends it; unknown models are refused."""
     model = _model_for(agent, context.options)
     if model is None:
         raise PlatformError(f"orchB cannot deploy agent {agent.get('key')!r}: unknown model")
-    return {
-        "name": agent["name"],
-        "system_prompt": agent.get("prompt") or "",
-        "model": model,
-        "metadata": {
-            "svcInstallId": context.install_id,
-            "svcAgentKey": agent["key"],
-            "svcIngestUrl": context.ingest_url,
-        },
-    }
+    return upsert_body(agent, model, context.install_id, context.ingest_url)
 
 
 async def _upsert(client: httpx.AsyncClient, base: str, body: dict[str, Any], context: UpgradeContext) -> str:
@@ -52,7 +43,7 @@ async def upgrade(context: UpgradeContext) -> UpgradeResult:
     """Plan (dry run) or apply the move; see the module's docstring for the order and the undo."""
     changes = agent_changes(context.current_definition, context.definition)
     target = list(context.definition.get("agents") or [])
-    bodies = [upsert_body(agent, context) for agent in target]  # unknown models: refused up front
+    bodies = [body_of(agent, context) for agent in target]  # unknown models: refused up front
     if context.dry_run:
         return UpgradeResult(changes=tuple(changes))
     base = _base_url(context.credentials)
@@ -112,7 +103,7 @@ async def _undo(
     for agent_id, key in reversed(updated):
         try:
             if key in old_agents:
-                body = upsert_body(old_agents[key], context)
+                body = body_of(old_agents[key], context)
                 await _upsert(client, base, {**body, "agent_id": agent_id}, context)
             else:  # made by an interrupted earlier attempt: not part of the old team
                 await _delete_agent(client, base, agent_id, context.credentials)
