@@ -19,7 +19,7 @@ async def install_versions(request: web.Request) -> web.Response:
     return web.json_response(result)
 
 
-@routes.post("/api/installs/{installId}/upgrade", auth="K/S", body=UpgradeBody, response=MoveReply)
+@routes.post("/api/installs/{installId}/upgrade", auth="K", body=UpgradeBody, response=MoveReply)
 async def upgrade_install(request: web.Request, body: UpgradeBody) -> web.Response:
     """Move the install to a newer version (the newest by default); `dryRun` answers the plan only.
     Under org governance a MAJOR or widening move waits for approval (`status: pending_approval`)."""
@@ -29,7 +29,7 @@ async def upgrade_install(request: web.Request, body: UpgradeBody) -> web.Respon
     return web.json_response(result)
 
 
-@routes.post("/api/installs/{installId}/rollback", auth="K/S", body=UpgradeBody, response=MoveReply)
+@routes.post("/api/installs/{installId}/rollback", auth="K", body=UpgradeBody, response=MoveReply)
 async def rollback_install(request: web.Request, body: UpgradeBody) -> web.Response:
     """Move the install back to an older version (the one before its last move by default),
     under the same rules as an upgrade; `dryRun` answers the plan only."""
@@ -40,7 +40,7 @@ async def rollback_install(request: web.Request, body: UpgradeBody) -> web.Respo
 
 
 @routes.patch(
-    "/api/installs/{installId}/auto-upgrade", auth="K/S", body=AutoUpgradeBody, response=AutoUpgradeReply
+    "/api/installs/{installId}/auto-upgrade", auth="K", body=AutoUpgradeBody, response=AutoUpgradeReply
 )
 async def set_auto_upgrade(request: web.Request, body: AutoUpgradeBody) -> web.Response:
     """Opt the install into automatic PATCH (`patch`) or PATCH and MINOR (`minor`) upgrades, or out."""
