@@ -100,6 +100,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_RUN_HANDOFF_SECONDS", "a positive number of seconds"),
     Variable("SVC_SHUTDOWN_GRACE_SECONDS", "a positive number of seconds"),
     Variable("SVC_CALLBACK_MAX_ATTEMPTS", "a whole number from 1 to 1000"),
+    Variable("SVC_RUN_WAIT_SECONDS", "a positive number of seconds"),
+    Variable("SVC_ACTOR_MAX_RUNS", "a whole number from 1 to 1000"),
+    Variable("SVC_RUN_MAX_RESUMES", "a whole number from 0 to 100"),
+    Variable("SVC_RUN_STALL_SECONDS", "a positive number of seconds"),
     Variable("SVC_DISABLED_PLUGINS", "comma-separated plugin names"),
     Variable("SVC_ORCHB_BASE_URL", "an http(s) URL (read by the orchB driver at call time)"),
     Variable("SVC_ORCHC_ENDPOINT_URL", "an http(s) URL (read by the orchC driver at call time)"),
@@ -205,6 +209,14 @@ class Settings(BaseModel):
     shutdown_grace_seconds: float = Field(default=5.0, gt=0)
     # How many times a webhook run's callback is tried (within 24 hours) before it is failed.
     callback_max_attempts: int = Field(default=30, ge=1, le=1000)
+    # A synchronous run's caller waits this long at most, then gets the run's state (it goes on).
+    run_wait_seconds: float = Field(default=300.0, gt=0)
+    # Runs an install's actor runs at once; more wait, queued, in order (docs/runtime.md).
+    actor_max_runs: int = Field(default=8, ge=1, le=1000)
+    # How often a run is resumed after its actor died before it ends failed.
+    run_max_resumes: int = Field(default=2, ge=0, le=100)
+    # A running run with no step for this long is ended by the sweeper, whatever its actor.
+    run_stall_seconds: float = Field(default=900.0, gt=0)
 
     @field_validator("billing_cron_schedule")
     @classmethod
@@ -292,6 +304,10 @@ class Settings(BaseModel):
             "run_handoff_seconds": parsed("SVC_RUN_HANDOFF_SECONDS", positive_seconds, 600.0),
             "shutdown_grace_seconds": parsed("SVC_SHUTDOWN_GRACE_SECONDS", positive_seconds, 5.0),
             "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", int, 30),
+            "run_wait_seconds": parsed("SVC_RUN_WAIT_SECONDS", positive_seconds, 300.0),
+            "actor_max_runs": parsed("SVC_ACTOR_MAX_RUNS", int, 8),
+            "run_max_resumes": parsed("SVC_RUN_MAX_RESUMES", int, 2),
+            "run_stall_seconds": parsed("SVC_RUN_STALL_SECONDS", positive_seconds, 900.0),
             "disabled_plugins": parsed("SVC_DISABLED_PLUGINS", parse_names, ()),
         }
         for name in EXPORTED:

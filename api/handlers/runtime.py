@@ -17,7 +17,16 @@ from api.schemas import (
     RuntimeTestReply,
     SecurityRequestList,
 )
-from svc.runtime import HeartbeatBody, RunBody, RunScope, RuntimeTestBody, TeamRunner, WebhookBody, read_back
+from svc.runtime import (
+    HeartbeatBody,
+    RunBody,
+    RunScope,
+    RuntimeTestBody,
+    TeamRunner,
+    WebhookBody,
+    read_back,
+    scratch,
+)
 
 routes = RouteTable()
 HEARTBEAT_SECRET_HEADER = "X-Svc-Webhook-Secret"
@@ -30,7 +39,8 @@ async def run(request: web.Request, body: RunBody) -> web.Response:
     result = await services(request).run_service.run(
         principal(request), request.match_info["installId"], body
     )
-    return web.json_response(result, status=202 if result["status"] == "queued" else 200)
+    # 202: queued (`wait: false`), or still going when SVC_RUN_WAIT_SECONDS ran out.
+    return web.json_response(result, status=202 if result["status"] in ("queued", "running") else 200)
 
 
 @routes.post(
@@ -62,7 +72,7 @@ async def runtime_webhook(request: web.Request, body: HeartbeatBody) -> web.Resp
 async def runtime_webhook_test(request: web.Request, body: RuntimeTestBody) -> web.Response:
     """Run a system prompt on a task once (no install, no private addresses)."""
     svc = services(request)
-    runner = TeamRunner(svc.llm, svc.security_log)
+    runner = TeamRunner(svc.llm, scratch("runtime-test"))
     scope = RunScope("runtime-test", "runtime-test", {}, False, svc.settings.judge_model)
     agent = {"key": "test", "name": "Test agent", "model": TEST_MODEL, "prompt": body.systemPrompt}
     result = await runner.run_agent(scope, agent, body.task)

@@ -1,6 +1,7 @@
 """Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports."""
 
-from svc.core import counters, errors, tally, tokens, windows
+from svc.core import counters, errors, run_commands, tally, timeline, tokens, windows
+from svc.core.bulk import Batch
 from svc.core.cache import TTLCache
 from svc.core.clock import aware, iso, utcnow
 from svc.core.embedded import EmbeddedMongo, NoDatabaseError, require_database
@@ -34,6 +35,7 @@ __all__ = [
     "KINDS",
     "BadGateway",
     "BadRequest",
+    "Batch",
     "Conflict",
     "DisplayName",
     "DisplayText",
@@ -72,7 +74,9 @@ __all__ = [
     "is_api_key",
     "iso",
     "require_database",
+    "run_commands",
     "tally",
+    "timeline",
     "tokens",
     "utcnow",
     "windows",

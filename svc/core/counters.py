@@ -23,6 +23,7 @@ from typing import Any
 from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError, PyMongoError
 
+from svc.core.bulk import Batch
 from svc.core.store import Document, Store
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,14 @@ async def write(store: Store, changes: Iterable[Change | None]) -> None:
     except PyMongoError as exc:
         names = sorted({key["_id"].split("|", 1)[0] for key, _, _ in writes})
         log.warning("metric counters %s not updated: %s", names, type(exc).__name__)
+
+
+def add_to(batch: Batch, changes: Iterable[Change | None]) -> None:
+    """Counter changes as operations of a cross-collection batch (svc/core/bulk.py). Not guarded:
+    a batch sent again after a failure may count twice, which an operational counter tolerates."""
+    for name, labels, update in filter(None, changes):
+        setter = {"$setOnInsert": {"name": name, "labels": labels}}
+        batch.update(COLLECTION, {"_id": _key(name, labels)}, {**update, **setter}, upsert=True)
 
 
 async def inc(store: Store, name: str, labels: Mapping[str, str], amount: float = 1) -> None:

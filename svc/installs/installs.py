@@ -431,6 +431,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
     async def report_run(self, principal: Principal, install_id: str, body: SelfReportBody) -> str:
         """A run the deployer made directly on the platform (orchC self-report)."""
         doc = await self.owned(principal, install_id)
+        await self.runs.require_reportable(doc, body.runId)
         require_ready(doc)
         keys = {agent["key"] for agent in doc["definition"]["agents"]}
         if body.agentKey not in keys:

@@ -1,11 +1,19 @@
-"""The managed runtime: starting and executing runs, the agent loop, pipelines and gates, schedules,
-access policies, the security log and pipeline events."""
+"""The managed runtime: starting and executing runs, the run's journal and its settlement, the agent
+loop, pipelines and gates, schedules, access policies, the security log and pipeline events."""
 
 from svc.runtime import ledger
 from svc.runtime.agent_loop import RunScope, TeamRunner, root_agent
 from svc.runtime.callbacks import CallbackDelivery
 from svc.runtime.events import Events, agent_runs
-from svc.runtime.execution import CANCELLED, Admission, InstallRunner, failed_outcome
+from svc.runtime.execution import (
+    DATABASE_DOWN,
+    INTERRUPTED,
+    STALLED,
+    InstallRunner,
+    RunLimits,
+)
+from svc.runtime.host import InstallHost
+from svc.runtime.journal import scratch
 from svc.runtime.llm import LLM, ProviderNotConfigured
 from svc.runtime.outreach import BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody
 from svc.runtime.pipelines import MAX_DRAFT_ID
@@ -24,20 +32,24 @@ from svc.runtime.schedules import (
     next_fire,
 )
 from svc.runtime.security_log import SecurityLog
+from svc.runtime.settlement import OWED, Settlement
 
 __all__ = [
-    "CANCELLED",
     "CLOSING",
+    "DATABASE_DOWN",
+    "INTERRUPTED",
     "LLM",
     "MAX_DRAFT_ID",
+    "OWED",
+    "STALLED",
     "TERMINAL",
-    "Admission",
     "BulkBody",
     "CallbackDelivery",
     "ContinueBody",
     "DraftEdit",
     "Events",
     "HeartbeatBody",
+    "InstallHost",
     "InstallRunner",
     "Outreach",
     "ProviderNotConfigured",
@@ -45,6 +57,7 @@ __all__ = [
     "RunBody",
     "RunDetail",
     "RunEvents",
+    "RunLimits",
     "RunScope",
     "RunService",
     "RunWatch",
@@ -53,6 +66,7 @@ __all__ = [
     "SchedulerCore",
     "Schedules",
     "SecurityLog",
+    "Settlement",
     "Subscription",
     "TeamRunner",
     "ToggleBody",
@@ -60,11 +74,11 @@ __all__ = [
     "agent_runs",
     "check_cron",
     "check_timezone",
-    "failed_outcome",
     "ledger",
     "next_fire",
     "read_back",
     "redacted",
     "root_agent",
+    "scratch",
     "settled_event",
 ]
