@@ -6,9 +6,9 @@ import uuid
 from datetime import UTC, datetime
 
 from api.schemas.run_watch import RunDetailReply
-from tests.support.runs import TEAM, ingest, ingest_body, orch_a_install, start_paperclip
 from tests.support.accounts import bearer, create_key, signup
 from tests.support.installs import install_ok
+from tests.support.runs import TEAM, ingest, ingest_body, orch_a_install, start_paperclip
 from tests.support.runtime import managed_client, member, start_target
 from tests.support.templates import publish_template
 

@@ -13,6 +13,7 @@ from pydantic import TypeAdapter
 from api.schemas.run_watch import RunEventStream
 from tests.support.accounts import bearer, create_key, signup
 from tests.support.installs import install_ok
+from tests.support.runs import TEAM, ingest, ingest_body, orch_a_install, start_paperclip
 from tests.support.runtime import (
     managed_client,
     member,
@@ -21,7 +22,6 @@ from tests.support.runtime import (
     svc_install,
     webhook_token,
 )
-from tests.support.runs import TEAM, ingest, ingest_body, orch_a_install, start_paperclip
 from tests.support.templates import publish_template, user_with_key
 from tests.support.waiting import wait_for, wait_status
 

@@ -18,7 +18,7 @@ from tests.support.runtime import (
     webhook_token,
 )
 from tests.support.templates import publish_template
-from tests.support.waiting import wait_for, wait_status
+from tests.support.waiting import wait_for
 
 
 async def test_webhook_queues_runs_and_posts_a_signed_callback(make_client, aiohttp_server, store):
