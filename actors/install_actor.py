@@ -25,17 +25,18 @@ from typing import Any
 import ray
 
 from actors import deployment
-from svc.core import Store, Vault
-from svc.core.run_commands import (
+from svc.core import (
     Accepted,
     AskAgain,
     Cancel,
     Cancelled,
     Continue,
     Continued,
-    Events,
     RunOutcome,
     StartRun,
+    Store,
+    Vault,
+    Watched,
     WatchEvents,
 )
 from svc.runtime import InstallHost, ledger
@@ -44,6 +45,7 @@ from svc.wiring import build_host
 log = logging.getLogger(__name__)
 
 BEAT_S = 5.0
+APP_NAME = "svc-actor"  # how the database names this process kind's connections
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
@@ -58,14 +60,14 @@ class InstallActor:
         self.deployment_id = deployment_id
         self.config_version = config.version
         self.settings = config.settings
-        self.store = Store.connect(config.mongodb_uri, self.settings.db_timeout_seconds)
+        self.store = Store.connect(config.mongodb_uri, self.settings.db_timeout_seconds, appname=APP_NAME)
         self.host: InstallHost = build_host(
             self.settings, self.store, Vault(list(config.vault_keys)), install_id
         )
         self.leaving = False
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
-        self._recovered = loop.create_task(self.host.recover())
+        self._recovered = loop.create_task(self._recover())
         self._watcher = loop.create_task(self._watch())
 
     # ---- commands ------------------------------------------------------------------------------
@@ -98,7 +100,7 @@ class InstallActor:
             return AskAgain()
         return await self.host.resume(command)
 
-    async def events(self, command: WatchEvents) -> Events:
+    async def events(self, command: WatchEvents) -> Watched:
         """A run's events from memory while this actor holds it (a long poll)."""
         await self._recovered
         return await self.host.events(command)
@@ -117,6 +119,19 @@ class InstallActor:
         }
 
     # ---- the clock -----------------------------------------------------------------------------
+
+    async def _recover(self) -> None:
+        """Recover until it succeeds: a database that does not answer yet delays the actor's first
+        command, it does not leave a copy that fails every command for its whole life."""
+        delay = 0.1
+        while True:
+            try:
+                await self.host.recover()
+                return
+            except Exception as exc:
+                log.warning("install actor recovery failed, trying again: %s", type(exc).__name__)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BEAT_S)
 
     async def _should_leave(self) -> bool:
         """Leave when leaving already, or idle with an older configuration than the published one."""

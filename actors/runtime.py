@@ -27,17 +27,18 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 from actors import capacity, deployment
 from actors.install_actor import InstallActor
 from config.settings import Settings
-from svc.core import Reaper, RuntimeFailure
-from svc.core.run_commands import (
+from svc.core import (
     Accepted,
     AskAgain,
     Cancel,
     Cancelled,
     Continue,
     Continued,
-    Events,
+    Reaper,
     RunOutcome,
+    RuntimeFailure,
     StartRun,
+    Watched,
     WatchEvents,
 )
 
@@ -269,18 +270,18 @@ class RayRuntime:
         """Make sure the install's actor lives (its recovery adopts what a dead copy left)."""
         await self._ready_actor(install_id, trust_warm=False)
 
-    async def events(self, install_id: str, command: WatchEvents) -> Events:
+    async def events(self, install_id: str, command: WatchEvents) -> Watched:
         """A run's events from the actor holding it; `live` False when no actor of the install
         lives (never starts one just to watch)."""
         warm = self._warm.get(install_id)
         actor = warm[0] if warm is not None else await asyncio.to_thread(self.actor_handle, install_id)
         if actor is None:
-            return Events([], live=False)
+            return Watched([], live=False)
         try:
-            answer: Events = await actor.events.remote(command)
+            answer: Watched = await actor.events.remote(command)
         except RayError:
             self._warm.pop(install_id, None)
-            return Events([], live=False)
+            return Watched([], live=False)
         return answer
 
     def actor_handle(self, install_id: str) -> Any:

@@ -104,6 +104,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_ACTOR_MAX_RUNS", "a whole number from 1 to 1000"),
     Variable("SVC_RUN_MAX_RESUMES", "a whole number from 0 to 100"),
     Variable("SVC_RUN_STALL_SECONDS", "a positive number of seconds"),
+    Variable("SVC_CRASH_POINTS", "a test hook: comma-separated crash points of a run's end; leave unset"),
     Variable("SVC_DISABLED_PLUGINS", "comma-separated plugin names"),
     Variable("SVC_ORCHB_BASE_URL", "an http(s) URL (read by the orchB driver at call time)"),
     Variable("SVC_ORCHC_ENDPOINT_URL", "an http(s) URL (read by the orchC driver at call time)"),
@@ -217,6 +218,8 @@ class Settings(BaseModel):
     run_max_resumes: int = Field(default=2, ge=0, le=100)
     # A running run with no step for this long is ended by the sweeper, whatever its actor.
     run_stall_seconds: float = Field(default=900.0, gt=0)
+    # A test hook (svc/runtime/faults.py): points of a run's end where install actors die once.
+    crash_points: frozenset[str] = frozenset()
 
     @field_validator("billing_cron_schedule")
     @classmethod
@@ -308,6 +311,7 @@ class Settings(BaseModel):
             "actor_max_runs": parsed("SVC_ACTOR_MAX_RUNS", int, 8),
             "run_max_resumes": parsed("SVC_RUN_MAX_RESUMES", int, 2),
             "run_stall_seconds": parsed("SVC_RUN_STALL_SECONDS", positive_seconds, 900.0),
+            "crash_points": frozenset(parsed("SVC_CRASH_POINTS", parse_names, ())),
             "disabled_plugins": parsed("SVC_DISABLED_PLUGINS", parse_names, ()),
         }
         for name in EXPORTED:
@@ -350,4 +354,3 @@ def _shown(name: str, value: str) -> str:
         if parts.password:
             return repr(value.replace(parts.password, "***"))
     return repr(value)
-

@@ -24,8 +24,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
 from svc.billing import Charges
-from svc.core import Document, Mailer, Runtime, RuntimeFailure, Store, aware, iso, tokens, utcnow
-from svc.core.run_commands import StartRun
+from svc.core import Document, Mailer, Runtime, RuntimeFailure, StartRun, Store, aware, iso, tokens, utcnow
 from svc.runtime import INTERRUPTED, OWED, STALLED, CallbackDelivery, InstallRunner, ledger, next_fire
 
 if TYPE_CHECKING:

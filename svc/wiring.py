@@ -8,17 +8,18 @@ installs (with the org governance gate), runtime, orgs, billing.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
 from svc.core import Document, Mailer, Runtime, Store, Vault
-from svc.runtime import LLM, CallbackDelivery, InstallHost, InstallRunner, RunLimits, Settlement
+from svc.runtime import LLM, CallbackDelivery, CrashPoints, InstallHost, InstallRunner, RunLimits, Settlement
 
-# Spend caps' admission (svc/billing/spend_caps.py): asked before a run and before each model call.
-Admission = Callable[[Document], Awaitable[None]]
+# Spend caps' admission (svc/billing/spend_caps.py): asked before a run is queued (the install), and
+# before each model call (the install, and the tokens of the install's other runs in flight).
+Admission = Callable[[Document, Sequence[int]], Awaitable[None]]
 
 if TYPE_CHECKING:
     # The rest of the graph is imported where `build_services` builds it, not at module level:
@@ -242,7 +243,8 @@ def install_runner(
 ) -> InstallRunner:
     """What runs and settles an install's runs, with the deployment's settings (the same for an
     install's actor, the API's sweeper and the tests)."""
-    limits = RunLimits(settings.judge_model, settings.egress_allow_private, settings.run_max_resumes)
+    crash = CrashPoints(settings.crash_points, settings.data_dir / "crash-points")  # a test hook
+    limits = RunLimits(settings.judge_model, settings.egress_allow_private, settings.run_max_resumes, crash)
     return InstallRunner(store, vault, llm, Settlement(store, callbacks), limits, mailer, admission)
 
 

@@ -42,7 +42,7 @@ def mongo_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     tests/support/shared_db.py)."""
     shared = os.environ.get(shared_db.VARIABLE)
     directory = shared_db.joined(shared, os.getpid()) if shared else tmp_path_factory.mktemp("mongo")
-    server = EmbeddedMongo(directory)
+    server = EmbeddedMongo(directory, test_commands=True)  # fault injection (tests/support/faults.py)
     asyncio.run(server.start())
     assert server.port is not None
     yield server.port

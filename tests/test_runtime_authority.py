@@ -22,8 +22,7 @@ from actors import deployment
 from actors.install_actor import InstallActor
 from actors.runtime import NAMESPACE, actor_name
 from api.app import RUNTIME, SERVICES
-from svc.core import utcnow
-from svc.core.run_commands import StartRun
+from svc.core import StartRun, utcnow
 from svc.jobs import ACTOR_GONE_AFTER, Jobs
 from svc.runtime import ledger
 from tests.support.runtime import managed_client, member, svc_install, webhook_token

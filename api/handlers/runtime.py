@@ -43,9 +43,7 @@ async def run(request: web.Request, body: RunBody) -> web.Response:
     return web.json_response(result, status=202 if result["status"] in ("queued", "running") else 200)
 
 
-@routes.post(
-    "/api/installs/{installId}/runs/{runId}/retry", auth="K/S", status=202, response=RetryQueued
-)
+@routes.post("/api/installs/{installId}/runs/{runId}/retry", auth="K/S", status=202, response=RetryQueued)
 async def retry_run(request: web.Request) -> web.Response:
     """Start a new run with a finished run's input, linked to it by `retryOf`."""
     result = await services(request).run_service.retry(

@@ -24,6 +24,18 @@ from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import Governance, Runtime, RuntimeFailure
 from svc.core.reaper import Reaper
+from svc.core.run_commands import (
+    Accepted,
+    AskAgain,
+    Cancel,
+    Cancelled,
+    Continue,
+    Continued,
+    RunOutcome,
+    StartRun,
+    Watched,
+    WatchEvents,
+)
 from svc.core.slots import Slots
 from svc.core.store import Document, Store
 from svc.core.text import DisplayName, DisplayText
@@ -33,10 +45,16 @@ from svc.core.vault import Vault
 
 __all__ = [
     "KINDS",
+    "Accepted",
+    "AskAgain",
     "BadGateway",
     "BadRequest",
     "Batch",
+    "Cancel",
+    "Cancelled",
     "Conflict",
+    "Continue",
+    "Continued",
     "DisplayName",
     "DisplayText",
     "Document",
@@ -53,10 +71,12 @@ __all__ = [
     "RateLimited",
     "Reaper",
     "RequestBody",
+    "RunOutcome",
     "Runtime",
     "RuntimeFailure",
     "ServiceError",
     "Slots",
+    "StartRun",
     "Store",
     "TTLCache",
     "Timeline",
@@ -66,6 +86,8 @@ __all__ = [
     "Unavailable",
     "Unprocessable",
     "Vault",
+    "WatchEvents",
+    "Watched",
     "actor_of",
     "aware",
     "counters",

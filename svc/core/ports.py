@@ -10,9 +10,9 @@ from svc.core.run_commands import (
     Cancelled,
     Continue,
     Continued,
-    Events,
     RunOutcome,
     StartRun,
+    Watched,
     WatchEvents,
 )
 
@@ -46,7 +46,7 @@ class Runtime(Protocol):
         """Ask the install's actor to continue a paused run."""
         ...
 
-    async def events(self, install_id: str, command: WatchEvents) -> Events:
+    async def events(self, install_id: str, command: WatchEvents) -> Watched:
         """A run's events from the actor that holds it (`live` False when none does)."""
         ...
 

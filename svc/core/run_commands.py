@@ -117,9 +117,9 @@ class WatchEvents:
 
 
 @dataclass(frozen=True)
-class Events:
-    """Events in wire form. `live` False: the run is not held by this actor (ended, or never
-    here), so the watcher reads the stored events instead."""
+class Watched:
+    """A run's events (in wire form) a watcher gets. `live` False: the run is not held by this
+    actor (ended, or never here), so the watcher reads the stored events instead."""
 
     events: list[dict[str, Any]]
     live: bool

@@ -208,13 +208,15 @@ class Store:
         self.db: AsyncDatabase[Document] = client[database]
 
     @classmethod
-    def connect(cls, uri: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Store:
+    def connect(cls, uri: str, timeout_s: float = DEFAULT_TIMEOUT_S, appname: str = "svc") -> Store:
         """A store for the URI; its database is the URI's path, or `svc`.
 
         `timeout_s` bounds every operation, from choosing a server to the last byte of the
         answer (PyMongo's client-side operation timeout, `timeoutMS`, which also sends the
         remaining time to the server as `maxTimeMS`): a frozen or unreachable database raises
         a timeout error (`PyMongoError.timeout`) within it, never hangs a request or a run.
+        `appname` names the process kind in the server's view of its connections (`svc-actor` for
+        install actors), which operators see in `currentOp` and tests aim fault injection at.
         """
         timeout_ms = max(1, round(timeout_s * 1000))
         client: AsyncMongoClient[Document] = AsyncMongoClient(
@@ -223,7 +225,7 @@ class Store:
             timeoutMS=timeout_ms,
             serverSelectionTimeoutMS=timeout_ms,
             connectTimeoutMS=timeout_ms,
-            appname="svc",
+            appname=appname,
         )
         database = client.get_default_database(default=DEFAULT_DATABASE).name
         return cls(client, uri, database)

@@ -19,6 +19,7 @@ from bson import ObjectId
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo import DESCENDING
 
+from svc.core.bulk import Batch
 from svc.core.clock import iso, utcnow
 from svc.core.errors import BadRequest
 from svc.core.models import Timestamp
@@ -83,6 +84,11 @@ def entry(
         "meta": meta or {},
         "createdAt": utcnow(),
     }
+
+
+def add_to(batch: Batch, doc: Document) -> None:
+    """An entry (built by `entry` with an id chosen once) as an operation of a batch."""
+    batch.put(COLLECTION, doc)
 
 
 class Timeline:

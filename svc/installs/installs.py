@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets as random
+from datetime import datetime
 from typing import Any
 
 from pymongo import DESCENDING
@@ -30,6 +31,7 @@ from plugins.types import (
 from svc.core import (
     BadGateway,
     BadRequest,
+    Batch,
     Conflict,
     Document,
     Governance,
@@ -70,9 +72,10 @@ log = logging.getLogger(__name__)
 MAX_LISTED = 500
 
 
-async def touch_last_run(store: Store, install_id: str) -> None:
-    """Note that the install just ran (shown in the deployer's home list)."""
-    await store.installs.update_one({"_id": install_id}, {"$set": {"lastRunAt": utcnow()}})
+def note_last_run(batch: Batch, install_id: str, at: datetime) -> None:
+    """Note when the install last ran, as an operation of a run's settlement (a resend keeps the
+    latest time)."""
+    batch.update("installs", {"_id": install_id}, {"$max": {"lastRunAt": at}})
 
 
 class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):

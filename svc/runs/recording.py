@@ -51,7 +51,8 @@ def managed(batch: Batch, run: Document, tool_calls: tuple[int, int] = (0, 0)) -
     the run id, so sending the batch again stores nothing twice; the counters are guarded the same
     way (`run_stats.count_once`). Only the runtime writes a managed run's record: reports for a
     managed install are refused (svc/runs/runs.py)."""
-    batch.put(COLLECTION, {**run, "_id": run["runId"]})
+    run = {**run, "_id": run["runId"]}
+    batch.put(COLLECTION, run)
     run_stats.count_once(batch, run, tool_calls)
 
 

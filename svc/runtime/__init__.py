@@ -12,6 +12,7 @@ from svc.runtime.execution import (
     InstallRunner,
     RunLimits,
 )
+from svc.runtime.faults import CrashPoints
 from svc.runtime.host import InstallHost
 from svc.runtime.journal import scratch
 from svc.runtime.llm import LLM, ProviderNotConfigured
@@ -46,6 +47,7 @@ __all__ = [
     "BulkBody",
     "CallbackDelivery",
     "ContinueBody",
+    "CrashPoints",
     "DraftEdit",
     "Events",
     "HeartbeatBody",

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from bson import ObjectId
 from pymongo.errors import PyMongoError
 
-from svc.core import Document, Mailer, Store, Vault, tokens, utcnow
-from svc.core.run_commands import RunOutcome
+from svc.core import Document, Mailer, RunOutcome, Store, Vault, tokens, utcnow
 from svc.installs import interpolate
 from svc.runtime import ledger
 from svc.runtime.agent_loop import (
@@ -32,6 +31,7 @@ from svc.runtime.agent_loop import (
     root_agent,
 )
 from svc.runtime.events import Events
+from svc.runtime.faults import CrashPoints
 from svc.runtime.journal import ReplayMismatch, RunRecorder, RunTaken
 from svc.runtime.llm import LLM
 from svc.runtime.pipelines import PipelineExecutor
@@ -45,8 +45,10 @@ DATABASE_DOWN = "Database unavailable during the run"
 STALLED = "The run made no progress for too long and was ended"
 Mode = Literal["start", "resume", "adopt"]
 # Spend caps (svc/billing/spend_caps.py): asked before every model call of a run with the install
-# and the cents this actor's other runs have in flight; a Conflict refuses the call.
-Admission = Callable[[Document], Awaitable[None]]
+# and the tokens so far of each other run in flight; a Conflict refuses the call.
+Admission = Callable[[Document, Sequence[int]], Awaitable[None]]
+# What the run asks before each model call (the host binds it to the runs it holds).
+Admit = Callable[[Document], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class RunLimits:
     judge_model: str
     allow_private: bool
     max_resumes: int = 2
+    crash: CrashPoints = field(default_factory=CrashPoints)
 
 
 class InstallRunner:
@@ -94,6 +97,7 @@ class InstallRunner:
         mode: Mode,
         publish: Callable[[list[dict[str, Any]]], None],
         on_recorder: Callable[[RunRecorder], None] = lambda recorder: None,
+        admit: Admit | None = None,
     ) -> RunOutcome:
         """Run `run` to its end or its next gate; the outcome. `mode`: `start` claims a queued run
         (idempotent: a run no longer queued is not run again), `resume` carries on a run continued
@@ -111,6 +115,7 @@ class InstallRunner:
         version = run.get("templateVersion") or install.get("templateVersion")
         run = {**run, "templateVersion": version}
         recorder = RunRecorder.for_run(self.store, run, self.incarnation, publish, resumed=mode == "adopt")
+        recorder.crash = self.limits.crash
         on_recorder(recorder)
         try:
             definition = await self.definition(install, version)
@@ -120,7 +125,7 @@ class InstallRunner:
                     "run_started",
                     {"source": run.get("source") or "run", "agent": root["key"], "task": run.get("task")},
                 )
-            result, pause = await self._team(install, definition, run, recorder)
+            result, pause = await self._team(install, definition, run, recorder, admit)
             if result.refusal is not None and recorder.totals.input + recorder.totals.output == 0:
                 # The spend cap refused the run's first model call: nothing ran (a 409 to a caller).
                 ended = await self._end(install, run, recorder, result)
@@ -158,7 +163,12 @@ class InstallRunner:
         return interpolate(definition, install.get("variables") or {})
 
     async def _team(
-        self, install: Document, definition: dict[str, Any], run: Document, recorder: RunRecorder
+        self,
+        install: Document,
+        definition: dict[str, Any],
+        run: Document,
+        recorder: RunRecorder,
+        admit: Admit | None,
     ) -> tuple[TeamResult, dict[str, Any] | None]:
         """Run the team (one agent, the pipeline from where it stopped, or the whole team)."""
         scope = RunScope(
@@ -168,15 +178,15 @@ class InstallRunner:
             self.limits.allow_private,
             self.limits.judge_model,
         )
-        admit = None
-        if self.admission is not None:
+        if admit is None and self.admission is not None:
             admission = self.admission
 
-            async def admit() -> None:
-                await admission(install)
+            async def admit(install: Document) -> None:
+                await admission(install, ())
 
+        bound = (lambda: admit(install)) if admit is not None else None
         runner = TeamRunner(
-            self.llm, recorder, admit=admit, token_cap=(install.get("limits") or {}).get("runTokenCap")
+            self.llm, recorder, admit=bound, token_cap=(install.get("limits") or {}).get("runTokenCap")
         )
         state = run.get("state") or {}
         payload = {
@@ -223,6 +233,7 @@ class InstallRunner:
             "tokensByAgent": tokens_by_agent(recorder.log),
         }
         owed = owed_on_end(run)
+        self.limits.crash.reached("before-end")
         ended = await ledger.end(
             self.store,
             run["_id"],
@@ -237,6 +248,7 @@ class InstallRunner:
         )
         if not ended:
             return await self.outcome_now(run["_id"])
+        self.limits.crash.reached("after-end")
         recorder.stored(events)
         final = {
             **run,
@@ -390,6 +402,8 @@ class InstallRunner:
             await self.settlement.settle(run, install)
         except Exception as exc:
             log.warning("run %s still owes %s: %s", run["_id"], run.get("owed"), type(exc).__name__)
+            return
+        self.limits.crash.reached("after-settlement")
 
     async def outcome_now(self, run_id: str) -> RunOutcome:
         """The answer for a run this call did not run (a repeated start): what the ledger says."""

@@ -20,21 +20,23 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from svc.core import Document, Store, utcnow
-from svc.core.run_commands import (
+from svc.core import (
     Accepted,
     Cancel,
     Cancelled,
     Continue,
     Continued,
-    Events,
+    Document,
     RunOutcome,
     StartRun,
+    Store,
+    Watched,
     WatchEvents,
+    utcnow,
 )
 from svc.runtime import ledger
 from svc.runtime.execution import INTERRUPTED, InstallRunner, Mode
@@ -61,6 +63,7 @@ class LiveRun:
     base: int = 0  # seq of the event before `events[0]` (older ones are read from the store)
     outcome: RunOutcome | None = None
     ended_at: float | None = None
+    admitted: bool = False  # a spend cap let one of its model calls through: it counts in flight
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def publish(self, events: list[dict[str, Any]]) -> None:
@@ -126,7 +129,8 @@ class InstallHost:
             await self.runner.settlement.finish(run_id)
 
     async def _adopt(self, run: Document) -> None:
-        """Resume a run an earlier copy was running, from its journal (or end it: too many resumes)."""
+        """Resume a run an earlier copy (or this one, before a database error) was running, from its
+        journal; or end it, when it was resumed too often."""
         if int(run.get("resumes") or 0) >= self.max_resumes:
             await self.runner.settle_gone(run, INTERRUPTED)
             return
@@ -238,18 +242,18 @@ class InstallHost:
             "at": utcnow(),
         }
 
-    async def events(self, command: WatchEvents) -> Events:
+    async def events(self, command: WatchEvents) -> Watched:
         """The run's events after `after`, waiting up to `wait_s` when there is none yet; `live`
         False when this actor does not hold them (the watcher reads the store)."""
         live = self.live.get(command.run_id)
         if live is None or (live.events and command.after < live.base) or (not live.events and live.outcome):
-            return Events([], live=False)
+            return Watched([], live=False)
         fresh = [e for e in live.events if e["seq"] > command.after]
         if not fresh and live.outcome is None and command.wait_s > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(live.changed.wait(), command.wait_s)
             fresh = [e for e in live.events if e["seq"] > command.after]
-        return Events(fresh, live=bool(fresh) or live.outcome is None)
+        return Watched(fresh, live=bool(fresh) or live.outcome is None)
 
     # ---- inside ----------------------------------------------------------------------------------
 
@@ -273,15 +277,17 @@ class InstallHost:
                 def attach(recorder: RunRecorder) -> None:
                     live.recorder = recorder
 
-                outcome = await self.runner.execute(run, mode, live.publish, attach)
+                outcome = await self.runner.execute(run, mode, live.publish, attach, self._admit_for(live))
         except asyncio.CancelledError:
             # Cancelled before its team ran (waiting for a slot, or being claimed): it ends here.
             if live.run_id in self.waiting:
                 self.waiting.remove(live.run_id)
             outcome = await asyncio.shield(self.runner.cancel_before_team(live.run_id))
-        except Exception as exc:  # the database failed outside a step: the sweeper settles it
+        except Exception as exc:  # the database failed where the run could not record it
+            # The run stays as its last write left it; the next beat resumes it from its journal
+            # once the database answers (`tick`), and a waiting caller reads its end there.
             log.error("run could not be carried out: %s", type(exc).__name__)
-            outcome = RunOutcome(live.run_id, "failed", errorMessage="Database unavailable during the run")
+            outcome = RunOutcome(live.run_id, "running")
         live.outcome = outcome
         live.ended_at = self.now()
         live.changed.set()
@@ -292,6 +298,30 @@ class InstallHost:
                 self.paused[live.run_id] = paused
         return outcome
 
+    def _admit_for(self, live: LiveRun) -> Callable[[Document], Awaitable[None]] | None:
+        """The spend caps' check before each model call of `live`, told what the install's other
+        runs in flight have used: this actor runs them all, so runs started together reserve
+        against the cap instead of all passing it (svc/billing/spend_caps.py)."""
+        admission = self.runner.admission
+        if admission is None:
+            return None
+
+        async def admit(install: Document) -> None:
+            others = [
+                other.recorder.totals.input + other.recorder.totals.output if other.recorder else 0
+                for other in self.live.values()
+                if other is not live and other.admitted and other.outcome is None
+            ]
+            # Reserved before the check's reads, so a run checked meanwhile counts this one.
+            reserved, live.admitted = live.admitted, True
+            try:
+                await admission(install, others)
+            except BaseException:
+                live.admitted = reserved
+                raise
+
+        return admit
+
     async def tick(self) -> bool:
         """One beat: say this copy lives (False: a newer copy took over, this one must stop),
         forget finished runs, and pay what runs of this install still owe."""
@@ -301,6 +331,10 @@ class InstallHost:
         for run_id, live in list(self.live.items()):
             if live.ended_at is not None and live.ended_at < cutoff:
                 del self.live[run_id]
+        for run in await ledger.running_of(self.store, self.install_id, self.incarnation):
+            live = self.live.get(run["_id"])
+            if live is None or (live.task is not None and live.task.done()):
+                await self._adopt(run)  # stranded by a database error: resume it here
         if not self.busy:
             for run_id in await ledger.owing_of(self.store, self.install_id, OWED):
                 with contextlib.suppress(Exception):

@@ -30,6 +30,7 @@ from typing import Any
 
 from svc.core import Document, Store, iso, utcnow
 from svc.runtime import ledger
+from svc.runtime.faults import CrashPoints
 
 # Text kept per entry: enough to rebuild any conversation a provider returns (a model answer is
 # at most a few tens of thousands of tokens); a longer one is cut, and a resume then replays the
@@ -118,6 +119,7 @@ class RunRecorder:
     _in: int = 0
     _out: int = 0
     current_agent: str | None = None
+    crash: CrashPoints = field(default_factory=CrashPoints)
 
     @classmethod
     def for_run(
@@ -185,6 +187,7 @@ class RunRecorder:
         )
         if not written:
             raise RunTaken(self.run_id)
+        self.crash.reached("after-step")
         self.stored(events)
 
     def take(self) -> tuple[list[Document], list[Document], int, int]:

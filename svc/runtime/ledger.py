@@ -28,7 +28,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from svc.core import Document, Store, tokens, utcnow
+from svc.core import Batch, Document, Store, tokens, utcnow
 
 RUNS = "pipeline_runs"
 INCARNATIONS = "actor_incarnations"
@@ -308,9 +308,16 @@ async def adopt(store: Store, run: Document, incarnation: str, events: list[Docu
     return done.matched_count == 1
 
 
-def clear_owed(run_id: str, names: list[str]) -> tuple[Document, Document]:
-    """The update that removes side effects that have landed (a `Batch` operation, sent last)."""
-    return {"_id": run_id}, {"$pull": {"owed": {"$in": names}}}
+def paid(batch: Batch, run_id: str, names: list[str], steps_settled: int) -> None:
+    """Side effects that landed (the last operation of the settlement's batch): no longer owed,
+    and the journal's steps up to `steps_settled` stored for their other readers."""
+    change = {"$pull": {"owed": {"$in": names}}, "$set": {"stepsSettled": steps_settled}}
+    batch.update(RUNS, {"_id": run_id}, change)
+
+
+async def paid_now(store: Store, run_id: str, names: list[str]) -> None:
+    """Side effects paid after the batch (a schedule's pause check)."""
+    await store[RUNS].update_one({"_id": run_id}, {"$pull": {"owed": {"$in": names}}})
 
 
 # ---- reading --------------------------------------------------------------------------------
@@ -365,6 +372,15 @@ async def waiting(store: Store, handed_before: datetime, limit: int) -> list[Doc
         .find({"status": "queued", "handoffAt": {"$ne": None, "$lte": handed_before}}, HEAVY)
         .sort("handoffAt", 1)
         .to_list(limit)
+    )
+
+
+async def running_of(store: Store, install_id: str, incarnation: str) -> list[Document]:
+    """The install's runs this incarnation claimed that are still running (journal and all)."""
+    return (
+        await store[RUNS]
+        .find({"installId": install_id, "status": "running", "incarnation": incarnation})
+        .to_list(None)
     )
 
 

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from svc.core import Runtime, RuntimeFailure, Store, aware, iso, utcnow
-from svc.core.run_commands import WatchEvents
+from svc.core import Runtime, RuntimeFailure, Store, WatchEvents, aware, iso, utcnow
 from svc.runtime import ledger
 from svc.runtime.run_events import TERMINAL, RunEvents
 

@@ -21,19 +21,22 @@ from plugins.types import HeartbeatContext
 from svc.core import (
     BadGateway,
     BadRequest,
+    Cancel,
     Conflict,
+    Continue,
     Document,
     NotFound,
     RequestBody,
+    RunOutcome,
     Runtime,
     RuntimeFailure,
+    StartRun,
     Store,
     Timeline,
     Unauthorized,
     actor_of,
     utcnow,
 )
-from svc.core.run_commands import Cancel, Continue, RunOutcome, StartRun
 from svc.identity import Principal
 from svc.installs import Installs
 from svc.runs import require_ready

@@ -34,6 +34,7 @@ from svc.core import (
     RequestBody,
     Runtime,
     RuntimeFailure,
+    StartRun,
     Store,
     Timeline,
     actor_of,
@@ -43,7 +44,6 @@ from svc.core import (
     tokens,
     utcnow,
 )
-from svc.core.run_commands import StartRun
 from svc.identity import Principal
 from svc.installs import Installs
 from svc.runtime import ledger

@@ -84,7 +84,7 @@ def add_to(batch: Batch, entry: Document, entry_id: str, timeline_id: str, at: d
             "reportOnly": entry.get("reportOnly"),
         }
         doc = timeline.entry("egress", action, install_id=entry["installId"], meta=meta, entry_id=timeline_id)
-        batch.put(timeline.COLLECTION, doc)
+        timeline.add_to(batch, doc)
 
 
 class SecurityLog:

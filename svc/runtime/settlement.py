@@ -34,6 +34,7 @@ from typing import Any, cast
 from pymongo.errors import ClientBulkWriteException
 
 from svc.core import Batch, Document, Store, aware, counters, utcnow
+from svc.installs import note_last_run
 from svc.runs import record_of, recording
 from svc.runtime import ledger, security_log
 from svc.runtime.callbacks import CallbackDelivery
@@ -160,7 +161,7 @@ class Settlement:
                 recording.managed(batch, record, tool_counts(run))
                 counters.add_to(tail, recording.metric_changes([record]))
             if LAST_RUN in owed and run.get("endedAt") is not None:
-                batch.update("installs", {"_id": install["_id"]}, {"$max": {"lastRunAt": run["endedAt"]}})
+                note_last_run(batch, install["_id"], run["endedAt"])
             if CALLBACK in owed and run.get("callbackUrl"):
                 phase = f"{run['status']}:{run.get('seq') or 0}"
                 self.callbacks.owe(batch, install["_id"], run["callbackUrl"], outcome_of(run), phase, now)
@@ -169,8 +170,7 @@ class Settlement:
         if SCHEDULE in owed:
             note_scheduled_outcome(batch, run["installId"], run["_id"], run["status"] == "completed")
         names = [name for name in owed if name not in later]
-        clear = {"$pull": {"owed": {"$in": names}}, "$set": {"stepsSettled": len(run.get("journal") or [])}}
-        batch.update(ledger.RUNS, {"_id": run["_id"]}, clear)
+        ledger.paid(batch, run["_id"], names, len(run.get("journal") or []))
 
     @staticmethod
     def _record(run: Document, install: Document) -> Document:
@@ -241,7 +241,7 @@ class Settlement:
         """What follows the batch: the schedule's pause check, and the callback's first attempt."""
         if SCHEDULE in (run.get("owed") or []) and run["status"] != "completed":
             await pause_if_failing(self.store, run["installId"], run.get("errorMessage"))
-            await self.store[ledger.RUNS].update_one({"_id": run["_id"]}, {"$pull": {"owed": SCHEDULE}})
+            await ledger.paid_now(self.store, run["_id"], [SCHEDULE])
         if CALLBACK in (run.get("owed") or []) and install is not None:
             task = asyncio.ensure_future(self.callbacks.first_attempt(install, run["_id"]))
             self._attempts.add(task)
