@@ -140,8 +140,13 @@ class InstallActor:
         if self.host.busy:
             return False
         # One read of the cluster's key-value store per command (about a millisecond): a command
-        # right after a new configuration was published already meets a fresh actor.
-        published = await asyncio.to_thread(deployment.current, self.deployment_id)
+        # right after a new configuration was published already meets a fresh actor. A read that
+        # fails leaves this copy as it is (it is current as far as anyone can tell).
+        try:
+            published = await asyncio.to_thread(deployment.current, self.deployment_id)
+        except Exception as exc:
+            log.warning("the published configuration could not be read: %s", type(exc).__name__)
+            return self.leaving
         if published is not None and published.version != self.config_version and not self.host.busy:
             log.info("configuration changed; this install actor leaves for a fresh one")
             self.leaving = True

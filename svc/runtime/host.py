@@ -100,6 +100,8 @@ class InstallHost:
         self.paused: dict[str, Document] = {}
         self.slots = asyncio.Semaphore(max_runs)
         self.waiting: list[str] = []  # run ids waiting for a slot, in order
+        # Runs a person cancelled: one whose end could not be written is ended, never resumed.
+        self.cancelled: set[str] = set()
         self.now = now
         self.last_used = now()
 
@@ -177,6 +179,7 @@ class InstallHost:
         live = self.live.get(command.run_id)
         if live is not None and live.task is not None and not live.task.done():
             step = live.step or ""
+            self.cancelled.add(command.run_id)
             live.task.cancel()
             return Cancelled(True, step)
         stopped = await self.runner.stop(command.run_id, "Run cancelled", event="step_cancelled")
@@ -334,7 +337,11 @@ class InstallHost:
         for run in await ledger.running_of(self.store, self.install_id, self.incarnation):
             live = self.live.get(run["_id"])
             if live is None or (live.task is not None and live.task.done()):
-                await self._adopt(run)  # stranded by a database error: resume it here
+                # Stranded by a database error: resume it here, or end it if it was cancelled.
+                if run["_id"] in self.cancelled:
+                    await self.runner.cancel_before_team(run["_id"])
+                else:
+                    await self._adopt(run)
         if not self.busy:
             for run_id in await ledger.owing_of(self.store, self.install_id, OWED):
                 with contextlib.suppress(Exception):

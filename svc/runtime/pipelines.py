@@ -93,6 +93,7 @@ class PipelineExecutor:
                 if done_before is not None:
                     output = str(done_before.get("output") or "")
                 else:
+                    recorder.current_agent = agent["key"]  # cancel-run names the step it stops
                     output = await self.send_approved(install["_id"], scope.run_id)
                     step = AgentStep(agent_key=agent["key"], path=path, output=output, ended_at=utcnow())
                     recorder.note(agent_entry(step))

@@ -150,6 +150,10 @@ class RunService:
             raise NotFound("Run not found")
         if first["status"] in (*ledger.ACTIVE, "paused"):
             raise Conflict(f"Run is still active (status: {first['status']})")
+        if first.get("lastRetry"):  # a retry asked for again while the last one is active: that one
+            last = await ledger.get(self.store, first["lastRetry"])
+            if last is not None and last["status"] in (*ledger.ACTIVE, "paused"):
+                return {"runId": last["_id"], "status": last["status"], "retryOf": run_id}
         require_ready(install)
         await self._admit(install)
         run = ledger.new_run(
