@@ -327,7 +327,7 @@ async def test_webhook_runs_of_one_install_settle_their_callbacks_once_each(
 ):
     """Many webhook runs at once on one install: each is recorded once and called back once."""
     client, llm = await managed_client(make_client, aiohttp_server)
-    caller, key, install_id = await svc_install(client, [member("lead")])
+    caller, _key, _install_id = await svc_install(client, [member("lead")])
     token = await webhook_token(client, caller)
     received: list[dict[str, Any]] = []
 
