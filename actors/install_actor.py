@@ -20,6 +20,7 @@ import asyncio
 import logging
 import os
 import time
+from datetime import timedelta
 from typing import Any
 
 import ray
@@ -39,80 +40,134 @@ from svc.core import (
     Watched,
     WatchEvents,
 )
-from svc.runtime import InstallHost, ledger
+from svc.runtime import InstallHost, incarnations, pool
 from svc.wiring import build_host
 
 log = logging.getLogger(__name__)
 
 BEAT_S = 5.0
+# A holder whose beat is this old is gone (svc/jobs.py's ACTOR_GONE_AFTER): a spare may adopt.
+ACTOR_GONE_AFTER_S = 30.0
 APP_NAME = "svc-actor"  # how the database names this process kind's connections
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class InstallActor:
-    """Owns one install's runs (see the module docstring)."""
+    """Owns one install's runs (see the module docstring). Created for an install (`install:<id>`),
+    or as a spare of the warm pool (`install_id` None, actors/pool.py) that adopts one later."""
 
-    def __init__(self, install_id: str, deployment_id: str) -> None:
+    def __init__(self, install_id: str | None, deployment_id: str) -> None:
         config = deployment.current(deployment_id)
         if config is None:
             raise RuntimeError(f"no configuration published for deployment {deployment_id}")
-        self.install_id = install_id
         self.deployment_id = deployment_id
         self.config_version = config.version
         self.settings = config.settings
+        self.vault = Vault(list(config.vault_keys))
         self.store = Store.connect(config.mongodb_uri, self.settings.db_timeout_seconds, appname=APP_NAME)
-        self.host: InstallHost = build_host(
-            self.settings, self.store, Vault(list(config.vault_keys)), install_id
-        )
+        context = ray.get_runtime_context()
+        self.name: str = context.get_actor_name() or ""
+        self.node: str = context.get_node_id()
+        self.install_id: str | None = None
+        self.host: InstallHost | None = None
+        if install_id is not None:
+            self._serve(install_id)
         self.leaving = False
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
-        self._recovered = loop.create_task(self._recover())
+        self._recovered = loop.create_task(self._recover() if install_id else self._wait_as_spare())
         self._watcher = loop.create_task(self._watch())
+
+    def _serve(self, install_id: str) -> InstallHost:
+        self.install_id = install_id
+        self.host = build_host(self.settings, self.store, self.vault, install_id)
+        return self.host
+
+    async def _wait_as_spare(self) -> None:
+        """A spare registers in the pool; one Ray restarted after it had adopted an install serves
+        that install again (its pool record says which)."""
+        entry = await pool.entry(self.store, self.name)
+        if entry is not None and entry.get("state") == "adopted" and entry.get("install"):
+            self._serve(entry["install"])
+            await self._recover()
+            return
+        await pool.register(self.store, self.name, self.deployment_id, self.node)
+
+    async def adopt(self, install_id: str) -> str | None:
+        """Become the actor of `install_id` (a spare's one job); None when it did (or already had),
+        else the name of the actor that holds the install ("" when this spare was taken)."""
+        await self._recovered
+        if self.install_id is not None:
+            return None if self.install_id == install_id else ""
+        if not await pool.claim(self.store, self.name, install_id):
+            return ""
+        host = self._serve(install_id)
+        stale = timedelta(seconds=ACTOR_GONE_AFTER_S)
+        if not await host.recover(self.name, only_if_free=stale):
+            self.install_id, self.host = None, None
+            await pool.release(self.store, self.name)
+            holder = await incarnations.holder(self.store, install_id)
+            return str((holder or {}).get("actor") or "")
+        self._wake.set()
+        return None
 
     # ---- commands ------------------------------------------------------------------------------
 
     async def ready(self) -> bool:
-        """True once recovered and current; False while this copy is leaving (ask again later)."""
+        """True once recovered and current; False while this copy is leaving, or a spare that serves
+        no install yet (ask again later)."""
         await self._recovered
-        return not await self._should_leave()
+        return self.host is not None and not await self._should_leave()
 
     async def run(self, command: StartRun, wait_s: float) -> RunOutcome | AskAgain:
         """Start a queued run (idempotent by run id) and wait up to `wait_s` for its end or gate."""
         if not await self.ready():
             return AskAgain()
+        assert self.host is not None
         return await self.host.run(command, wait_s)
 
     async def start(self, command: StartRun) -> Accepted | AskAgain:
         """Start a queued run without waiting (webhook, schedule, retry, wait: false)."""
         if not await self.ready():
             return AskAgain()
+        assert self.host is not None
         return await self.host.start(command)
 
-    async def cancel(self, command: Cancel) -> Cancelled:
+    async def cancel(self, command: Cancel) -> Cancelled | AskAgain:
         """Cancel a run of this install."""
         await self._recovered
+        if self.host is None:
+            return AskAgain()
         return await self.host.cancel(command)
 
     async def resume(self, command: Continue) -> Continued | AskAgain:
         """Continue a paused run from its gate."""
         if not await self.ready():
             return AskAgain()
+        assert self.host is not None
         return await self.host.resume(command)
 
     async def events(self, command: WatchEvents) -> Watched:
         """A run's events from memory while this actor holds it (a long poll)."""
         await self._recovered
+        if self.host is None:
+            return Watched([], live=False)
         return await self.host.events(command)
 
     async def status(self) -> dict[str, Any]:
         """Active and paused runs, idle time, incarnation and pid (tests and operators)."""
         await self._recovered
+        host = self.host
         return {
-            "active": sorted(run_id for run_id, live in self.host.live.items() if live.outcome is None),
-            "paused": sorted(self.host.paused),
-            "idleSeconds": time.monotonic() - self.host.last_used,
-            "incarnation": self.host.incarnation,
+            "install": self.install_id,
+            "name": self.name,
+            "node": self.node,
+            "active": sorted(run_id for run_id, live in host.live.items() if live.outcome is None)
+            if host
+            else [],
+            "paused": sorted(host.paused) if host else [],
+            "idleSeconds": time.monotonic() - host.last_used if host else 0.0,
+            "incarnation": host.incarnation if host else None,
             "configVersion": self.config_version,
             "pid": os.getpid(),
             "leaving": self.leaving,
@@ -123,10 +178,11 @@ class InstallActor:
     async def _recover(self) -> None:
         """Recover until it succeeds: a database that does not answer yet delays the actor's first
         command, it does not leave a copy that fails every command for its whole life."""
+        assert self.host is not None
         delay = 0.1
         while True:
             try:
-                await self.host.recover()
+                await self.host.recover(self.name)
                 return
             except Exception as exc:
                 log.warning("install actor recovery failed, trying again: %s", type(exc).__name__)
@@ -137,7 +193,7 @@ class InstallActor:
         """Leave when leaving already, or idle with an older configuration than the published one."""
         if self.leaving:
             return True
-        if self.host.busy:
+        if self.host is not None and self.host.busy:
             return False
         # One read of the cluster's key-value store per command (about a millisecond): a command
         # right after a new configuration was published already meets a fresh actor. A read that
@@ -147,7 +203,8 @@ class InstallActor:
         except Exception as exc:
             log.warning("the published configuration could not be read: %s", type(exc).__name__)
             return self.leaving
-        if published is not None and published.version != self.config_version and not self.host.busy:
+        busy = self.host is not None and self.host.busy
+        if published is not None and published.version != self.config_version and not busy:
             log.info("configuration changed; this install actor leaves for a fresh one")
             self.leaving = True
             self._wake.set()
@@ -165,6 +222,13 @@ class InstallActor:
             except TimeoutError:
                 pass
             self._wake.clear()
+            if self.host is None:  # a spare: it only leaves when its configuration is old
+                try:
+                    if await self._should_leave():
+                        await self._leave(idle=False)
+                except Exception as exc:
+                    log.warning("spare actor could not check its configuration: %s", type(exc).__name__)
+                continue
             try:
                 await self._recovered
                 current = await self.host.tick()
@@ -187,11 +251,13 @@ class InstallActor:
         """Leave between runs: marked leaving first, so a command that arrives now asks the next copy."""
         self.leaving = True
         await asyncio.sleep(0)  # a command already past `ready` has its run spawned by now
-        if self.host.busy:  # one did: stay for it
+        if self.host is not None and self.host.busy:  # one did: stay for it
             self.leaving = False
             return
         try:  # said, so the sweeper need not wait for this copy's beat to age
-            await ledger.leave(self.store, self.install_id, self.host.incarnation)
+            if self.host is not None and self.install_id is not None:
+                await incarnations.leave(self.store, self.install_id, self.host.incarnation)
+            await pool.forget(self.store, self.name)
         except Exception as exc:
             log.warning("could not record the actor's leaving: %s", type(exc).__name__)
         log.info("install actor leaving (idle: %s)", idle)

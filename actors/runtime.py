@@ -26,6 +26,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 
 from actors import capacity, deployment
 from actors.install_actor import InstallActor
+from actors.pool import Finder
 from config.settings import Settings
 from svc.core import (
     Accepted,
@@ -38,6 +39,7 @@ from svc.core import (
     RunOutcome,
     RuntimeFailure,
     StartRun,
+    Store,
     Watched,
     WatchEvents,
 )
@@ -83,6 +85,7 @@ class RayRuntime:
         mongodb_uri: str,
         settings: Settings | None = None,
         vault_keys: list[str] | None = None,
+        store: Store | None = None,
     ) -> None:
         self.address = address
         self.mongodb_uri = mongodb_uri
@@ -93,6 +96,9 @@ class RayRuntime:
         # Handles of actors that answered recently, so a warm run skips the readiness round trip.
         self._warm: dict[str, tuple[Any, float]] = {}
         self.deployment_id = deployment.deployment_id(settings, mongodb_uri) if settings is not None else ""
+        spares = settings is not None and settings.actor_spares > 0
+        # How an install's actor is found: by name, by its incarnation record, a spare, or new.
+        self.finder = Finder(store, self.deployment_id, spares, self._actor)
 
     def publish(self) -> None:
         """Make this process's configuration the deployment's current one (actors follow it)."""
@@ -182,7 +188,7 @@ class RayRuntime:
         delay = 0.05
         while time.monotonic() < deadline:
             try:
-                actor = await asyncio.to_thread(self._actor, install_id)
+                actor = await self.finder.find(install_id)
                 if await capacity.ready_by(actor.ready.remote(), deadline):
                     self._warm[install_id] = (actor, time.monotonic())
                     return actor
@@ -274,7 +280,7 @@ class RayRuntime:
         """A run's events from the actor holding it; `live` False when no actor of the install
         lives (never starts one just to watch)."""
         warm = self._warm.get(install_id)
-        actor = warm[0] if warm is not None else await asyncio.to_thread(self.actor_handle, install_id)
+        actor = warm[0] if warm is not None else await self.finder.existing(install_id)
         if actor is None:
             return Watched([], live=False)
         try:

@@ -34,6 +34,7 @@ from typing import Any
 import ray
 
 from actors.deployment import DeploymentConfig, current, deployment_id
+from actors.pool import PoolKeeper
 from actors.runtime import NAMESPACE, RayRuntime
 from svc.core import Lease, Store, Vault
 from svc.jobs import NAMES as JOB_NAMES
@@ -62,6 +63,7 @@ class Built:
     lease: Lease
     core: SchedulerCore
     jobs: Jobs
+    pool: PoolKeeper
 
 
 @ray.remote(num_cpus=0, max_restarts=-1)
@@ -121,6 +123,10 @@ class SchedulerActor:
         if not self.leading:
             return
         self.fires += await built.core.tick()
+        try:
+            await built.pool.tick()  # spare install actors on every node (the warm pool)
+        except Exception as exc:
+            log.warning("warm pool not topped up: %s", type(exc).__name__)
         for name in JOB_NAMES:  # one task per job: a long charge cycle never holds up the sweeper
             task = self._job_tasks.get(name)
             if task is None or task.done():
@@ -145,11 +151,16 @@ class SchedulerActor:
         settings = config.settings
         keys = list(config.vault_keys)
         store = Store.connect(config.mongodb_uri, settings.db_timeout_seconds)
-        runtime = RayRuntime(settings.ray_address, config.mongodb_uri, settings, keys)
+        runtime = RayRuntime(settings.ray_address, config.mongodb_uri, settings, keys, store)
         services = build_services(settings, store, Vault(keys), runtime)
         lease = Lease(store, scheduler_name(self.deployment), self.holder, LEASE_TTL_S)
         self._built = Built(
-            config.version, store, lease, SchedulerCore(store, runtime), Jobs.for_services(services)
+            config.version,
+            store,
+            lease,
+            SchedulerCore(store, runtime),
+            Jobs.for_services(services),
+            PoolKeeper(store, settings, self.deployment),
         )
         return self._built
 

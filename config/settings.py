@@ -102,6 +102,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_CALLBACK_MAX_ATTEMPTS", "a whole number from 1 to 1000"),
     Variable("SVC_RUN_WAIT_SECONDS", "a positive number of seconds"),
     Variable("SVC_ACTOR_MAX_RUNS", "a whole number from 1 to 1000"),
+    Variable("SVC_ACTOR_SPARES", "a whole number from 0 to 100"),
     Variable("SVC_RUN_MAX_RESUMES", "a whole number from 0 to 100"),
     Variable("SVC_RUN_STALL_SECONDS", "a positive number of seconds"),
     Variable("SVC_CRASH_POINTS", "a test hook: comma-separated crash points of a run's end; leave unset"),
@@ -214,6 +215,8 @@ class Settings(BaseModel):
     run_wait_seconds: float = Field(default=300.0, gt=0)
     # Runs an install's actor runs at once; more wait, queued, in order (docs/runtime.md).
     actor_max_runs: int = Field(default=8, ge=1, le=1000)
+    # Install actors started ahead on each node, each adopting an install at its first run (the warm pool).
+    actor_spares: int = Field(default=2, ge=0, le=100)
     # How often a run is resumed after its actor died before it ends failed.
     run_max_resumes: int = Field(default=2, ge=0, le=100)
     # A running run with no step for this long is ended by the sweeper, whatever its actor.
@@ -309,6 +312,7 @@ class Settings(BaseModel):
             "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", int, 30),
             "run_wait_seconds": parsed("SVC_RUN_WAIT_SECONDS", positive_seconds, 300.0),
             "actor_max_runs": parsed("SVC_ACTOR_MAX_RUNS", int, 8),
+            "actor_spares": parsed("SVC_ACTOR_SPARES", int, 2),
             "run_max_resumes": parsed("SVC_RUN_MAX_RESUMES", int, 2),
             "run_stall_seconds": parsed("SVC_RUN_STALL_SECONDS", positive_seconds, 900.0),
             "crash_points": frozenset(parsed("SVC_CRASH_POINTS", parse_names, ())),

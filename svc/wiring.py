@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
-from svc.core import Document, Mailer, Runtime, Store, Vault
+from svc.core import Document, Mailer, Runtime, Store, Vault, counters
 from svc.runtime import LLM, CallbackDelivery, CrashPoints, InstallHost, InstallRunner, RunLimits, Settlement
 
 # Spend caps' admission (svc/billing/spend_caps.py): asked before a run is queued (the install), and
@@ -170,7 +171,7 @@ def build_services(
     installs = Installs(store, vault, plugins, credentials, settings, runs, governance)
     outreach = Outreach(store, installs)
     api_keys = ApiKeys(store, vault, key_cache, installs.deployer_may_reach)
-    llm = LLM(plugins, settings, store)
+    llm = LLM(plugins, settings, partial(counters.write, store))
     invitations = Invitations(store, org_access, audit, mailer, settings.public_url)
     approvals = Approvals(store, org_access, audit, mailer, governance, installs)
     org_secrets = OrgSecrets(store, org_access, audit, vault)
@@ -256,7 +257,7 @@ def build_host(settings: Settings, store: Store, vault: Vault, install_id: str) 
     plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
     callbacks = CallbackDelivery(store, vault, settings.egress_allow_private, settings.callback_max_attempts)
-    llm = LLM(plugins, settings, store)
+    llm = LLM(plugins, settings, counters.Buffered(store))  # metrics once a second, not per call
     runner = install_runner(settings, store, vault, llm, mailer, callbacks, SpendCaps(store, mailer).admit)
     return InstallHost(
         install_id, store, runner, max_runs=settings.actor_max_runs, max_resumes=settings.run_max_resumes

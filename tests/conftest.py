@@ -103,6 +103,7 @@ def make_settings(db_uri: str, tmp_path: Path, secret_key: str) -> Callable[...,
             "secret_keys": (secret_key,),
             "egress_allow_private": True,
             "scheduler_enabled": False,  # tests of schedules turn it on
+            "actor_spares": 0,  # tests of the warm pool turn it on
         }
         values.update(overrides)
         return Settings.from_env({}, **values)

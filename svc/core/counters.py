@@ -15,6 +15,7 @@ Counting never fails the operation it counts: a failed write is logged and dropp
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 from collections.abc import Iterable, Mapping
@@ -104,6 +105,34 @@ def add_to(batch: Batch, changes: Iterable[Change | None]) -> None:
     for name, labels, update in filter(None, changes):
         setter = {"$setOnInsert": {"name": name, "labels": labels}}
         batch.update(COLLECTION, {"_id": _key(name, labels)}, {**update, **setter}, upsert=True)
+
+
+class Buffered:
+    """Counter changes held in memory and written together, at most once every `every_s`: an
+    install's actor counts each model call's tokens this way, so a run pays no round trip for its
+    metrics (what billing reads is never counted here). What a crash loses is at most one
+    interval of operational counts."""
+
+    def __init__(self, store: Store, every_s: float = 1.0) -> None:
+        self.store = store
+        self.every_s = every_s
+        self._held: list[Change] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def __call__(self, changes: Iterable[Change | None]) -> None:
+        """Hold the changes; a flusher writes them within `every_s`."""
+        self._held.extend(filter(None, changes))
+        if self._held and (self._flusher is None or self._flusher.done()):
+            self._flusher = asyncio.get_running_loop().create_task(self._later())
+
+    async def _later(self) -> None:
+        await asyncio.sleep(self.every_s)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write what is held now (one round trip)."""
+        held, self._held = self._held, []
+        await write(self.store, held)
 
 
 async def inc(store: Store, name: str, labels: Mapping[str, str], amount: float = 1) -> None:

@@ -1,7 +1,7 @@
 """The managed runtime: starting and executing runs, the run's journal and its settlement, the agent
 loop, pipelines and gates, schedules, access policies, the security log and pipeline events."""
 
-from svc.runtime import ledger
+from svc.runtime import incarnations, ledger, pool
 from svc.runtime.agent_loop import RunScope, TeamRunner, root_agent
 from svc.runtime.callbacks import CallbackDelivery
 from svc.runtime.events import Events, agent_runs
@@ -76,8 +76,10 @@ __all__ = [
     "agent_runs",
     "check_cron",
     "check_timezone",
+    "incarnations",
     "ledger",
     "next_fire",
+    "pool",
     "read_back",
     "redacted",
     "root_agent",

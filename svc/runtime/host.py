@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from svc.core import (
@@ -38,7 +39,7 @@ from svc.core import (
     WatchEvents,
     utcnow,
 )
-from svc.runtime import ledger
+from svc.runtime import incarnations, ledger
 from svc.runtime.execution import INTERRUPTED, InstallRunner, Mode
 from svc.runtime.journal import RunRecorder
 from svc.runtime.settlement import OWED
@@ -116,9 +117,17 @@ class InstallHost:
 
     # ---- start-up --------------------------------------------------------------------------------
 
-    async def recover(self) -> None:
-        """Take the install over from any earlier copy (see the module docstring)."""
-        await ledger.take_over(self.store, self.install_id, self.incarnation)
+    async def recover(self, actor: str | None = None, only_if_free: timedelta | None = None) -> bool:
+        """Take the install over from any earlier copy (see the module docstring); `actor` names
+        the Ray actor this host lives in. A spare adopting the install (`only_if_free`: how old a
+        holder's beat must be to count as gone) takes it only when no live copy holds it: False."""
+        if only_if_free is not None:
+            if not await incarnations.adopt_install(
+                self.store, self.install_id, self.incarnation, actor or "", utcnow(), only_if_free
+            ):
+                return False
+        else:
+            await incarnations.take_over(self.store, self.install_id, self.incarnation, actor)
         for run in await ledger.of_install(self.store, self.install_id):
             if run["status"] == "queued":
                 if run.get("handoffAt") is not None:  # asked for (not waiting behind another run)
@@ -129,6 +138,7 @@ class InstallHost:
                 await self._adopt(run)
         for run_id in await ledger.owing_of(self.store, self.install_id, OWED):
             await self.runner.settlement.finish(run_id)
+        return True
 
     async def _adopt(self, run: Document) -> None:
         """Resume a run an earlier copy (or this one, before a database error) was running, from its
@@ -328,7 +338,7 @@ class InstallHost:
     async def tick(self) -> bool:
         """One beat: say this copy lives (False: a newer copy took over, this one must stop),
         forget finished runs, and pay what runs of this install still owe."""
-        if not await ledger.beat(self.store, self.install_id, self.incarnation):
+        if not await incarnations.beat(self.store, self.install_id, self.incarnation):
             return False
         cutoff = self.now() - KEEP_ENDED_S
         for run_id, live in list(self.live.items()):

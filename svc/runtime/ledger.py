@@ -31,7 +31,7 @@ from typing import Any
 from svc.core import Batch, Document, Store, tokens, utcnow
 
 RUNS = "pipeline_runs"
-INCARNATIONS = "actor_incarnations"
+INCARNATIONS = "actor_incarnations"  # svc/runtime/incarnations.py (read by `orphaned`)
 ACTIVE = ("queued", "starting", "running")
 SETTLED = ("completed", "failed")
 Source = str  # run, webhook, schedule, continue, retry, heartbeat
@@ -392,33 +392,6 @@ async def owing_of(store: Store, install_id: str, names: tuple[str, ...]) -> lis
         .to_list(200)
     )
     return [doc["_id"] for doc in docs]
-
-
-# ---- incarnations --------------------------------------------------------------------------
-
-
-async def take_over(store: Store, install_id: str, incarnation: str) -> None:
-    """Make `incarnation` the copy of the install's actor that may act (its constructor)."""
-    await store[INCARNATIONS].update_one(
-        {"_id": install_id},
-        {"$set": {"incarnation": incarnation, "since": utcnow(), "seenAt": utcnow(), "gone": False}},
-        upsert=True,
-    )
-
-
-async def beat(store: Store, install_id: str, incarnation: str) -> bool:
-    """Say this incarnation lives; False when a newer one took over (this copy must stop)."""
-    done = await store[INCARNATIONS].update_one(
-        {"_id": install_id, "incarnation": incarnation}, {"$set": {"seenAt": utcnow()}}
-    )
-    return done.matched_count == 1
-
-
-async def leave(store: Store, install_id: str, incarnation: str) -> None:
-    """An actor exiting cleanly says so, so the sweeper need not wait for its beat to age."""
-    await store[INCARNATIONS].update_one(
-        {"_id": install_id, "incarnation": incarnation}, {"$set": {"gone": True, "seenAt": utcnow()}}
-    )
 
 
 async def orphaned(store: Store, now: datetime, stale: timedelta, limit: int = 200) -> list[Document]:
