@@ -141,8 +141,8 @@ class Runs:
     async def require_reportable(self, install: Document, run_id: str | None) -> None:
         """409 for a report the runtime must not be second-guessed on: any report for an install
         whose runs the managed runtime executes, and a report that names a run id of the runtime's
-        own (an orchA heartbeat's run, by our id or the platform's). The runtime is the only source of a managed run's record,
-        so a report can neither pre-empt nor replace it (docs/runs.md)."""
+        own (an orchA heartbeat's run, by our id or the platform's). The runtime is the only source
+        of a managed run's record, so a report can neither pre-empt nor replace it (docs/runs.md)."""
         if install["platform"] in self.managed:
             raise Conflict(MANAGED_REPORT)
         runtime_run = {"installId": install["_id"], "$or": [{"_id": run_id}, {"platformRunId": run_id}]}
