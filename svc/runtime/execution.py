@@ -114,7 +114,13 @@ class InstallRunner:
             return await self._refused(run, install)
         version = run.get("templateVersion") or install.get("templateVersion")
         run = {**run, "templateVersion": version}
-        recorder = RunRecorder.for_run(self.store, run, self.incarnation, publish, resumed=mode == "adopt")
+        try:
+            recorder = RunRecorder.for_run(
+                self.store, run, self.incarnation, publish, resumed=mode == "adopt"
+            )
+        except ReplayMismatch as exc:  # a journal it cannot read: the run ends, clearly, here
+            recorder = RunRecorder.for_run(self.store, {**run, "journal": []}, self.incarnation, publish)
+            return await self._end(install, run, recorder, failed(str(exc)))
         recorder.crash = self.limits.crash
         on_recorder(recorder)
         try:

@@ -197,6 +197,11 @@ class InstallHost:
 
     async def resume(self, command: Continue) -> Continued:
         """Continue a paused run (the oldest, or `run_id`) from where its gate stopped it."""
+        if not any(command.run_id in (None, run_id) for run_id in self.paused):
+            # Paused a moment ago (its pause is stored, its task not done yet), or by another copy.
+            for run in await ledger.of_install(self.store, self.install_id):
+                if run["status"] == "paused":
+                    self.paused.setdefault(run["_id"], run)
         candidates = sorted(
             (run for run in self.paused.values() if command.run_id in (None, run["_id"])),
             key=lambda run: (run.get("pausedAt") or run["createdAt"], run["_id"]),
