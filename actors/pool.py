@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "svc"
 CREATE_PER_TICK = 4  # spares started per tick at most (a cold cluster is filled over a few ticks)
+STARTING_FOR_S = 120.0  # a spare not registered by then is counted as never started
 
 
 def spare_name(deployment: str) -> str:
@@ -45,6 +47,9 @@ class PoolKeeper:
         self.store = store
         self.settings = settings
         self.deployment = deployment
+        # Spares started and not registered yet, by name: (node, when). A spare takes seconds to
+        # start; counting these keeps the keeper from starting more meanwhile.
+        self._starting: dict[str, tuple[str, float]] = {}
 
     async def tick(self) -> int:
         """Start the spares that are missing; how many were started."""
@@ -52,25 +57,37 @@ class PoolKeeper:
         if wanted <= 0:
             return 0
         have = await pool.counts(self.store, self.deployment)
+        registered = await pool.names(self.store, self.deployment)
+        now = time.monotonic()
+        self._starting = {
+            name: (node, at)
+            for name, (node, at) in self._starting.items()
+            if name not in registered and now - at < STARTING_FOR_S
+        }
+        for node, _ in self._starting.values():
+            have[node] = have.get(node, 0) + 1
         nodes = await asyncio.to_thread(_alive_nodes)
         started = 0
         for node in nodes:
             for _ in range(max(0, wanted - have.get(node, 0))):
                 if started >= CREATE_PER_TICK:
                     return started
-                await asyncio.to_thread(self._start, node)
-                have[node] = have.get(node, 0) + 1  # registered once its constructor ran
+                self._starting[self._start(node)] = (node, now)
                 started += 1
         return started
 
-    def _start(self, node: str) -> None:
+    def _start(self, node: str) -> str:
+        """Start one spare on `node` (from the actor's own thread: Ray submits creations made
+        there); its name."""
+        name = spare_name(self.deployment)
         options = {
             **capacity.actor_options(self.settings),
             "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False),
         }
         InstallActor.options(  # type: ignore[attr-defined]
-            name=spare_name(self.deployment), namespace=NAMESPACE, lifetime="detached", **options
+            name=name, namespace=NAMESPACE, lifetime="detached", **options
         ).remote(None, self.deployment)
+        return name
 
 
 def _alive_nodes() -> list[str]:

@@ -165,7 +165,7 @@ async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
     """Join or start Ray; workers learn the database URI through their environment."""
     settings = app[SETTINGS]
     vault = app[VAULT] = Vault.from_settings(settings.secret_keys, settings.data_dir)
-    runtime = RayRuntime(settings.ray_address, app[STORE].uri, settings, vault.keys)
+    runtime = RayRuntime(settings.ray_address, app[STORE].uri, settings, vault.keys, app[STORE])
     runtime.start()  # publishes what the deployment's actors read (actors/deployment.py)
     app[RUNTIME] = runtime
     try:

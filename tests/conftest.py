@@ -77,12 +77,13 @@ async def store(db_uri: str) -> AsyncIterator[Store]:
 
 
 def stop_schedulers(database: str) -> None:
-    """Kill the scheduler actors of the deployments on `database` (named `scheduler:<database>-<hash>`)."""
+    """Kill the scheduler actors of the deployments on `database` (named `scheduler:<database>-<hash>`)
+    and the spare install actors they started (`spare:<database>-<hash>:<id>`)."""
     if not ray.is_initialized():
         return
-    prefix = f"scheduler:{database}-"
+    prefixes = (f"scheduler:{database}-", f"spare:{database}-")
     for entry in ray.util.list_named_actors(all_namespaces=True):
-        if entry.get("namespace") == NAMESPACE and entry.get("name", "").startswith(prefix):
+        if entry.get("namespace") == NAMESPACE and entry.get("name", "").startswith(prefixes):
             ray.kill(ray.get_actor(entry["name"], namespace=NAMESPACE), no_restart=True)
 
 

@@ -65,6 +65,11 @@ async def counts(store: Store, deployment: str) -> dict[str, int]:
     return out
 
 
+async def names(store: Store, deployment: str) -> set[str]:
+    """Every pool actor of the deployment, waiting or adopted."""
+    return {doc["_id"] async for doc in store[POOL].find({"deployment": deployment}, {"_id": 1})}
+
+
 async def entry(store: Store, name: str) -> Document | None:
     """A pool actor's record (a restarted spare reads what it was)."""
     return await store[POOL].find_one({"_id": name})
