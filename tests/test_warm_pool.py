@@ -28,7 +28,9 @@ async def test_a_cold_install_is_served_by_a_spare_that_adopts_it(make_client, a
     assert await wait_for(lambda: spares_at_least(store, 2), timeout_s=90), "the keeper starts two spares"
     _, key, install_id = await svc_install(client, [member("lead")])
     llm.script(text="from a spare")
-    result = await (await client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=key)).json()
+    result = await (
+        await client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=key)
+    ).json()
     assert result.get("status") == "completed" and result["response"] == "from a spare", result
     record = await incarnations.holder(store, install_id)
     assert record["actor"].startswith("spare:"), "the install's actor is the spare that adopted it"
@@ -38,7 +40,9 @@ async def test_a_cold_install_is_served_by_a_spare_that_adopts_it(make_client, a
     # A second API process (no remembered handle) reaches the same actor through the record.
     second = await make_client(scheduler_enabled=True, **settings)
     llm.script(text="again")
-    again = await (await second.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=key)).json()
+    again = await (
+        await second.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=key)
+    ).json()
     assert again["status"] == "completed" and again["response"] == "again"
     actor = await asyncio.to_thread(ray.get_actor, record["actor"], namespace="svc")
     status = await actor.status.remote()
