@@ -335,8 +335,7 @@ async def test_paperclip_down_or_a_refused_key_is_a_502_that_says_what_to_do(mak
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens once the socket closes
     body = {"templateId": template["id"], "companyName": "Acme"}
     down = await client.post(
-        "/api/installs",
-        json={**body, "credentials": {"orchABaseUrl": closed, "orchAApiKey": "k"}},
+        "/api/installs", json={**body, "credentials": {"orchABaseUrl": closed, "orchAApiKey": "k"}},
         headers=bearer(key),
     )
     assert down.status == 502 and "is Paperclip running" in (await down.json())["error"]

@@ -354,7 +354,6 @@ async def test_a_certificate_the_platform_does_not_trust_is_refused(aiohttp_serv
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
     app = web.Application()
-
     async def untrusted(request: web.Request) -> web.Response:
         return web.Response(text="untrusted")
 

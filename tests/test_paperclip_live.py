@@ -120,9 +120,7 @@ async def test_the_whole_loop_against_the_real_paperclip(
 ):
     llm, llm_url = await start_llm(aiohttp_server)
     settings = make_settings(
-        rate_limit_multiplier=None,
-        providers=provider_settings(llm_url),
-        public_url=f"http://127.0.0.1:{svc_port}",
+        rate_limit_multiplier=None, providers=provider_settings(llm_url), public_url=f"http://127.0.0.1:{svc_port}"
     )
     client = await aiohttp_client(create_app(settings), server_kwargs={"port": svc_port})
     board_key = await asyncio.to_thread(paperclip.board_key, "svc-live-test")
@@ -219,9 +217,8 @@ async def test_the_whole_loop_against_the_real_paperclip(
     )
 
     async def failed_upstream() -> Any:
-        ours = await store["runs"].find_one(
-            {"installId": install["installId"], "status": "failed", "platformAgentId": agents["writer"]}
-        )
+        ours = await store["runs"].find_one({"installId": install["installId"], "status": "failed",
+                                             "platformAgentId": agents["writer"]})
         if ours is None:
             return None
         status, theirs = await upstream.call("GET", f"/api/heartbeat-runs/{ours['platformRunId']}")

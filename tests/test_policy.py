@@ -861,7 +861,7 @@ def test_a_rule_prefix_keeps_a_bad_escape_as_a_literal_percent() -> None:
         ("http://h.example/a\\b", ("h.example", "/a%5Cb")),  # a backslash in the path is encoded
         ("http://h.example/?q=a\\b", ("h.example", "/")),  # and in the query ignored
         ("http://h.example/a b", ("h.example", "/a%20b")),
-        ('http://h.example/a"b', ("h.example", "/a%22b")),
+        ("http://h.example/a\"b", ("h.example", "/a%22b")),
         ("http://h.example/%7e", ("h.example", "/~")),
         ("http://h.example/caf\u00e9", ("h.example", "/caf%C3%A9")),
     ],

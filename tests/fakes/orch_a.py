@@ -27,17 +27,7 @@ RECORDED = Path(__file__).parent / "paperclip_recorded"
 BODY = web.RequestKey("body", object)
 ACTOR = web.RequestKey("actor", str)
 ROLES = {
-    "ceo",
-    "cto",
-    "cmo",
-    "cfo",
-    "security",
-    "pm",
-    "engineer",
-    "designer",
-    "qa",
-    "devops",
-    "researcher",
+    "ceo", "cto", "cmo", "cfo", "security", "pm", "engineer", "designer", "qa", "devops", "researcher",
     "general",
 }
 
@@ -305,9 +295,8 @@ class FakePaperclip:
                     status, text = response.status, await response.text()
         except aiohttp.ClientError as exc:
             status, text = 0, type(exc).__name__
-        self.heartbeats.append(
-            {"runId": run_id, "agentId": agent_id, "status": status, "answer": text, "body": body}
-        )
+        self.heartbeats.append({"runId": run_id, "agentId": agent_id, "status": status, "answer": text,
+                                "body": body})
         self.runs[run_id]["status"] = "succeeded" if 200 <= status < 300 else "failed"
         issue = self.issues.get(issue_id or "")
         if issue is not None and issue["status"] == "in_progress":
