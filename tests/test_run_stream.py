@@ -245,7 +245,8 @@ async def test_a_run_settled_without_its_last_event_still_ends_the_stream(make_c
     await asyncio.to_thread(ray.kill, actor, no_restart=False)
     outcome = await (await running).json()
     assert outcome["status"] == "failed"
-    ledger = await store["pipeline_runs"].find_one({"_id": run_id})
+    # The API answers as soon as the old copy is gone; the new copy settles the ledger after.
+    ledger = await wait_status(store, run_id, "failed")
     # The worker died before writing the last event: the stream ends with one made from the ledger.
     events, _ = await stream(client, key, install_id, run_id)
     assert [(e["id"], e["data"]["type"]) for e in events] == [
