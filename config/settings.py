@@ -39,10 +39,13 @@ from config.parsing import (
     parse_on_off,
     parse_price_cents,
     parse_rate_limits,
+    parse_ray_address,
     parse_sender,
     parse_smtp_url,
     parse_strict_bool,
+    parse_token,
     positive_seconds,
+    whole_number,
 )
 
 ENV_FILE_VARIABLE = "SVC_ENV_FILE"
@@ -108,6 +111,19 @@ ACCEPTED = {variable.name: variable.accepted for variable in VARIABLES}
 # Read from the process environment by the platform drivers at call time: a value from `.env`
 # is exported to the environment so that the file can set them too.
 EXPORTED = ("SVC_ORCHB_BASE_URL", "SVC_ORCHC_ENDPOINT_URL")
+# Fields whose variable is not `SVC_<FIELD>` (the rest are; `variable_of`).
+FIELD_VARIABLES = {
+    "billing_cron_schedule": "BILLING_CRON_SCHEDULE",
+    "app_api_keys": "APP_API_KEYS",
+    "rate_limit_multiplier": "SVC_RATE_LIMITS",
+    "scheduler_enabled": "SVC_SCHEDULER",
+}
+
+
+def variable_of(field: str) -> str | None:
+    """The environment variable a settings field is read from (None for an internal field)."""
+    name = FIELD_VARIABLES.get(field, f"SVC_{field.upper()}")
+    return name if name in ACCEPTED else None
 
 
 class ProviderSettings(BaseModel):
@@ -256,12 +272,12 @@ class Settings(BaseModel):
             "mongodb_uri": parsed("SVC_MONGODB_URI", parse_mongodb_uri, None),
             "db_timeout_seconds": parsed("SVC_DB_TIMEOUT_SECONDS", positive_seconds, 10.0),
             "data_dir": parsed("SVC_DATA_DIR", parse_directory, DEFAULT_DATA_DIR),
-            "ray_address": get("SVC_RAY_ADDRESS"),
+            "ray_address": parsed("SVC_RAY_ADDRESS", parse_ray_address, None),
             "secret_keys": parsed("SVC_SECRET_KEYS", parse_fernet_keys, ()),
             "public_url": parsed("SVC_PUBLIC_URL", parse_http_url, "http://127.0.0.1:8080"),
             "providers": {
                 name: ProviderSettings(
-                    api_key=get(f"SVC_PROVIDER{name[-1]}_API_KEY"),
+                    api_key=parsed(f"SVC_PROVIDER{name[-1]}_API_KEY", parse_token, None),
                     base_url=parsed(f"SVC_PROVIDER{name[-1]}_BASE_URL", parse_http_url, None),
                 )
                 for name in ("providerA", "providerB", "providerC")
@@ -274,24 +290,24 @@ class Settings(BaseModel):
             "rate_limit_multiplier": parsed("SVC_RATE_LIMITS", parse_rate_limits, 1.0),
             "trusted_proxies": parsed("SVC_TRUSTED_PROXIES", parse_networks, ()),
             "egress_allow_private": parsed("SVC_EGRESS_ALLOW_PRIVATE", parse_strict_bool, False),
-            "stripe_api_key": get("SVC_STRIPE_API_KEY"),
+            "stripe_api_key": parsed("SVC_STRIPE_API_KEY", parse_token, None),
             "stripe_api_base": parsed("SVC_STRIPE_API_BASE", parse_http_url, None),
-            "stripe_webhook_secret": get("SVC_STRIPE_WEBHOOK_SECRET"),
-            "stripe_pro_price_id": get("SVC_STRIPE_PRO_PRICE_ID"),
+            "stripe_webhook_secret": parsed("SVC_STRIPE_WEBHOOK_SECRET", parse_token, None),
+            "stripe_pro_price_id": parsed("SVC_STRIPE_PRO_PRICE_ID", parse_token, None),
             "pro_price_cents": parsed("SVC_PRO_PRICE_CENTS", parse_price_cents, 4900),
             "smtp_url": parsed("SVC_SMTP_URL", parse_smtp_url, None),
             "mail_from": parsed("SVC_MAIL_FROM", parse_sender, DEFAULT_SENDER),
-            "metrics_token": get("SVC_METRICS_TOKEN"),
+            "metrics_token": parsed("SVC_METRICS_TOKEN", parse_token, None),
             "app_api_keys": parsed("APP_API_KEYS", parse_app_keys, ()),
             "billing_cron_schedule": parsed("BILLING_CRON_SCHEDULE", parse_cron, "0 0 1 * *"),
             "actor_idle_seconds": parsed("SVC_ACTOR_IDLE_SECONDS", positive_seconds, 300.0),
-            "actor_memory_mb": parsed("SVC_ACTOR_MEMORY_MB", int, 128),
+            "actor_memory_mb": parsed("SVC_ACTOR_MEMORY_MB", whole_number(32), 128),
             "actor_placement_seconds": parsed("SVC_ACTOR_PLACEMENT_SECONDS", positive_seconds, 60.0),
             "scheduler_enabled": parsed("SVC_SCHEDULER", parse_on_off, True),
             "run_poll_seconds": parsed("SVC_RUN_POLL_SECONDS", positive_seconds, 300.0),
             "run_handoff_seconds": parsed("SVC_RUN_HANDOFF_SECONDS", positive_seconds, 600.0),
             "shutdown_grace_seconds": parsed("SVC_SHUTDOWN_GRACE_SECONDS", positive_seconds, 5.0),
-            "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", int, 30),
+            "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", whole_number(1, 1000), 30),
             "disabled_plugins": parsed("SVC_DISABLED_PLUGINS", parse_names, ()),
         }
         for name in EXPORTED:
@@ -302,7 +318,13 @@ class Settings(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(part) for part in first["loc"])
-            raise SettingsError(f"setting {field}: {first['msg']}") from None
+            variable = variable_of(field)
+            if variable is None:
+                raise SettingsError(f"setting {field}: {first['msg']}") from None
+            shown = _shown(variable, str(first.get("input", "")))
+            raise SettingsError(
+                f"{variable}={shown}: {first['msg']}; accepted: {ACCEPTED[variable]}"
+            ) from None
 
 
 def settings_or_exit(env: Mapping[str, str] | None = None) -> Settings:
@@ -334,4 +356,3 @@ def _shown(name: str, value: str) -> str:
         if parts.password:
             return repr(value.replace(parts.password, "***"))
     return repr(value)
-
