@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from importlib import metadata
 from typing import Any, TypeVar
 
-from api import cli_templates
+from api import cli_templates, metrics
 from api.app import create_app
 from api.lifecycle import ListenError, listen_socket, serve
 from api.logs import configure_logging
@@ -126,6 +126,11 @@ def serve_command(args: argparse.Namespace, settings: Settings) -> int:
     except ListenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    refused = metrics.open_to_network(settings, sock.getsockname()[0])
+    if refused is not None:
+        sock.close()
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     try:
         asyncio.run(serve(create_app(settings), sock, settings.shutdown_grace_seconds))
     except Exception as exc:  # start-up failed; everything started so far has been stopped

@@ -92,7 +92,11 @@ VARIABLES: tuple[Variable, ...] = (
         "or `smtps://user:pass@host:465` (implicit TLS); `?cafile=/path/ca.pem` for a private CA",
     ),
     Variable("SVC_MAIL_FROM", "an address, optionally with a name: `svc <no-reply@example.com>`"),
-    Variable("SVC_METRICS_TOKEN", "any string; GET /metrics then needs `Authorization: Bearer <token>`"),
+    Variable(
+        "SVC_METRICS_TOKEN",
+        "a token without spaces; GET /metrics then needs `Authorization: Bearer <token>` "
+        "(required off loopback)",
+    ),
     Variable("APP_API_KEYS", "comma-separated `<installId>:<key>` pairs or bare `<key>`s"),
     Variable("BILLING_CRON_SCHEDULE", "a 5-field cron expression (UTC), e.g. `0 0 1 * *`"),
     Variable("SVC_ACTOR_IDLE_SECONDS", "a positive number of seconds"),
