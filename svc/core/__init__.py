@@ -1,6 +1,6 @@
 """Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports."""
 
-from svc.core import counters, errors, tally, tokens, windows
+from svc.core import counters, errors, rekey, tally, tokens, windows
 from svc.core.cache import TTLCache
 from svc.core.clock import aware, iso, utcnow
 from svc.core.embedded import EmbeddedMongo, NoDatabaseError, require_database
@@ -23,6 +23,7 @@ from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import Governance, Runtime, RuntimeFailure
 from svc.core.reaper import Reaper
+from svc.core.rekey import Encrypted, Rekeying
 from svc.core.slots import Slots
 from svc.core.store import Document, Store
 from svc.core.text import DisplayName, DisplayText
@@ -39,6 +40,7 @@ __all__ = [
     "DisplayText",
     "Document",
     "EmbeddedMongo",
+    "Encrypted",
     "Forbidden",
     "Gone",
     "Governance",
@@ -50,6 +52,7 @@ __all__ = [
     "PaymentRequired",
     "RateLimited",
     "Reaper",
+    "Rekeying",
     "RequestBody",
     "Runtime",
     "RuntimeFailure",
@@ -71,6 +74,7 @@ __all__ = [
     "errors",
     "is_api_key",
     "iso",
+    "rekey",
     "require_database",
     "tally",
     "tokens",
