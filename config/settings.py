@@ -49,6 +49,7 @@ from config.parsing import (
 )
 
 ENV_FILE_VARIABLE = "SVC_ENV_FILE"
+SECRETS_DIR_VARIABLE = "SVC_SECRETS_DIR"
 DEFAULT_SENDER = "svc <no-reply@localhost>"
 
 
@@ -63,6 +64,10 @@ class Variable:
 # Every variable the service reads, in the order of docs/settings.md.
 VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_ENV_FILE", "a path to a dotenv file (default `.env` in the current directory)"),
+    Variable(
+        "SVC_SECRETS_DIR",
+        "a directory with one file per variable, named after it (a mounted Kubernetes Secret)",
+    ),
     Variable("SVC_MONGODB_URI", "a mongodb:// or mongodb+srv:// connection string"),
     Variable("SVC_DB_TIMEOUT_SECONDS", "a positive number of seconds"),
     Variable("SVC_DATA_DIR", "a directory path (relative paths are taken from the current directory)"),
@@ -115,6 +120,22 @@ ACCEPTED = {variable.name: variable.accepted for variable in VARIABLES}
 # Read from the process environment by the platform drivers at call time: a value from `.env`
 # is exported to the environment so that the file can set them too.
 EXPORTED = ("SVC_ORCHB_BASE_URL", "SVC_ORCHC_ENDPOINT_URL")
+# Variables whose values are secrets (or carry one): never echoed in an error, never published
+# where the Ray cluster can read them (actors/deployment.py reads them on each node).
+SECRET_VARIABLES = frozenset(
+    {
+        "SVC_MONGODB_URI",
+        "SVC_SECRET_KEYS",
+        "SVC_STRIPE_API_KEY",
+        "SVC_STRIPE_WEBHOOK_SECRET",
+        "SVC_SMTP_URL",
+        "SVC_METRICS_TOKEN",
+        "APP_API_KEYS",
+        *(f"SVC_PROVIDER{letter}_API_KEY" for letter in "ABC"),
+    }
+)
+# Secret URLs: an error shows them with the password masked.
+SECRET_URLS = frozenset({"SVC_MONGODB_URI", "SVC_SMTP_URL"})
 # Fields whose variable is not `SVC_<FIELD>` (the rest are; `variable_of`).
 FIELD_VARIABLES = {
     "billing_cron_schedule": "BILLING_CRON_SCHEDULE",
@@ -146,7 +167,8 @@ class Environment(BaseSettings):
 
     @classmethod
     def read(cls, env_file: str | None = None) -> dict[str, str]:
-        """Every known variable that is set, as a string."""
+        """Every known variable that is set, as a string: the environment wins over a file in
+        SVC_SECRETS_DIR, which wins over the dotenv file."""
         named = env_file or os.environ.get(ENV_FILE_VARIABLE, "").strip() or None
         path = named or ".env"
         if named is not None:
@@ -157,6 +179,7 @@ class Environment(BaseSettings):
         values = {name: str(value) for name, value in (from_file.model_extra or {}).items()}
         known = {variable.name for variable in VARIABLES}
         found = {name: value for name, value in values.items() if name in known}
+        found.update(secret_files(os.environ.get(SECRETS_DIR_VARIABLE) or found.get(SECRETS_DIR_VARIABLE)))
         for name in known:
             if os.environ.get(name, "").strip():
                 found[name] = os.environ[name]
@@ -164,6 +187,24 @@ class Environment(BaseSettings):
             if name in found and not os.environ.get(name):
                 os.environ[name] = found[name]
         return found
+
+
+def secret_files(directory: str | None) -> dict[str, str]:
+    """The variables a secrets directory holds: a file named after each (trailing newline cut)."""
+    if not directory or not directory.strip():
+        return {}
+    path = Path(directory.strip())
+    if not path.is_dir():
+        accepted = ACCEPTED[SECRETS_DIR_VARIABLE]
+        raise SettingsError(f"{SECRETS_DIR_VARIABLE}={directory}: no such directory; accepted: {accepted}")
+    found = {}
+    for variable in VARIABLES:
+        candidate = path / variable.name
+        if candidate.is_file():
+            value = candidate.read_text().rstrip("\r\n")
+            if value.strip():
+                found[variable.name] = value
+    return found
 
 
 def _default_data_dir() -> Path:
@@ -346,16 +387,9 @@ def _exit(message: str) -> NoReturn:
 
 def _shown(name: str, value: str) -> str:
     """The value as an error may show it: never a secret."""
-    secret = ("KEY" in name and "PROVIDER" in name) or name in {
-        "SVC_SECRET_KEYS",
-        "SVC_STRIPE_API_KEY",
-        "SVC_STRIPE_WEBHOOK_SECRET",
-        "SVC_METRICS_TOKEN",
-        "APP_API_KEYS",
-    }
-    if secret:
+    if name in SECRET_VARIABLES and name not in SECRET_URLS:
         return "<hidden>"
-    if name in {"SVC_MONGODB_URI", "SVC_SMTP_URL"}:
+    if name in SECRET_URLS:
         parts = urlsplit(value)
         if parts.password:
             return repr(value.replace(parts.password, "***"))

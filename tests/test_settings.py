@@ -202,6 +202,27 @@ def test_a_dotenv_file_is_read_and_the_environment_wins(tmp_path):
     assert done.returncode != 0 and "SVC_ENV_FILE" in done.stderr
 
 
+def test_a_secrets_directory_is_read_between_the_environment_and_the_dotenv_file(tmp_path):
+    """A mounted Kubernetes Secret: one file per variable, named after it."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "SVC_RATE_LIMITS").write_text("7\n")
+    (secrets / "SVC_PUBLIC_URL").write_text("https://from-dir.example")
+    (secrets / "SVC_METRICS_TOKEN").write_text("from-the-secret\n")
+    (secrets / "NOT_A_SETTING").write_text("ignored")
+    (tmp_path / ".env").write_text("SVC_RATE_LIMITS=5\nSVC_METRICS_TOKEN=from-dotenv\n")
+    code = (
+        "from config.settings import Settings; s = Settings.from_env(); "
+        "print(s.rate_limit_multiplier, s.public_url, s.metrics_token)"
+    )
+    env = {"SVC_SECRETS_DIR": str(secrets), "SVC_PUBLIC_URL": "https://from-env.example"}
+    done = run_python(code, tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["7.0", "https://from-env.example", "from-the-secret"]
+    done = run_python(code, tmp_path, {"SVC_SECRETS_DIR": str(tmp_path / "nowhere")})
+    assert done.returncode != 0 and "SVC_SECRETS_DIR" in done.stderr and "no such directory" in done.stderr
+
+
 # ---- docs/settings.md lists every variable the code reads ---------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
