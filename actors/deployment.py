@@ -10,9 +10,9 @@ key-value store and its actors' options. So every API process publishes, per dep
 - a version: a hash of those settings and of an HMAC of the secrets under the newest Fernet
   key, so equal configurations have equal versions, a new key or password changes it, and
   the published hash tells nothing about a secret;
-- for a Ray on this machine only (`svc serve` without SVC_RAY_ADDRESS, `auto`, or a head on a
-  loopback address: `on_this_machine`), the path of a secret file it wrote for the actors:
-  mode 0600 in a 0700 directory of its data directory.
+- for a Ray whose head is on this machine only (`svc serve` without SVC_RAY_ADDRESS, `auto`,
+  or a head at one of this machine's addresses: `on_this_machine`), the path of a secret file
+  it wrote for the actors: mode 0600 in a 0700 directory of its data directory.
 
 `current()` adds the secrets on the actor's node: from that file when the node has it (the
 local Ray), otherwise from the node's own settings: its environment, or the files of
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import os
+import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,18 +93,25 @@ def deployment_id(settings: Settings, mongodb_uri: str) -> str:
 
 
 def on_this_machine(address: str | None) -> bool:
-    """Whether a Ray address names a Ray whose nodes share this machine (and its files): none (a
-    local Ray is started), `auto` (the cluster this machine's `ray start` joined), or a head on a
-    loopback address. A remote head's nodes read their secrets from their own settings."""
+    """Whether a Ray address names a Ray whose head shares this machine (and its files): none (a
+    local Ray is started), `auto` (the cluster this machine's `ray start` joined), or a head at
+    one of this machine's own addresses (one this process can bind). A remote head's nodes read
+    their secrets from their own settings."""
     if not address or address == "auto":
         return True
     host = urlsplit(address if "://" in address else f"//{address}").hostname or ""
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
         return False
+    for family, _, _, _, sockaddr in found:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((sockaddr[0], 0))
+            except OSError:
+                continue
+            return True
+    return False
 
 
 def _key(deployment: str) -> bytes:

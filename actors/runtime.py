@@ -266,8 +266,8 @@ class RayRuntime:
             started = time.monotonic()
             ray.shutdown()
             log.debug("Ray disconnected in %.2fs", time.monotonic() - started)
-            if self.local and self.settings is not None:
-                deployment.forget(self._config())  # its actors are gone with the local Ray
+            if self._reaper is not None and self.settings is not None:
+                deployment.forget(self._config())  # the Ray this process started is gone, its actors too
         self._owned = False
         if self._reaper is not None:
             started = time.monotonic()
