@@ -14,6 +14,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Iterator, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,7 @@ class Recorder(Mapping[str, str]):
         return 0
 
 
+@cache
 def code_variables() -> tuple[set[str], list[re.Pattern[str]]]:
     """Every environment variable the code reads: exact names, and patterns from f-strings."""
     names: set[str] = set()

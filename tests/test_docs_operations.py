@@ -14,6 +14,7 @@ import ast
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import yaml
@@ -50,6 +51,7 @@ def constant_values(node: ast.expr) -> set[str]:
     return set()
 
 
+@cache
 def counted_in_code() -> dict[str, Counted]:
     """Every deployment metric the code counts (stored name), from the calls in the source."""
     found: dict[str, Counted] = {}
@@ -103,10 +105,11 @@ async def exposed(store) -> tuple[dict[str, set[str]], set[str]]:
     return dict(samples), families
 
 
-def route_templates() -> set[str]:
+@cache
+def route_templates() -> frozenset[str]:
     """Every route label value: the app's route templates (API, dashboard, docs), and `unmatched`."""
     app = create_app(Settings.from_env({}))
-    return {resource.canonical for resource in app.router.resources()} | {"unmatched"}
+    return frozenset({resource.canonical for resource in app.router.resources()} | {"unmatched"})
 
 
 def alert_rows() -> list[tuple[str, str]]:

@@ -6,7 +6,7 @@ What counts as a reference (prose only; fenced code blocks hold commands and out
 - a path whose first part is a tracked top-level entry (`svc/core/store.py`, `tests/`), with an
   optional `::test_name` or a glob (`tests/test_money_*.py`);
 - a first-party dotted name (`svc.core.store.INDEXES`, `api.lifecycle.serve`), imported;
-- `Class.attribute` for a class defined in the tree (`Installs.owned`);
+- `Class.attribute` for a class defined in product code (`Installs.owned`);
 - a bare Python file name (`heavy.py`), found somewhere in the tree;
 - an UPPER_SNAKE constant or variable, found in the tree outside the docs.
 """
@@ -44,6 +44,7 @@ FILE_SUFFIXES = (".py", ".md", ".json", ".txt", ".html", ".js", ".css", ".yaml",
 NOT_MODULES = {"svc.plugins"}
 # Environment variables read through a name the code does not spell as a literal at the read.
 READERS = ("environ.get", "environ.setdefault", "getenv", "environ.pop")
+READER_NAMES = {reader.rsplit(".", 1)[-1] for reader in READERS}
 
 
 def documents() -> list[Path]:
@@ -77,16 +78,25 @@ def top_level() -> frozenset[str]:
 
 
 @cache
-def classes() -> dict[str, list[tuple[str, ast.ClassDef]]]:
-    """Class name -> (module, definition) for every class in first-party code."""
-    found: dict[str, list[tuple[str, ast.ClassDef]]] = {}
+def classes() -> dict[str, list[tuple[str, Path]]]:
+    """Class name -> (module, file) for every class in first-party code (found by a regex: a
+    file is parsed only when one of its classes is named in the docs)."""
+    found: dict[str, list[tuple[str, Path]]] = {}
     for name in tracked():
-        if name.endswith(".py") and name.split("/", 1)[0] in FIRST_PARTY:
+        if name.endswith(".py") and name.split("/", 1)[0] in FIRST_PARTY and not name.startswith("tests/"):
             module = name[:-3].replace("/", ".").removesuffix(".__init__")
-            for node in ast.walk(ast.parse((ROOT / name).read_text())):
-                if isinstance(node, ast.ClassDef):
-                    found.setdefault(node.name, []).append((module, node))
+            for match in re.finditer(r"^\s*class (\w+)\b", (ROOT / name).read_text(), re.MULTILINE):
+                found.setdefault(match.group(1), []).append((module, ROOT / name))
     return found
+
+
+@cache
+def class_node(path: Path, name: str) -> ast.ClassDef | None:
+    """The definition of the class `name` in the file."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return node
+    return None
 
 
 def path_problem(span: str) -> str | None:
@@ -119,11 +129,11 @@ def resolve(dotted: str) -> Any:
     raise ImportError(dotted)
 
 
-def has_attribute(module: str, node: ast.ClassDef, attribute: str) -> bool:
+def has_attribute(module: str, path: Path, name: str, attribute: str) -> bool:
     """Whether the class has `attribute`: on the class (methods, inherited ones, dataclass fields)
     or set on its instances (`self.attribute = ...`)."""
     try:
-        cls = getattr(importlib.import_module(module), node.name)
+        cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError):
         cls = None
     if cls is not None and (
@@ -133,7 +143,8 @@ def has_attribute(module: str, node: ast.ClassDef, attribute: str) -> bool:
         or any(attribute in getattr(base, "__annotations__", {}) for base in getattr(cls, "__mro__", ()))
     ):
         return True
-    return any(
+    node = class_node(path, name)
+    return node is not None and any(
         isinstance(target, ast.Attribute) and target.attr == attribute
         for sub in ast.walk(node)
         if isinstance(sub, ast.Assign | ast.AnnAssign)
@@ -144,11 +155,7 @@ def has_attribute(module: str, node: ast.ClassDef, attribute: str) -> bool:
 def name_problem(span: str) -> str | None:
     """Why a dotted name reference does not hold, or None (also None when it is not first-party)."""
     name = re.sub(r"\(.*\)$", "", span)  # `Plans.apply_subscription(org_id, ...)` names the method
-    if (
-        not DOTTED.fullmatch(name)
-        or name in NOT_MODULES
-        or name.endswith(FILE_SUFFIXES)
-    ):
+    if not DOTTED.fullmatch(name) or name in NOT_MODULES or name.endswith(FILE_SUFFIXES):
         return None
     head, _, rest = name.partition(".")
     if head in FIRST_PARTY:
@@ -158,7 +165,7 @@ def name_problem(span: str) -> str | None:
             return f"cannot be resolved ({type(exc).__name__})"
         return None
     if head in classes() and "." not in rest:
-        if not any(has_attribute(module, node, rest) for module, node in classes()[head]):
+        if not any(has_attribute(module, path, head, rest) for module, path in classes()[head]):
             return f"class {head} has no attribute {rest}"
     return None
 
@@ -171,8 +178,8 @@ def file_problem(span: str) -> str | None:
 
 
 @cache
-def outside_docs() -> str:
-    """Every tracked text file but the docs, as one string to search for names."""
+def outside_docs() -> frozenset[str]:
+    """Every UPPER_SNAKE word of every tracked text file but the docs."""
     texts = []
     for name in tracked():
         if name.startswith("docs/") or name in ("README.md", THIS) or "/vendor/" in name:
@@ -181,14 +188,14 @@ def outside_docs() -> str:
             texts.append((ROOT / name).read_text())
         except (UnicodeDecodeError, IsADirectoryError):
             continue
-    return "\n".join(texts)
+    return frozenset(re.findall(r"\b[A-Z][A-Z0-9_]*\b", "\n".join(texts)))
 
 
 def constant_problem(span: str) -> str | None:
     """An UPPER_SNAKE name that nothing outside the docs spells."""
     if not UPPER.fullmatch(span) or span in ELSEWHERE:
         return None
-    return None if re.search(rf"\b{span}\b", outside_docs()) else "named nowhere in the tree"
+    return None if span in outside_docs() else "named nowhere in the tree"
 
 
 CHECKS = (path_problem, name_problem, file_problem, constant_problem)
@@ -246,10 +253,13 @@ def variables_read() -> dict[str, str]:
     for name in tracked():
         if not name.endswith(".py") or name.split("/", 1)[0] not in FIRST_PARTY:
             continue
-        tree = ast.parse((ROOT / name).read_text())
-        constants = {
+        text = (ROOT / name).read_text()
+        if "environ" not in text and "getenv" not in text:
+            continue  # reads no variable: not worth parsing
+        tree = ast.parse(text)
+        constants = {  # module-level names of strings, such as `VARIABLE = "SVC_TEST_MONGO_DIR"`
             target.id: node.value.value
-            for node in ast.walk(tree)
+            for node in tree.body
             if isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Constant)
             and isinstance(node.value.value, str)
@@ -258,9 +268,19 @@ def variables_read() -> dict[str, str]:
         }
         for node in ast.walk(tree):
             key = None
-            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(READERS) and node.args:
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute | ast.Name)
+                and getattr(node.func, "attr", getattr(node.func, "id", "")) in READER_NAMES
+                and node.args
+                and ast.unparse(node.func).endswith(READERS)
+            ):
                 key = node.args[0]
-            elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("environ"):
+            elif (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "environ"
+            ):
                 key = node.slice
             if isinstance(key, ast.Constant) and isinstance(key.value, str):
                 found.setdefault(key.value, name)
