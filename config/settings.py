@@ -256,7 +256,7 @@ class Settings(BaseModel):
     max_body_bytes: int = 2 * 1024 * 1024
     disabled_plugins: tuple[str, ...] = ()
     actor_idle_seconds: float = 300.0
-    actor_memory_mb: int = Field(default=128, ge=32)  # docs/deploy.md, "Capacity"
+    actor_memory_mb: int = Field(default=128, ge=32)  # docs/deploy.md, "Sizing"
     actor_placement_seconds: float = Field(default=60.0, gt=0)
     scheduler_enabled: bool = True
     # How often the run poller asks pull-only platforms (orchB) for finished runs (spec: 5 minutes).
