@@ -4,7 +4,6 @@ deployment metrics counted where they happen (in Ray actors) and read from Mongo
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 import pytest
@@ -14,8 +13,8 @@ from api.metrics import open_to_network
 from config.settings import Settings
 from svc.core import counters
 from tests.support.accounts import bearer
+from tests.support.cli import run_cli
 from tests.support.runtime import member, provider_settings, start_llm, start_target, svc_install
-from tests.support.serve import EXIT_TIMEOUT_S, SVC
 from tests.test_runtime_runs import http_call, run
 
 
@@ -85,19 +84,20 @@ def test_the_token_is_required_off_loopback(listening, token, refused):
         assert reason.startswith("SVC_METRICS_TOKEN is required") and listening in reason
 
 
-async def test_serve_on_every_interface_without_a_token_stops_with_one_line(tmp_path, secret_key):
-    env = {**os.environ, "SVC_DATA_DIR": str(tmp_path / "data"), "SVC_SECRET_KEYS": secret_key}
+def test_serve_on_every_interface_without_a_token_stops_with_one_line(
+    tmp_path, secret_key, monkeypatch, capsys
+):
+    """`svc serve --host 0.0.0.0` as an operator runs it (in this process: tests/support/cli.py);
+    it stops before starting the database or Ray."""
+    monkeypatch.chdir(tmp_path)  # no .env of the checkout
+    monkeypatch.setenv("SVC_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("SVC_SECRET_KEYS", secret_key)
     for name in ("SVC_MONGODB_URI", "SVC_METRICS_TOKEN"):
-        env.pop(name, None)
-    process = await asyncio.create_subprocess_exec(
-        SVC, "serve", "--host", "0.0.0.0", "--port", "0", env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    stdout, stderr = await asyncio.wait_for(process.communicate(), EXIT_TIMEOUT_S)
-    assert process.returncode == 2 and stdout == b""
-    line = stderr.decode()
-    assert line.startswith("error: SVC_METRICS_TOKEN is required when svc serve listens on 0.0.0.0,")
-    assert stderr.count(b"\n") == 1
+        monkeypatch.delenv(name, raising=False)
+    assert run_cli(["serve", "--host", "0.0.0.0", "--port", "0"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("error: SVC_METRICS_TOKEN is required when svc serve listens on 0.0.0.0,")
     assert not (tmp_path / "data").exists(), "neither the database nor the vault was started"
 
 
