@@ -2,11 +2,11 @@
 
 Every `ray.*` call of the API process goes through `RayRuntime`, so the rest of
 the code sees only the `svc.ports.Runtime` protocol. Connecting publishes the
-deployment's configuration (settings, database URI, vault keys) in Ray's key-value
+deployment's configuration (its settings without a secret) in Ray's key-value
 store; install actors are created with `(install_id, deployment_id)` only and read it
-from there (actors/deployment.py). Every command for a run goes to the install's
-actor; an actor that cannot be started or reached is a `RuntimeFailure` (503 on the
-sync route, a retried hand-over for queued runs), never a hang.
+from there, and the secrets from their node (actors/deployment.py). Every command for
+a run goes to the install's actor; an actor that cannot be started or reached is a
+`RuntimeFailure` (503 on the sync route, a retried hand-over for queued runs), never a hang.
 """
 
 from __future__ import annotations
@@ -96,6 +96,8 @@ class RayRuntime:
         # Handles of actors that answered recently, so a warm run skips the readiness round trip.
         self._warm: dict[str, tuple[Any, float]] = {}
         self.deployment_id = deployment.deployment_id(settings, mongodb_uri) if settings is not None else ""
+        # A Ray on this machine: its actors read the secrets from a file this process writes.
+        self.local = deployment.on_this_machine(address or os.environ.get("RAY_ADDRESS"))
         spares = settings is not None and settings.actor_spares > 0
         # How an install's actor is found: by name, by its incarnation record, a spare, or new.
         self.finder = Finder(store, self.deployment_id, spares, self._actor)
@@ -103,9 +105,11 @@ class RayRuntime:
     def publish(self) -> None:
         """Make this process's configuration the deployment's current one (actors follow it)."""
         if self.settings is not None:
-            deployment.publish(
-                deployment.DeploymentConfig(self.settings, self.mongodb_uri, tuple(self.vault_keys))
-            )
+            deployment.publish(self._config(), local=self.local)
+
+    def _config(self) -> deployment.DeploymentConfig:
+        assert self.settings is not None
+        return deployment.DeploymentConfig(self.settings, self.mongodb_uri, tuple(self.vault_keys))
 
     def start(self) -> None:
         """Connect (joining a Ray this process already has, if any).
@@ -128,7 +132,6 @@ class RayRuntime:
                     include_dashboard=False,
                     log_to_driver=False,
                     configure_logging=False,
-                    runtime_env={"env_vars": {"SVC_MONGODB_URI": self.mongodb_uri}},
                 )
         except BaseException:
             if ray.is_initialized():
@@ -303,6 +306,8 @@ class RayRuntime:
             started = time.monotonic()
             ray.shutdown()
             log.debug("Ray disconnected in %.2fs", time.monotonic() - started)
+            if self._reaper is not None and self.settings is not None:
+                deployment.forget(self._config())  # the Ray this process started is gone, its actors too
         self._owned = False
         if self._reaper is not None:
             started = time.monotonic()

@@ -162,7 +162,7 @@ async def keep_database(embedded: EmbeddedMongo) -> None:
 
 
 async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
-    """Join or start Ray; workers learn the database URI through their environment."""
+    """Join or start Ray; publish the configuration its actors read (actors/deployment.py)."""
     settings = app[SETTINGS]
     vault = app[VAULT] = Vault.from_settings(settings.secret_keys, settings.data_dir)
     runtime = RayRuntime(settings.ray_address, app[STORE].uri, settings, vault.keys, app[STORE])

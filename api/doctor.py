@@ -84,7 +84,9 @@ async def check_database(settings: Settings) -> tuple[Check, str | None]:
 
 async def check_ray(settings: Settings, mongodb_uri: str | None) -> Check:
     """Join SVC_RAY_ADDRESS (or start a local Ray, as `svc serve` would) and ask for its resources."""
-    runtime = RayRuntime(settings.ray_address, mongodb_uri or "mongodb://unused", settings)
+    # No settings: the check only asks Ray for its resources and publishes nothing, so it never
+    # replaces (or, stopping its own local Ray, removes) what a running service's actors read.
+    runtime = RayRuntime(settings.ray_address, mongodb_uri or "mongodb://unused")
     where = f"cluster at {settings.ray_address}" if settings.ray_address else "local, started and stopped"
     try:
         runtime.start()  # on the main thread, as a local Ray requires

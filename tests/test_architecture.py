@@ -44,7 +44,7 @@ OWNERS = {
         "org_secret_slots",
     },
     "billing": {"invoices", "payment_events", "pay_customers", "payouts", "spend_alerts"},
-    "core": {"outbox", "timeline", "metric_counters", "leases"},
+    "core": {"outbox", "timeline", "metric_counters", "leases", "key_rotations"},
 }
 WRITES = (
     "insert_one|insert_many|update_one|update_many|delete_one|delete_many|find_one_and_update"

@@ -188,7 +188,9 @@ async def test_an_actor_that_cannot_start_answers_503_and_queued_runs_settle_lat
         return doc["status"] == "completed"
 
     assert await wait_for(settled, timeout_s=90)
-    assert [r["status"] for r in await run_record(store, queued["runId"])] == ["completed"]
+    # The ledger says completed before the run record is written: wait for the record.
+    records = await wait_until(lambda: run_record(store, queued["runId"]), timeout_s=30)
+    assert [r["status"] for r in records or []] == ["completed"]
 
 
 async def test_kill_9_during_a_webhook_run_resumes_it_without_another_call(

@@ -1,6 +1,6 @@
 """Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports."""
 
-from svc.core import counters, errors, run_commands, tally, timeline, tokens, windows
+from svc.core import counters, errors, rekey, run_commands, tally, timeline, tokens, windows
 from svc.core.bulk import Batch
 from svc.core.cache import TTLCache
 from svc.core.clock import aware, iso, utcnow
@@ -24,6 +24,7 @@ from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import Governance, Runtime, RuntimeFailure
 from svc.core.reaper import Reaper
+from svc.core.rekey import Encrypted, Rekeying
 from svc.core.run_commands import (
     Accepted,
     AskAgain,
@@ -59,6 +60,7 @@ __all__ = [
     "DisplayText",
     "Document",
     "EmbeddedMongo",
+    "Encrypted",
     "Forbidden",
     "Gone",
     "Governance",
@@ -70,6 +72,7 @@ __all__ = [
     "PaymentRequired",
     "RateLimited",
     "Reaper",
+    "Rekeying",
     "RequestBody",
     "RunOutcome",
     "Runtime",
@@ -95,6 +98,7 @@ __all__ = [
     "errors",
     "is_api_key",
     "iso",
+    "rekey",
     "require_database",
     "run_commands",
     "tally",

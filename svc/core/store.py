@@ -87,7 +87,6 @@ INDEXES: dict[str, list[Index]] = {
     ],
     "template_versions": [
         Index([("templateId", ASCENDING), ("version", DESCENDING)], unique=True),
-        Index([("fromDraftId", ASCENDING)]),
     ],
     "installs": [
         Index([("webhookTokenHash", ASCENDING)], unique=True, partial={"webhookTokenHash": STRING}),
