@@ -384,6 +384,11 @@ async def running_of(store: Store, install_id: str, incarnation: str) -> list[Do
     )
 
 
+async def paid_up(store: Store, run_id: str) -> bool:
+    """Whether the run owes nothing (its record, counters and callback stored)."""
+    return not await store[RUNS].count_documents({"_id": run_id, "owed.0": {"$exists": True}}, limit=1)
+
+
 async def owing_of(store: Store, install_id: str, names: tuple[str, ...]) -> list[str]:
     """The ids of an install's runs that still owe side effects (its actor pays them)."""
     docs = (

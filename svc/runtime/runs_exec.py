@@ -315,6 +315,8 @@ class RunService:
         deadline = loop.time() + self.wait_s
         try:
             outcome = await self.runtime.run(install_id, StartRun(run), self.wait_s)
+            if outcome.settled:
+                return outcome  # the actor that ran it answers once its record is stored
         except RuntimeFailure:
             # Never handed over: it must not start later (the caller is told 503).
             if await ledger.fail_queued(
@@ -322,7 +324,11 @@ class RunService:
             ):
                 raise
             outcome = await self._now(run["_id"])
-        while not outcome.settled and loop.time() < deadline:
+        # Answered by the ledger (the run moved to another copy): its end and its record, as the
+        # actor's own answer would have it.
+        while (
+            not (outcome.settled and await ledger.paid_up(self.store, run["_id"])) and loop.time() < deadline
+        ):
             await asyncio.sleep(RESUMED_POLL_S)
             outcome = await self._now(run["_id"])
         return outcome
