@@ -115,9 +115,7 @@ def _compile(policy_json: str) -> CompiledMcpPolicy:
     mcp = model.mcp
     rules = []
     for index, rule in enumerate(mcp.rules if mcp else ()):
-        conditions = tuple(
-            Condition(parse_argument_path(c.path), c.pattern) for c in rule.match.arguments
-        )
+        conditions = tuple(Condition(parse_argument_path(c.path), c.pattern) for c in rule.match.arguments)
         verdict = McpVerdict(RULE_ACTIONS[rule.action], "rule", index, rule.reason)
         rules.append(CompiledMcpRule(rule.match.server, rule.match.tool, conditions, verdict))
     default_action = (mcp.defaultAction if mcp else None) or model.defaultAction
