@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from svc.runs import RunAnalytics, Runs
     from svc.runtime import (
         CallbackDelivery,
+        McpService,
         Outreach,
         RunDetail,
         RunService,
@@ -91,6 +92,8 @@ class Services:
     run_watch: RunWatch
     callbacks: CallbackDelivery
     spend_caps: SpendCaps
+    # MCP (issue 32): the catalogue, consent and approvals; test chats' connections.
+    mcp: McpService
 
     async def delete_user(self, who: str) -> dict[str, Any]:
         """`svc users delete`: end the account (409 while it owns an org), cancel its personal
@@ -144,6 +147,7 @@ def build_services(
         LLM,
         CallbackDelivery,
         InstallRunner,
+        McpService,
         Outreach,
         RunDetail,
         RunService,
@@ -227,6 +231,9 @@ def build_services(
             store, vault, settings.egress_allow_private, settings.callback_max_attempts
         ),
         spend_caps=spend_caps,
+        mcp=McpService(
+            store, llm, settings.judge_model, settings.mcp_servers, settings.egress_allow_private
+        ),
     )
 
 
@@ -234,15 +241,19 @@ def build_install_runner(settings: Settings, store: Store, vault: Vault) -> Inst
     """What an install's actor needs to run its install: models (no platform drivers, whose
     imports an actor need not pay for), the store, the vault, mail and the spend caps."""
     from svc.billing import SpendCaps
+    from svc.runtime import McpService
 
     plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
+    llm = LLM(plugins, settings, store)
+    mcp = McpService(store, llm, settings.judge_model, settings.mcp_servers, settings.egress_allow_private)
     return InstallRunner(
         store,
         vault,
-        LLM(plugins, settings, store),
+        llm,
         settings.judge_model,
         settings.egress_allow_private,
         mailer,
         SpendCaps(store, mailer).admit,  # spend caps, before any model call
+        mcp,  # MCP (issue 32): tools of the team's MCP servers, connections pooled per actor
     )

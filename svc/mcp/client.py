@@ -268,6 +268,9 @@ def describe(exc: BaseException) -> str:
     """What ended a connection, in words that carry no secret (types, not messages)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    error = getattr(exc, "error", None)
+    if getattr(error, "code", None) == REFUSED_CODE:  # the guard's own words (never the host)
+        return str(error.message)  # type: ignore[union-attr]
     names = {
         "ConnectError": "the connection was refused",
         "ConnectTimeout": "the connection timed out",

@@ -7,6 +7,10 @@ from svc.runtime.callbacks import CallbackDelivery
 from svc.runtime.events import Events, agent_runs
 from svc.runtime.execution import CANCELLED, Admission, InstallRunner, failed_outcome
 from svc.runtime.llm import LLM, ProviderNotConfigured
+from svc.runtime.mcp_policy import read_back_mcp
+from svc.runtime.mcp_run import McpRun, McpService
+from svc.runtime.mcp_support import ApprovalNeeded, ToolOutcome
+from svc.runtime.mcp_tools import McpToolbox
 from svc.runtime.outreach import BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody
 from svc.runtime.pipelines import MAX_DRAFT_ID
 from svc.runtime.policy import read_back
@@ -32,6 +36,7 @@ __all__ = [
     "MAX_DRAFT_ID",
     "TERMINAL",
     "Admission",
+    "ApprovalNeeded",
     "BulkBody",
     "CallbackDelivery",
     "ContinueBody",
@@ -39,6 +44,9 @@ __all__ = [
     "Events",
     "HeartbeatBody",
     "InstallRunner",
+    "McpRun",
+    "McpService",
+    "McpToolbox",
     "Outreach",
     "ProviderNotConfigured",
     "RejectBody",
@@ -56,6 +64,7 @@ __all__ = [
     "Subscription",
     "TeamRunner",
     "ToggleBody",
+    "ToolOutcome",
     "WebhookBody",
     "agent_runs",
     "check_cron",
@@ -64,6 +73,7 @@ __all__ = [
     "ledger",
     "next_fire",
     "read_back",
+    "read_back_mcp",
     "redacted",
     "root_agent",
     "settled_event",

@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -32,6 +32,9 @@ from svc.core import iso, utcnow
 from svc.runtime.llm import LLM
 from svc.runtime.policy import CompiledPolicy, compile_policy, evaluate
 from svc.runtime.security_log import RequestRecord, SecurityLog
+
+if TYPE_CHECKING:
+    from svc.runtime.mcp_run import McpRun  # MCP (issue 32)
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +157,9 @@ class TeamRunner:
         events: EventSink | None = None,
         token_cap: int | None = None,
         tokens_used: int = 0,
+        mcp: McpRun | None = None,  # MCP (issue 32): the run's MCP tools
     ) -> None:
+        self.mcp = mcp
         self.llm = llm
         self.security_log = security_log
         self.steps_sink = steps_sink
@@ -227,8 +232,12 @@ class TeamRunner:
         if self.events is not None:
             self.events("step_started", step_started(step))
         policy = compiled_policy(agent.get("accessPolicy"))
+        # MCP (issue 32): the agent's MCP tools beside http_request and the delegates.
+        toolbox = self.mcp.toolbox(agent, self.security_log.record, self.events) if self.mcp else None
         messages: list[ChatMessage] = [ChatMessage("user", task)]
         try:
+            if toolbox is not None:  # MCP (issue 32)
+                tools = [*tools, *await toolbox.specs()]
             for _ in range(MAX_ITERATIONS):
                 self._check_token_cap()
                 answer = await self.llm.complete(agent["model"], agent.get("prompt", ""), messages, tools)
@@ -245,6 +254,8 @@ class TeamRunner:
                         output = await self._http_request(scope, agent, policy, call.arguments)
                     elif delegate is not None and call.name.startswith("delegate_"):
                         output = await delegate(call)
+                    elif toolbox is not None and toolbox.owns(call.name):  # MCP (issue 32)
+                        output = (await toolbox.call(call.name, call.arguments)).output
                     else:
                         output = f"Unknown tool {call.name!r}"
                     messages.append(ChatMessage("tool", output, tool_call_id=call.id, name=call.name))

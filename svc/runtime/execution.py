@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymongo.errors import PyMongoError
 
@@ -34,6 +34,9 @@ from svc.runtime.pipelines import PipelineExecutor
 from svc.runtime.run_events import RunEvents
 from svc.runtime.schedules import note_scheduled_outcome
 from svc.runtime.security_log import SecurityLog
+
+if TYPE_CHECKING:
+    from svc.runtime.mcp_run import McpService  # MCP (issue 32)
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +65,10 @@ class InstallRunner:
         allow_private: bool,
         mailer: Mailer | None = None,
         admission: Admission | None = None,
+        mcp: McpService | None = None,  # MCP (issue 32)
     ) -> None:
         self.store = store
+        self.mcp = mcp
         self.pipelines = PipelineExecutor(store, mailer or Mailer(store))
         self.vault = vault
         self.judge_model = judge_model
@@ -177,6 +182,8 @@ class InstallRunner:
         }
         # The per-run token cap (spend caps) counts what a continued run used before its gate too.
         before = int(payload.get("inputTokens") or 0) + int(payload.get("outputTokens") or 0)
+        use_mcp = self.mcp is not None and bool(definition.get("mcpServers"))  # MCP (issue 32)
+        mcp = self.mcp.for_install(install, run_id, scope.secrets, definition) if use_mcp else None  # type: ignore[union-attr]
         runner = TeamRunner(
             self.llm,
             self.security_log,
@@ -185,6 +192,7 @@ class InstallRunner:
             events=self.run_events.open(install["_id"], run_id, root_key, payload, run.get("source")),
             token_cap=(install.get("limits") or {}).get("runTokenCap"),
             tokens_used=before,
+            mcp=mcp,  # MCP (issue 32)
         )
         try:
             if run.get("runAgent"):
@@ -214,6 +222,8 @@ class InstallRunner:
             return TeamResult("failed", None, root_key, 0, 0, [], CANCELLED), None
         finally:
             self.current_steps.pop(run_id, None)
+            if mcp is not None:  # MCP (issue 32): what the run listed ends with it
+                await mcp.aclose()
 
     async def abort(self, install_id: str, run_id: str, message: str) -> bool:
         """End a run this copy was about to start or was running (cancelled before its team ran):

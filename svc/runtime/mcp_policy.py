@@ -136,8 +136,9 @@ def evaluate(
 
 
 def listable(compiled: CompiledMcpPolicy | None, server: str, tool: str) -> bool:
-    """Whether some call of this tool could be let through (or asked about), so it is offered."""
-    if compiled is None:
+    """Whether some call of this tool could be let through (or asked about), so it is offered.
+    A policy in report mode enforces nothing, so it hides nothing."""
+    if compiled is None or compiled.report_only:
         return True
     for rule in compiled.rules:
         if not rule.names_match(server, tool):

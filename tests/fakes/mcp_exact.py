@@ -1,7 +1,7 @@
 """A small MCP server with exact behaviour, built with the SDK's `MCPServer` (FastMCP in mcp 1.x).
 
-    python -m tests.mcp_servers.exact stdio
-    python -m tests.mcp_servers.exact http PORT [--tools N]
+    python -m tests.fakes.mcp_exact stdio
+    python -m tests.fakes.mcp_exact http PORT [--tools N]
 
 Tools: `echo` (returns its text), `add` (structured result), `slow` (sleeps), `fail` (the tool
 reports an error), `huge` (a result of N characters), `picture` (an image), `redefine` (changes
