@@ -17,7 +17,16 @@ from api.schemas import (
     RuntimeTestReply,
     SecurityRequestList,
 )
-from svc.runtime import HeartbeatBody, RunBody, RunScope, RuntimeTestBody, TeamRunner, WebhookBody, read_back
+from svc.runtime import (
+    HeartbeatBody,
+    RunBody,
+    RunScope,
+    RuntimeTestBody,
+    TeamRunner,
+    WebhookBody,
+    read_back,
+    read_back_mcp,
+)
 
 routes = RouteTable()
 HEARTBEAT_SECRET_HEADER = "X-Svc-Webhook-Secret"
@@ -84,7 +93,12 @@ async def policies(request: web.Request) -> web.Response:
     """Each agent's access policy in the read-back form (null without one)."""
     install = await services(request).installs.owned(principal(request), request.match_info["id"])
     agents = [
-        {"key": a["key"], "name": a["name"], "policy": read_back(a.get("accessPolicy"))}
+        {
+            "key": a["key"],
+            "name": a["name"],
+            "policy": read_back(a.get("accessPolicy")),
+            "mcp": read_back_mcp(a.get("accessPolicy")),  # MCP (issue 32): the tool rules
+        }
         for a in install["definition"]["agents"]
     ]
     return web.json_response({"agents": agents})

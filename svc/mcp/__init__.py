@@ -3,6 +3,7 @@
 bound to the exact call. The policy's MCP rules and the agents' toolbox live in svc/runtime."""
 
 from svc.mcp.approvals import Approvals, CallIdentity
+from svc.mcp.approvals import view as approval_view
 from svc.mcp.catalogue import Catalogue, Unavailable, secrets_named, substitute
 from svc.mcp.client import Connection, McpFailure, Pool, Target, ToolInfo, tool_digest
 from svc.mcp.consent import Consent, Pin, classify, suggested_rule
@@ -20,6 +21,7 @@ __all__ = [
     "Target",
     "ToolInfo",
     "Unavailable",
+    "approval_view",
     "classify",
     "is_mcp_name",
     "secrets_named",

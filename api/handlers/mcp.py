@@ -1,0 +1,64 @@
+"""MCP: the operator catalogue's names, an install's servers and tools with consent, approvals."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from api.context import principal, services
+from api.routing import RouteTable
+from api.schemas.mcp import ApprovalList, ApprovalReply, CatalogueList, ConsentReply, McpInstallView
+from svc.runtime import ApprovalDecisionBody, ApprovalQuery, ConsentBody, McpInstalls
+
+routes = RouteTable()
+
+
+@routes.get("/api/mcp/servers", auth="K", response=CatalogueList)
+async def catalogue(request: web.Request) -> web.Response:
+    """The names of the operator's MCP servers a template may use (`catalogue` in mcpServers)."""
+    return web.json_response({"servers": services(request).mcp.catalogue.describe()})
+
+
+@routes.get("/api/installs/{id}/mcp", auth="K/S", response=McpInstallView)
+async def install_servers(request: web.Request) -> web.Response:
+    """The install's MCP servers, their tools now, and the deployer's decisions on each."""
+    svc = services(request)
+    install = await svc.installs.owned(principal(request), request.match_info["id"])
+    secrets = await svc.install_runner.secrets_of(install)
+    return web.json_response(await McpInstalls(svc.mcp).view(install, secrets))
+
+
+@routes.post("/api/installs/{id}/mcp/consent", auth="K/S", body=ConsentBody, response=ConsentReply)
+async def consent(request: web.Request, body: ConsentBody) -> web.Response:
+    """Accept (pinning the definition shown) or refuse tools of the install's MCP servers."""
+    svc = services(request)
+    who = principal(request)
+    install = await svc.installs.owned(who, request.match_info["id"])
+    secrets = await svc.install_runner.secrets_of(install)
+    return web.json_response(
+        await McpInstalls(svc.mcp).decide(install, secrets, body, who.user_id or who.org_id)
+    )
+
+
+@routes.get("/api/installs/{id}/mcp/approvals", auth="K/S", query=ApprovalQuery, response=ApprovalList)
+async def approvals(request: web.Request, query: ApprovalQuery) -> web.Response:
+    """Requests to approve exact MCP tool calls, newest first (at most 100)."""
+    svc = services(request)
+    install = await svc.installs.owned(principal(request), request.match_info["id"])
+    return web.json_response(await McpInstalls(svc.mcp).approvals(install, query.status))
+
+
+@routes.post(
+    "/api/installs/{id}/mcp/approvals/{approvalId}",
+    auth="K/S",
+    body=ApprovalDecisionBody,
+    response=ApprovalReply,
+)
+async def decide_approval(request: web.Request, body: ApprovalDecisionBody) -> web.Response:
+    """Approve (once, within an hour) or reject one exact tool call."""
+    svc = services(request)
+    who = principal(request)
+    install = await svc.installs.owned(who, request.match_info["id"])
+    result = await McpInstalls(svc.mcp).decide_approval(
+        install, request.match_info["approvalId"], body.decision, who.user_id or who.org_id
+    )
+    return web.json_response(result)
