@@ -120,6 +120,8 @@ def event_of(record: McpCallRecord, model_name: str) -> dict[str, Any]:
         "agent": record.agentKey,
         "tool": model_name,
         "kind": "mcp",
+        "method": record.method,
+        "url": record.url,
         "server": details.get("server"),
         "mcpTool": details.get("tool"),
         "arguments": details.get("arguments"),
