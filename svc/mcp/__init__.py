@@ -8,6 +8,7 @@ from svc.mcp.catalogue import Catalogue, Unavailable, secrets_named, substitute
 from svc.mcp.client import Connection, McpFailure, Pool, Target, ToolInfo, tool_digest
 from svc.mcp.consent import Consent, Pin, classify, suggested_rule
 from svc.mcp.names import is_mcp_name, tool_name
+from svc.mcp.warnings import install_warnings
 
 __all__ = [
     "Approvals",
@@ -23,6 +24,7 @@ __all__ = [
     "Unavailable",
     "approval_view",
     "classify",
+    "install_warnings",
     "is_mcp_name",
     "secrets_named",
     "substitute",
