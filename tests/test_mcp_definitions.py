@@ -167,3 +167,39 @@ async def test_a_template_naming_a_command_gets_a_400_with_the_path(client: Any)
     assert error.startswith("definition.mcpServers[0]: `command`: a template cannot name a command to run")
     schema = await (await client.get("/api/schema/team/v1.json")).json(content_type=None)
     assert "McpServer" in schema["definitions"]
+
+
+def test_a_version_adding_a_server_or_widening_a_tool_rule_is_minor_in_the_diff() -> None:
+    import copy
+
+    from svc.templates.versioning import structured_diff
+
+    deny = {
+        "accessPolicyVersion": "1",
+        "defaultAction": "deny",
+        "mcp": {"rules": [{"match": {"tool": "x"}, "action": "deny"}]},
+    }
+    old = {
+        "agents": [{"key": "a", "name": "A", "mcpServers": ["t"], "accessPolicy": deny}],
+        "mcpServers": [{"name": "t", "catalogue": "time"}],
+    }
+    added = copy.deepcopy(old)
+    added["mcpServers"].append({"name": "u", "url": "https://h/mcp"})
+    added["agents"][0]["mcpServers"].append("u")
+    diff = structured_diff(old, added)
+    assert diff["bump"] == "MINOR" and diff["reasons"] == [
+        "MCP server 'u' added",
+        "agent 'a' may use MCP server 'u'",
+    ]
+    wider = copy.deepcopy(old)
+    wider["agents"][0]["accessPolicy"]["mcp"]["rules"][0]["action"] = "require_approval"
+    assert structured_diff(old, wider)["reasons"] == ["agent 'a': MCP tool rules widened"]
+    opened = copy.deepcopy(old)
+    opened["agents"][0]["accessPolicy"]["mcp"]["defaultAction"] = "allow"
+    assert structured_diff(old, opened)["bump"] == "MINOR"
+    narrower = copy.deepcopy(old)
+    narrower["agents"][0]["accessPolicy"]["mcp"]["rules"].append({"match": {"tool": "y"}, "action": "deny"})
+    assert structured_diff(old, narrower)["bump"] == "PATCH"
+    moved = copy.deepcopy(old)
+    moved["mcpServers"][0] = {"name": "t", "url": "https://elsewhere.example/mcp"}
+    assert structured_diff(old, moved)["reasons"] == ["MCP server 't' reaches another server"]
