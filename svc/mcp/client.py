@@ -129,13 +129,13 @@ class Connection:
             ) from None
 
     async def _own(self) -> None:
-        from mcp import Client, StdioServerParameters, stdio_client
-        from mcp.client.streamable_http import streamable_http_client
-        from mcp_types import Implementation
-
         target = self.target
         assert self._ready is not None
         try:
+            from mcp import Client, StdioServerParameters, stdio_client
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp_types import Implementation
+
             async with contextlib.AsyncExitStack() as stack:
                 if target.transport == "stdio":
                     assert target.command is not None

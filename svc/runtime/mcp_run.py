@@ -120,6 +120,8 @@ class McpRun:
         self._listings: dict[str, asyncio.Task[list[ToolInfo]]] = {}
         self._pins: asyncio.Task[dict[tuple[str, str], Pin]] | None = None
         self.noted: set[tuple[str, str, str]] = set()
+        # Metric writes in flight: a call never waits for its count; the run's end does.
+        self._counting: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> McpRun:
         return self
@@ -133,6 +135,14 @@ class McpRun:
         for task in self._listings.values():
             task.cancel()
         self._listings.clear()
+        if self._counting:
+            await asyncio.gather(*self._counting, return_exceptions=True)
+
+    def count(self, write: Awaitable[None]) -> None:
+        """Count a call in /metrics without making the call wait (counting never fails it)."""
+        task = asyncio.ensure_future(write)
+        self._counting.add(task)
+        task.add_done_callback(self._counting.discard)
 
     def toolbox(self, agent: dict[str, Any], sink: Sink, events: Events | None = None) -> McpToolbox:
         """The agent's MCP tools for this run."""

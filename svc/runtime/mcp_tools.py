@@ -316,5 +316,5 @@ class McpToolbox:
         if self.events is not None:
             self.events("tool_call", event)
         labels = {"verdict": verdict, "outcome": details["outcome"]}
-        await counters.write(self.run.service.store, [counters.increment("mcp_tool_calls", labels)])
+        self.run.count(counters.write(self.run.service.store, [counters.increment("mcp_tool_calls", labels)]))
         return ToolOutcome(output or reason or verdict, record, event, approval)
