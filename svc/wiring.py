@@ -172,6 +172,8 @@ def build_services(
     outreach = Outreach(store, installs)
     api_keys = ApiKeys(store, vault, key_cache, installs.deployer_may_reach)
     llm = LLM(plugins, settings, store)
+    # MCP (issue 32): the catalogue, consent, approvals and test chats' connections.
+    mcp = McpService(store, llm, settings.judge_model, settings.mcp_servers, settings.egress_allow_private)
     invitations = Invitations(store, org_access, audit, mailer, settings.public_url)
     approvals = Approvals(store, org_access, audit, mailer, governance, installs)
     org_secrets = OrgSecrets(store, org_access, audit, vault)
@@ -211,7 +213,7 @@ def build_services(
         security_log=SecurityLog(store),
         schedules=Schedules(store, installs, runtime),
         outreach=outreach,
-        authoring=Authoring(llm),
+        authoring=Authoring(llm, mcp),
         org_access=org_access,
         orgs=Orgs(
             store, org_access, audit, api_keys, invitations, approvals, org_secrets, templates, installs
@@ -231,9 +233,7 @@ def build_services(
             store, vault, settings.egress_allow_private, settings.callback_max_attempts
         ),
         spend_caps=spend_caps,
-        mcp=McpService(
-            store, llm, settings.judge_model, settings.mcp_servers, settings.egress_allow_private
-        ),
+        mcp=mcp,
     )
 
 

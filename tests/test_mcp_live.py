@@ -241,3 +241,43 @@ async def test_a_tool_redefined_under_a_pinned_install_is_quarantined(
             f"/api/installs/{install_id}/mcp/consent", json={"decisions": [stale]}, headers=key
         )
         assert refused.status == 409
+
+
+async def test_a_test_chat_runs_mcp_tools_under_the_policy(make_client: Any, aiohttp_server: Any) -> None:
+    from tests.support.accounts import bearer, create_key, signup
+    from tests.test_authoring import events_of
+
+    with exact_http() as url:
+        client, llm = await managed_client(make_client, aiohttp_server)
+        key = bearer(await create_key(client, await signup(client)))
+        rules = policy(rule("allow", "echo"), rule("require_approval", "add"), mcp_default="deny")
+        agent = {
+            "key": "lead",
+            "name": "Lead",
+            "model": "providerA:small",
+            "prompt": "Help.",
+            "accessPolicy": rules,
+        }
+        definition = {
+            "agents": [{**agent, "mcpServers": ["exact"]}],
+            "mcpServers": [server("exact", url=url)],
+        }
+        llm.script(
+            tool_calls=[
+                call("mcp__exact__echo", {"text": "hi"}, 1),
+                call("mcp__exact__add", {"a": 1, "b": 2}, 2),
+            ]
+        )
+        llm.script(text="Echoed.")
+        body = {"definition": definition, "messages": [{"role": "user", "content": "Echo hi"}]}
+        events = await events_of(await client.post("/api/templates/test-chat", json=body, headers=key))
+        assert [e["toolCall"]["verdict"] for e in events if "toolCall" in e] == [
+            "allowed",
+            "approval_required",
+        ]
+        assert events[-2:] == [{"chunk": "Echoed."}, {"done": True}]
+        offered = {t["name"] for t in llm.requests[0].body["tools"]}
+        assert offered == {"mcp__exact__echo", "mcp__exact__add"}  # the rest is denied by default
+        results = {r["tool_use_id"]: r["content"] for r in tool_results(llm.requests[1].body)}
+        assert results["call_1"] == "hi"
+        assert results["call_2"].startswith("This call needs a person's approval, which a test chat")

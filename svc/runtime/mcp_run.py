@@ -117,6 +117,8 @@ class McpRun:
         self.owner = owner
         self.secrets = secrets
         self.consent_required = consent_required
+        # False in a test chat: no approval can be granted there, so none is requested.
+        self.approvals_enabled = True
         self._listings: dict[str, asyncio.Task[list[ToolInfo]]] = {}
         self._pins: asyncio.Task[dict[tuple[str, str], Pin]] | None = None
         self.noted: set[tuple[str, str, str]] = set()

@@ -54,6 +54,7 @@ APPROVAL_TEXT = (
     "install's console; once it is approved, the same call (same tool, same arguments) goes through once."
 )
 REFUSED_BY_OPERATOR = "Refused by the operator"
+NO_APPROVALS_HERE = "This call needs a person's approval, which a test chat cannot give, so it was not made"
 
 
 class McpToolbox:
@@ -157,6 +158,8 @@ class McpToolbox:
                     f"Blocked by the security judge: {reasoning}",
                     "Blocked by the security judge",
                 )
+        elif verdict.action == "approval" and not reporting and not self.run.approvals_enabled:
+            blocked, label, reason = NO_APPROVALS_HERE, "approval_required", NO_APPROVALS_HERE
         elif verdict.action == "approval" and not reporting:
             identity = CallIdentity(
                 self.run.install_id,
