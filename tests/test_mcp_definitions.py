@@ -203,3 +203,23 @@ def test_a_version_adding_a_server_or_widening_a_tool_rule_is_minor_in_the_diff(
     moved = copy.deepcopy(old)
     moved["mcpServers"][0] = {"name": "t", "url": "https://elsewhere.example/mcp"}
     assert structured_diff(old, moved)["reasons"] == ["MCP server 't' reaches another server"]
+
+
+def test_the_definition_editor_validates_the_mcp_fields_as_you_type() -> None:
+    import json
+
+    from api.pages.builder import validate_definition
+
+    bad = team([{"name": "x", "command": "sh"}], ["x"])
+    _, errors = validate_definition(json.dumps(bad))
+    assert errors[0]["path"] == "definition.mcpServers[0]" and "cannot name a command" in errors[0]["message"]
+    undeclared = team([{"name": "x", "url": "https://h/mcp"}], ["y"])
+    _, errors = validate_definition(json.dumps(undeclared))
+    assert errors == [
+        {
+            "path": "definition.agents[0].mcpServers[0]",
+            "message": "no MCP server named 'y' in the team's mcpServers",
+        }
+    ]
+    parsed, errors = validate_definition(json.dumps(team([{"name": "x", "url": "https://h/mcp"}], ["x"])))
+    assert errors == [] and parsed is not None
