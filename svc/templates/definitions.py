@@ -15,7 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from config.catalogue import AGENT_MODELS
 from svc.core import BadRequest, DisplayName, DisplayText
-from svc.templates.mcp_fields import MAX_AGENT_SERVERS, MAX_TEAM_SERVERS, McpPolicy, McpServer, check_mcp
+from svc.templates.mcp_fields import (
+    MAX_AGENT_SERVERS,
+    MAX_TEAM_SERVERS,
+    McpPolicy,
+    McpServer,
+    ServerName,
+    check_mcp,
+)
 
 AgentModel = Literal[AGENT_MODELS]  # type: ignore[valid-type]
 HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -93,7 +100,7 @@ class Agent(Strict):
         default=None, max_length=64, description="key of this agent's manager; none for the root"
     )
     accessPolicy: AccessPolicy | None = None
-    mcpServers: list[str] | None = Field(
+    mcpServers: list[ServerName] | None = Field(
         default=None,
         max_length=MAX_AGENT_SERVERS,
         description="names of the team's mcpServers this agent may use (docs/mcp.md)",

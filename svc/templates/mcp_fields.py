@@ -15,7 +15,7 @@ evaluated by svc/runtime/mcp_policy.py; `check_mcp` holds the rules that span fi
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -39,6 +39,7 @@ STEP_TEXT = r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[(\d{1,4})\]|\['([^'\\]{1,100})'\]"
 ARGUMENT_PATH = re.compile(rf"^(\$({STEP_TEXT})+|[A-Za-z_][A-Za-z0-9_-]*)$")
 STEP = re.compile(STEP_TEXT)
 PROCESS_KEYS = ("command", "args", "env", "cwd")
+ServerName = Annotated[str, Field(max_length=16)]
 TRANSPORT_HINT = {
     "stdio": "a template cannot start processes: name a server of the operator's catalogue "
     "(`catalogue`) instead",
@@ -83,7 +84,7 @@ class McpServer(Strict):
         description="http(s) URL of a remote server (streamable HTTP); `${SECRET}` is filled in from "
         "the install's secrets",
     )
-    headers: dict[str, str] = Field(
+    headers: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict,
         max_length=MAX_HEADERS,
         description="sent with every request to `url`; `${SECRET}` in a value is filled in from the "
