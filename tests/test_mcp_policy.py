@@ -107,3 +107,16 @@ def test_read_back() -> None:
     assert back["defaultAction"] == "BLOCK"
     assert [r["action"] for r in back["rules"]] == ["BLOCK", "ALLOW", "APPROVAL", "ALLOW", "JUDGE"]
     assert read_back_mcp(None) is None
+
+
+def test_an_install_actor_without_mcp_does_not_load_the_sdk() -> None:
+    """The SDK (and its HTTP client and web framework) load only when a team uses MCP servers."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, svc.wiring, svc.runtime, svc.mcp; "
+        "print(sorted(m for m in ('mcp', 'httpx2', 'starlette', 'mcp_types') if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"
