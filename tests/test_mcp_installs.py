@@ -64,3 +64,29 @@ async def test_a_platform_without_mcp_installs_with_a_warning_naming_the_agents(
         "MCP servers are not available on orchB: the MCP servers of agents lead will not be used there "
         "(docs/platforms/orchB.md)"
     ]
+
+
+async def test_another_tenant_cannot_see_or_decide_an_installs_mcp(make_client: Any) -> None:
+    from tests.support.accounts import bearer
+
+    client = await make_client(mcp_servers={"time": McpCatalogueEntry(command="x")})
+    key, template = await published(client)
+    install_id = (await install_ok(client, key, templateId=template["id"], platform="svc"))["installId"]
+    other = bearer(await create_key(client, await signup(client)))
+    decision = {"decisions": [{"server": "time", "tool": "t", "digest": "0" * 64, "decision": "refuse"}]}
+    assert (await client.get(f"/api/installs/{install_id}/mcp", headers=other)).status == 404
+    assert (
+        await client.post(f"/api/installs/{install_id}/mcp/consent", json=decision, headers=other)
+    ).status == 404
+    assert (await client.get(f"/api/installs/{install_id}/mcp/approvals", headers=other)).status == 404
+    approve = {"decision": "approve"}
+    assert (
+        await client.post(f"/api/installs/{install_id}/mcp/approvals/x", json=approve, headers=other)
+    ).status == 404
+    mine = await client.post(f"/api/installs/{install_id}/mcp/approvals/x", json=approve, headers=bearer(key))
+    assert mine.status == 404 and (await mine.json())["error"] == "Approval not found"
+    undeclared = {"decisions": [{**decision["decisions"][0], "server": "nope"}]}
+    refused = await client.post(
+        f"/api/installs/{install_id}/mcp/consent", json=undeclared, headers=bearer(key)
+    )
+    assert refused.status == 400 and "decisions[0].server" in (await refused.json())["error"]

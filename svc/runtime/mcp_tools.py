@@ -210,6 +210,8 @@ class McpToolbox:
             if failure.kind in ("crashed", "protocol", "timeout"):
                 await self.run.service.pool.drop(key)
             decision = "BLOCK" if failure.kind == "refused" else DECISIONS[verdict.action]
+            if label == "approved" and failure.kind != "refused":
+                decision = "ALLOW"  # the person's approval let it go; the server then failed
             return await self._logged(
                 name,
                 server,
