@@ -15,7 +15,7 @@ class ChunkEvent(BaseModel):
     chunk: str
 
 
-class ToolCallEvent(BaseModel):
+class ChatToolCallEvent(BaseModel):
     """A test chat's MCP tool call and its verdict (docs/mcp.md, "Authoring")."""
 
     toolCall: dict[str, Any]
@@ -38,4 +38,4 @@ class StreamErrorEvent(BaseModel):
 class AuthoringStream(EventStream):
     """`data: {chunk}` events, then `data: {done: true, ...}` (or `data: {error}`)."""
 
-    event: ChunkEvent | ToolCallEvent | DoneEvent | StreamErrorEvent
+    event: ChunkEvent | ChatToolCallEvent | DoneEvent | StreamErrorEvent

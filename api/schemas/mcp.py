@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from api.schemas.common import Reply, Timestamp
 
 
-class CatalogueServer(BaseModel):
+class McpCatalogueServer(BaseModel):
     """A server of the operator's catalogue, as builders may know it (no command, URL or env)."""
 
     name: str
@@ -19,10 +19,10 @@ class CatalogueServer(BaseModel):
     restricted: bool = Field(description="offered to some templates or orgs only")
 
 
-class CatalogueList(Reply):
+class McpCatalogueList(Reply):
     """GET /api/mcp/servers."""
 
-    servers: list[CatalogueServer]
+    servers: list[McpCatalogueServer]
 
 
 class McpTool(BaseModel):
@@ -62,7 +62,7 @@ class McpInstallView(Reply):
     pendingDecisions: int = Field(description="tools new or changed since consent (quarantined)")
 
 
-class ConsentReply(Reply):
+class McpConsentReply(Reply):
     """POST /api/installs/:id/mcp/consent."""
 
     ok: Literal[True]
@@ -91,13 +91,13 @@ class McpApproval(BaseModel):
     usedAt: Timestamp | None
 
 
-class ApprovalList(Reply):
+class McpApprovalList(Reply):
     """GET /api/installs/:id/mcp/approvals."""
 
     approvals: list[McpApproval]
 
 
-class ApprovalReply(Reply):
+class McpApprovalReply(Reply):
     """POST /api/installs/:id/mcp/approvals/:approvalId."""
 
     approval: McpApproval

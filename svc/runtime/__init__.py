@@ -7,7 +7,7 @@ from svc.runtime.callbacks import CallbackDelivery
 from svc.runtime.events import Events, agent_runs
 from svc.runtime.execution import CANCELLED, Admission, InstallRunner, failed_outcome
 from svc.runtime.llm import LLM, ProviderNotConfigured
-from svc.runtime.mcp_installs import ApprovalDecisionBody, ApprovalQuery, ConsentBody, McpInstalls
+from svc.runtime.mcp_installs import McpApprovalDecisionBody, McpApprovalQuery, McpConsentBody, McpInstalls
 from svc.runtime.mcp_policy import read_back_mcp
 from svc.runtime.mcp_run import McpRun, McpService
 from svc.runtime.mcp_support import ApprovalNeeded, ToolOutcome
@@ -37,17 +37,17 @@ __all__ = [
     "MAX_DRAFT_ID",
     "TERMINAL",
     "Admission",
-    "ApprovalDecisionBody",
     "ApprovalNeeded",
-    "ApprovalQuery",
     "BulkBody",
     "CallbackDelivery",
-    "ConsentBody",
     "ContinueBody",
     "DraftEdit",
     "Events",
     "HeartbeatBody",
     "InstallRunner",
+    "McpApprovalDecisionBody",
+    "McpApprovalQuery",
+    "McpConsentBody",
     "McpInstalls",
     "McpRun",
     "McpService",

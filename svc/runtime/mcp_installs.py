@@ -26,7 +26,7 @@ from svc.runtime.mcp_run import McpService
 MAX_DECISIONS = 500
 
 
-class ToolDecision(RequestBody):
+class McpToolDecision(RequestBody):
     """One tool accepted or refused."""
 
     server: str = Field(max_length=64)
@@ -35,19 +35,19 @@ class ToolDecision(RequestBody):
     decision: Literal["accept", "refuse"]
 
 
-class ConsentBody(RequestBody):
+class McpConsentBody(RequestBody):
     """POST /api/installs/:id/mcp/consent."""
 
-    decisions: list[ToolDecision] = Field(min_length=1, max_length=MAX_DECISIONS)
+    decisions: list[McpToolDecision] = Field(min_length=1, max_length=MAX_DECISIONS)
 
 
-class ApprovalDecisionBody(RequestBody):
+class McpApprovalDecisionBody(RequestBody):
     """POST /api/installs/:id/mcp/approvals/:approvalId."""
 
     decision: Literal["approve", "reject"]
 
 
-class ApprovalQuery(RequestBody):
+class McpApprovalQuery(RequestBody):
     """GET /api/installs/:id/mcp/approvals."""
 
     status: Literal["pending", "approved", "rejected", "used", "expired"] | None = None
@@ -137,7 +137,7 @@ class McpInstalls:
         return {"installId": install["_id"], "servers": servers, "pendingDecisions": pending}
 
     async def decide(
-        self, install: Document, secrets: dict[str, str], body: ConsentBody, by: str | None
+        self, install: Document, secrets: dict[str, str], body: McpConsentBody, by: str | None
     ) -> dict[str, Any]:
         """Record the decisions; an acceptance must name the definition the server lists now."""
         declared = {s["name"] for s in install["definition"].get("mcpServers") or []}
