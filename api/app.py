@@ -27,6 +27,7 @@ from api.handlers import (
     console,
     health,
     installs,
+    mcp,
     openapi,
     orgs,
     run_watch,
@@ -65,6 +66,7 @@ ROUTES: tuple[Route, ...] = (
     *runs.routes,
     *run_watch.routes,
     *caps.routes,
+    *mcp.routes,
     *openapi.routes,
 )
 STORE = web.AppKey("store", Store)

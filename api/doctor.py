@@ -5,7 +5,8 @@ the database (pinged; the embedded one is joined, or started and stopped for
 the check), Ray (joined or started, then asked for its resources), each LLM
 provider with a key (its authenticated list-models call, which costs no
 tokens), the SMTP server (connect, STARTTLS when offered, login, NOOP) and the
-payment provider (an authenticated balance read). A dependency that is not
+payment provider (an authenticated balance read), and each server of the MCP catalogue (started,
+and asked for its tools). A dependency that is not
 configured is reported as such, not as a failure. Nothing secret is printed:
 no key, no password, no upstream error body. The exit code is 1 when any check
 failed.
@@ -26,6 +27,7 @@ import httpx
 import stripe
 
 from actors.runtime import RayRuntime
+from api.doctor_mcp import check_mcp
 from config.settings import ProviderSettings, Settings
 from svc.core import EmbeddedMongo, Store
 
@@ -208,5 +210,6 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
         check_payments(settings),
     ]
     checks += await asyncio.gather(*others)
+    checks += [Check(*row) for row in await check_mcp(settings)]  # the MCP catalogue (docs/mcp.md)
     print(render(checks), file=out, flush=True)
     return 1 if any(check.status == FAILED for check in checks) else 0

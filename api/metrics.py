@@ -51,6 +51,7 @@ STORED_COUNTERS = {
     "llm_tokens": ("svc_llm_tokens", "Tokens used by agent and judge model calls, by provider and kind."),
     "judge_decisions": ("svc_judge_decisions", "Decisions of the access-policy judge (allow or block)."),
     "egress_blocks": ("svc_egress_blocks", "Agent HTTP requests refused, by what refused them."),
+    "mcp_tool_calls": ("svc_mcp_tool_calls", "Agents' MCP tool calls, by verdict and outcome (docs/mcp.md)."),
     "payment_failures": ("svc_payment_failures", "Failed charges (declined, or failed per provider event)."),
     "mail_failures": ("svc_mail_failures", "Failed mail delivery attempts (final: no retry left)."),
 }

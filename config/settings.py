@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config import catalogue
+from config.mcp_catalogue import McpCatalogueEntry, McpServersFileError, load_mcp_servers_file
 from config.parsing import (
     AppKey,
     IPNetwork,
@@ -83,6 +84,7 @@ VARIABLES: tuple[Variable, ...] = (
         "SVC_MODELS_FILE", "a JSON or TOML file of `upstream`, `bedrock` and `orchA` names (docs/models.md)"
     ),
     Variable("SVC_JUDGE_MODEL", "a catalogue model id such as `providerA:small`"),
+    Variable("SVC_MCP_SERVERS_FILE", "a JSON or TOML file with a `servers` table (docs/mcp.md)"),
     Variable("SVC_RATE_LIMITS", "`on`, `off` or a positive multiplier such as `10`"),
     Variable("SVC_TRUSTED_PROXIES", "comma-separated CIDRs or addresses, e.g. `10.0.0.0/8,192.0.2.1`"),
     Variable("SVC_EGRESS_ALLOW_PRIVATE", "`true` or `false` (also 1/0, yes/no, on/off)"),
@@ -244,6 +246,9 @@ class Settings(BaseModel):
     bedrock_models: dict[str, str] = Field(default_factory=lambda: dict(catalogue.DEFAULT_BEDROCK))
     orch_a_models: dict[str, str] = Field(default_factory=lambda: dict(catalogue.DEFAULT_ORCH_A))
     judge_model: str = "providerA:small"
+    # The operator's MCP catalogue (docs/mcp.md): servers templates may name, never commands.
+    mcp_servers_file: Path | None = None
+    mcp_servers: dict[str, McpCatalogueEntry] = Field(default_factory=dict)
     # None means rate limiting is off; otherwise the spec's limits are multiplied by it.
     rate_limit_multiplier: float | None = 1.0
     trusted_proxies: tuple[IPNetwork, ...] = ()
@@ -320,7 +325,7 @@ class Settings(BaseModel):
                 return parse(value)
             except (ValueError, TypeError) as exc:
                 problem = str(exc) or "not a valid value"
-                if isinstance(exc, catalogue.ModelsFileError):
+                if isinstance(exc, catalogue.ModelsFileError | McpServersFileError):
                     raise SettingsError(f"{name}: {problem}") from None
                 shown = _shown(name, value)
                 raise SettingsError(f"{name}={shown}: {problem}; accepted: {ACCEPTED[name]}") from None
@@ -350,6 +355,10 @@ class Settings(BaseModel):
             "bedrock_models": names["bedrock"],
             "orch_a_models": names["orchA"],
             "judge_model": parsed("SVC_JUDGE_MODEL", parse_model_id, "providerA:small"),
+            "mcp_servers_file": parsed("SVC_MCP_SERVERS_FILE", Path, None),
+            "mcp_servers": parsed(
+                "SVC_MCP_SERVERS_FILE", lambda value: load_mcp_servers_file(Path(value)), {}
+            ),
             "rate_limit_multiplier": parsed("SVC_RATE_LIMITS", parse_rate_limits, 1.0),
             "trusted_proxies": parsed("SVC_TRUSTED_PROXIES", parse_networks, ()),
             "egress_allow_private": parsed("SVC_EGRESS_ALLOW_PRIVATE", parse_strict_bool, False),

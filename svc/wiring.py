@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     )
     from svc.runs import RunAnalytics, Runs
     from svc.runtime import (
+        McpService,
         Outreach,
         RunDetail,
         RunService,
@@ -96,6 +97,8 @@ class Services:
     run_watch: RunWatch
     callbacks: CallbackDelivery
     spend_caps: SpendCaps
+    # MCP (issue 32): the catalogue, consent and approvals; test chats' connections.
+    mcp: McpService
 
     async def delete_user(self, who: str) -> dict[str, Any]:
         """`svc users delete`: end the account (409 while it owns an org), cancel its personal
@@ -147,6 +150,7 @@ def build_services(
     )
     from svc.runs import RunAnalytics, Runs
     from svc.runtime import (
+        McpService,
         Outreach,
         RunDetail,
         RunService,
@@ -172,6 +176,8 @@ def build_services(
     outreach = Outreach(store, installs)
     api_keys = ApiKeys(store, vault, key_cache, installs.deployer_may_reach)
     llm = LLM(plugins, settings, partial(counters.write, store))
+    # MCP (issue 32): the catalogue, consent, approvals and test chats' connections.
+    mcp = McpService(store, llm, settings.judge_model, settings.mcp_servers, settings.egress_allow_private)
     invitations = Invitations(store, org_access, audit, mailer, settings.public_url)
     approvals = Approvals(store, org_access, audit, mailer, governance, installs)
     org_secrets = OrgSecrets(store, org_access, audit, vault)
@@ -208,11 +214,11 @@ def build_services(
         run_service=RunService(
             store, installs, runtime, outreach, admission=spend_caps.admit, wait_s=settings.run_wait_seconds
         ),
-        install_runner=install_runner(settings, store, vault, llm, mailer, callbacks, spend_caps.admit),
+        install_runner=install_runner(settings, store, vault, llm, mailer, callbacks, spend_caps.admit, mcp),
         security_log=SecurityLog(store),
         schedules=Schedules(store, installs, runtime),
         outreach=outreach,
-        authoring=Authoring(llm),
+        authoring=Authoring(llm, mcp),
         org_access=org_access,
         orgs=Orgs(
             store, org_access, audit, api_keys, invitations, approvals, org_secrets, templates, installs
@@ -230,6 +236,7 @@ def build_services(
         run_watch=RunWatch(store, runtime),
         callbacks=callbacks,
         spend_caps=spend_caps,
+        mcp=mcp,
     )
 
 
@@ -241,24 +248,30 @@ def install_runner(
     mailer: Mailer,
     callbacks: CallbackDelivery,
     admission: Admission | None,
+    mcp: McpService | None = None,
 ) -> InstallRunner:
     """What runs and settles an install's runs, with the deployment's settings (the same for an
     install's actor, the API's sweeper and the tests)."""
     crash = CrashPoints(settings.crash_points, settings.data_dir / "crash-points")  # a test hook
     limits = RunLimits(settings.judge_model, settings.egress_allow_private, settings.run_max_resumes, crash)
-    return InstallRunner(store, vault, llm, Settlement(store, callbacks), limits, mailer, admission)
+    return InstallRunner(store, vault, llm, Settlement(store, callbacks), limits, mailer, admission, mcp)
 
 
 def build_host(settings: Settings, store: Store, vault: Vault, install_id: str) -> InstallHost:
     """The home of one install's runs, for its actor: models only (no platform drivers, whose
     imports an actor need not pay for), the store, the vault, mail and the spend caps."""
     from svc.billing import SpendCaps
+    from svc.runtime import McpService
 
     plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
     callbacks = CallbackDelivery(store, vault, settings.egress_allow_private, settings.callback_max_attempts)
     llm = LLM(plugins, settings, counters.Buffered(store))  # metrics once a second, not per call
-    runner = install_runner(settings, store, vault, llm, mailer, callbacks, SpendCaps(store, mailer).admit)
+    # MCP (issue 32): tools of the team's MCP servers, connections pooled per actor.
+    mcp = McpService(store, llm, settings.judge_model, settings.mcp_servers, settings.egress_allow_private)
+    runner = install_runner(
+        settings, store, vault, llm, mailer, callbacks, SpendCaps(store, mailer).admit, mcp
+    )
     return InstallHost(
         install_id, store, runner, max_runs=settings.actor_max_runs, max_resumes=settings.run_max_resumes
     )

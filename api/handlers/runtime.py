@@ -25,6 +25,7 @@ from svc.runtime import (
     TeamRunner,
     WebhookBody,
     read_back,
+    read_back_mcp,
     scratch,
 )
 
@@ -92,7 +93,12 @@ async def policies(request: web.Request) -> web.Response:
     """Each agent's access policy in the read-back form (null without one)."""
     install = await services(request).installs.owned(principal(request), request.match_info["id"])
     agents = [
-        {"key": a["key"], "name": a["name"], "policy": read_back(a.get("accessPolicy"))}
+        {
+            "key": a["key"],
+            "name": a["name"],
+            "policy": read_back(a.get("accessPolicy")),
+            "mcp": read_back_mcp(a.get("accessPolicy")),  # MCP (issue 32): the tool rules
+        }
         for a in install["definition"]["agents"]
     ]
     return web.json_response({"agents": agents})

@@ -121,6 +121,14 @@ INDEXES: dict[str, list[Index]] = {
         Index([("createdAt", ASCENDING)], ttl_seconds=30 * 24 * 3600, name="security_requests_ttl"),
     ],
     "outbox": [Index([("createdAt", DESCENDING)])],
+    # MCP (docs/mcp.md): the deployer's pinned tools, and approvals bound to one call each
+    # (one open request or approval per call digest; kept 30 days).
+    "mcp_consents": [Index([("installId", ASCENDING)])],
+    "mcp_approvals": [
+        Index([("openDigest", ASCENDING)], unique=True, partial={"openDigest": STRING}),
+        Index([("installId", ASCENDING), ("requestedAt", DESCENDING)]),
+        Index([("requestedAt", ASCENDING)], ttl_seconds=30 * 24 * 3600, name="mcp_approvals_ttl"),
+    ],
     # Durable webhook callbacks (svc/runtime/callbacks.py): the job runner reads the due ones.
     "callbacks": [Index([("status", ASCENDING), ("nextAttemptAt", ASCENDING)])],
     # One spend-cap mail per install, period and threshold; kept past the period, then dropped.

@@ -64,6 +64,7 @@ from svc.installs.fields import (
 from svc.installs.remembered import RememberedSecrets
 from svc.installs.removal import InstallRemoval
 from svc.installs.summaries import managed_summaries
+from svc.mcp import Catalogue, install_warnings
 from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
 from svc.templates import claim_install, is_owner, owner_of, release_install
 
@@ -263,12 +264,20 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         }
         if update["companyId"]:
             response["companyId"] = update["companyId"]
-        if result.warnings:
-            response["warnings"] = list(result.warnings)
+        warnings = [*result.warnings, *self._mcp_warnings(platform, doc)]  # MCP (issue 32)
+        if warnings:
+            response["warnings"] = warnings
         if approval_id is not None:
             response["status"] = "pending"
             response["approvalId"] = approval_id
         return response
+
+    def _mcp_warnings(self, platform: PlatformInfo, doc: Document) -> list[str]:
+        """What the install answer says about the team's MCP servers (docs/mcp.md)."""
+        template = {"id": doc["templateId"], "slug": doc["templateSlug"]}
+        catalogue = Catalogue(dict(self.settings.mcp_servers))
+        runs, owner = platform.traits.runs_mcp, doc["owner"]
+        return install_warnings(doc["definition"], platform.id, runs, catalogue, template, owner, doc["_id"])
 
     async def settle_approval(self, install_id: str, org_id: str, approved: bool) -> None:
         """Governance decision: a waiting install of the org becomes ready, or is cancelled."""

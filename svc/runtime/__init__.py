@@ -16,6 +16,11 @@ from svc.runtime.faults import CrashPoints
 from svc.runtime.host import InstallHost
 from svc.runtime.journal import scratch
 from svc.runtime.llm import LLM, ProviderNotConfigured
+from svc.runtime.mcp_installs import McpApprovalDecisionBody, McpApprovalQuery, McpConsentBody, McpInstalls
+from svc.runtime.mcp_policy import read_back_mcp
+from svc.runtime.mcp_run import McpRun, McpService
+from svc.runtime.mcp_support import ApprovalNeeded, ToolOutcome
+from svc.runtime.mcp_tools import McpToolbox
 from svc.runtime.outreach import BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody
 from svc.runtime.pipelines import MAX_DRAFT_ID
 from svc.runtime.policy import read_back
@@ -44,6 +49,8 @@ __all__ = [
     "OWED",
     "STALLED",
     "TERMINAL",
+    "Admission",
+    "ApprovalNeeded",
     "BulkBody",
     "CallbackDelivery",
     "ContinueBody",
@@ -53,6 +60,13 @@ __all__ = [
     "HeartbeatBody",
     "InstallHost",
     "InstallRunner",
+    "McpApprovalDecisionBody",
+    "McpApprovalQuery",
+    "McpConsentBody",
+    "McpInstalls",
+    "McpRun",
+    "McpService",
+    "McpToolbox",
     "Outreach",
     "ProviderNotConfigured",
     "RejectBody",
@@ -72,6 +86,7 @@ __all__ = [
     "Subscription",
     "TeamRunner",
     "ToggleBody",
+    "ToolOutcome",
     "WebhookBody",
     "agent_runs",
     "check_cron",
@@ -81,6 +96,7 @@ __all__ = [
     "next_fire",
     "pool",
     "read_back",
+    "read_back_mcp",
     "redacted",
     "root_agent",
     "scratch",

@@ -38,11 +38,14 @@ from svc.runtime.journal import (
     tool_key,
 )
 from svc.runtime.llm import LLM
+from svc.runtime.mcp_run import McpRun
+from svc.runtime.mcp_tools import McpToolbox
 
 log = logging.getLogger(__name__)
 
 MAX_ITERATIONS = 10
 OUTCOME_UNKNOWN = "outcome-unknown"
+APPROVAL = "tool-approval"
 REFUSED_BY_OPERATOR = "Refused by the operator"
 CANCELLED = "Run cancelled"
 
@@ -140,8 +143,11 @@ class TeamRunner:
         *,
         admit: Callable[[], Awaitable[None]] | None = None,
         token_cap: int | None = None,
+        mcp: McpRun | None = None,
     ) -> None:
         self.llm = llm
+        # The run's MCP tools (svc/runtime/mcp_run.py), when its team declares MCP servers.
+        self.mcp = mcp
         self.recorder = recorder
         # Spend caps: asked before every model call; raises Conflict when the cap is reached.
         self.admit = admit
@@ -211,6 +217,8 @@ class TeamRunner:
         elif isinstance(first.get("task"), str):
             task = first["task"]  # resumed: the conversation starts as it did the first time
         tools = [*(delegation[0] if delegation else []), HTTP_TOOL]
+        # The security-log entry and the event of an MCP call go into the journal (`_tool`).
+        toolbox = self.mcp.toolbox(agent, _journalled) if self.mcp is not None else None
         http = HttpTool(
             self.llm,
             scope.install_id,
@@ -222,6 +230,8 @@ class TeamRunner:
         )
         messages: list[ChatMessage] = [ChatMessage("user", task)]
         try:
+            if toolbox is not None:
+                tools = [*tools, *await toolbox.specs()]
             for n in range(MAX_ITERATIONS):
                 answer = await self._model(agent, step, path, n, messages, tools)
                 if not answer.tool_calls:
@@ -229,7 +239,7 @@ class TeamRunner:
                     break
                 messages.append(ChatMessage("assistant", answer.text, tool_calls=answer.tool_calls))
                 for j, call in enumerate(answer.tool_calls):
-                    output = await self._tool(http, delegation, path, n, j, call)
+                    output = await self._tool(http, delegation, path, n, j, call, toolbox)
                     messages.append(ChatMessage("tool", output, tool_call_id=call.id, name=call.name))
             else:
                 raise AgentFailed(f"Agent {agent['key']} did not finish within {MAX_ITERATIONS} iterations")
@@ -322,6 +332,7 @@ class TeamRunner:
         n: int,
         j: int,
         call: ToolCall,
+        toolbox: McpToolbox | None = None,
     ) -> str:
         """The j-th tool call of the n-th answer: from the journal, or made and journalled."""
         recorder = self.recorder
@@ -330,10 +341,13 @@ class TeamRunner:
         if recorded is not None:
             return str(recorded.get("output") or "")
         resumed, recorder.resumed = recorder.resumed, False
-        record = None
+        record: Any = None
+        event: dict[str, Any] | None = None
         if call.name == HTTP_TOOL.name:
             outcome = await self._http(http, key, call, in_flight=resumed)
             output, record = outcome.output, outcome.record
+        elif toolbox is not None and toolbox.owns(call.name):
+            output, record, event = await self._mcp(toolbox, http, key, call)
         elif delegation is not None and call.name in {t.name for t in delegation[0]}:
             await recorder.flush()
             output = await delegation[1](call, key)
@@ -345,7 +359,7 @@ class TeamRunner:
             entry["security"] = asdict(record)
             entry["securityId"] = f"{http.run_id}:{key}"
             entry["timelineId"] = str(ObjectId())
-            recorder.emit("tool_call", tool_event(record))
+            recorder.emit("tool_call", event if event is not None else tool_event(record))
         recorder.note(entry)
         return output
 
@@ -376,6 +390,47 @@ class TeamRunner:
 
         return await http.call(request, key, before_send=mark)
 
+    async def _mcp(
+        self, toolbox: McpToolbox, http: HttpTool, key: str, call: ToolCall
+    ) -> tuple[str, Any, dict[str, Any] | None]:
+        """An MCP tool call: the policy, the judge or a person's approval, the call (svc/runtime/
+        mcp_tools.py). A call that needs an approval stops the run at a `tool-approval` gate; once
+        a person decided, the run's replay reaches this call again and the decision is applied. A
+        call is marked before it is made, so one a crash cut off is never made twice unasked."""
+        recorder = self.recorder
+        decision = recorder.journal.decision(key)
+        if decision is not None and decision.get("approvalId"):
+            await toolbox.run.service.approvals.decide_once(
+                http.install_id, decision["approvalId"], decision["decision"], decision.get("by")
+            )
+        if recorder.journal.get("sending", key) is not None:
+            if decision is None:
+                raise GateReached(
+                    OUTCOME_UNKNOWN, {"key": key, "agent": http.agent["key"], "tool": call.name}
+                )
+            if decision["decision"] == "done":
+                return decision.get("note") or "The operator marked this call as done", None, None
+            if decision["decision"] == "fail":
+                raise AgentFailed(f"The operator failed the run at an unknown outcome ({call.name})")
+        recorder.note({"kind": "sending", "key": key, "agent": http.agent["key"]})
+        await recorder.flush()
+        outcome = await toolbox.call(call.name, call.arguments)
+        if outcome.approval is not None:
+            approval = outcome.approval
+            raise GateReached(
+                APPROVAL,
+                {
+                    "key": key,
+                    "agent": http.agent["key"],
+                    "tool": call.name,
+                    "arguments": outcome.event.get("arguments") if outcome.event else None,
+                    "approvalId": approval.approval_id,
+                    "digest": approval.digest,
+                    "description": approval.description,
+                },
+            )
+        return outcome.output, outcome.record, outcome.event
+
     def _check_token_cap(self) -> None:
         """At a step boundary (before a model call): stop the run once it has used its token cap.
         A delegate stopped here fails, and so does the supervisor at its next model call."""
@@ -383,6 +438,10 @@ class TeamRunner:
         if self.token_cap is not None and used >= self.token_cap:
             self.capped = True  # the marker execution bills the run by (not the error's text)
             raise AgentFailed(f"Stopped at the run's token cap: {used} tokens used, cap {self.token_cap}")
+
+
+async def _journalled(record: Any) -> None:
+    """The toolbox's log sink: the entry goes into the run's journal instead (`_tool`)."""
 
 
 def resend_allowed(http: HttpTool, request: Request) -> bool:

@@ -34,6 +34,7 @@ from svc.runtime.events import Events
 from svc.runtime.faults import CrashPoints
 from svc.runtime.journal import ReplayMismatch, RunRecorder, RunTaken
 from svc.runtime.llm import LLM
+from svc.runtime.mcp_run import McpService
 from svc.runtime.pipelines import PipelineExecutor
 from svc.runtime.settlement import Settlement, owed_on_end, owed_on_pause
 
@@ -77,6 +78,7 @@ class InstallRunner:
         limits: RunLimits,
         mailer: Mailer | None = None,
         admission: Admission | None = None,
+        mcp: McpService | None = None,
     ) -> None:
         self.store = store
         self.vault = vault
@@ -86,6 +88,8 @@ class InstallRunner:
         self.pipelines = PipelineExecutor(store, mailer or Mailer(store))
         self.events = Events(store)
         self.admission = admission
+        # MCP (issue 32): the tools of a team's MCP servers, connections pooled per actor.
+        self.mcp = mcp
         # This runner's incarnation: every run it claims is stamped with it.
         self.incarnation = tokens.new_id()
 
@@ -191,9 +195,32 @@ class InstallRunner:
                 await admission(install, ())
 
         bound = (lambda: admit(install)) if admit is not None else None
-        runner = TeamRunner(
-            self.llm, recorder, admit=bound, token_cap=(install.get("limits") or {}).get("runTokenCap")
+        mcp = (
+            self.mcp.for_install(install, run["_id"], scope.secrets, definition)
+            if self.mcp is not None and definition.get("mcpServers")
+            else None
         )
+        runner = TeamRunner(
+            self.llm,
+            recorder,
+            admit=bound,
+            token_cap=(install.get("limits") or {}).get("runTokenCap"),
+            mcp=mcp,
+        )
+        try:
+            return await self._run_team(install, definition, run, scope, runner)
+        finally:
+            if mcp is not None:  # what the run listed and opened ends with it
+                await mcp.aclose()
+
+    async def _run_team(
+        self,
+        install: Document,
+        definition: dict[str, Any],
+        run: Document,
+        scope: RunScope,
+        runner: TeamRunner,
+    ) -> tuple[TeamResult, dict[str, Any] | None]:
         state = run.get("state") or {}
         payload = {
             "task": run.get("task") or "",

@@ -258,6 +258,7 @@ class InstallHost:
             "note": command.note,
             "by": command.actor.get("actor_id"),
             "at": utcnow(),
+            **({"approvalId": call["approvalId"]} if call.get("approvalId") else {}),
         }
 
     async def events(self, command: WatchEvents) -> Watched:

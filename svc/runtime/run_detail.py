@@ -47,6 +47,8 @@ SECURITY_FIELDS = (
     "statusCode",
     "latencyMs",
     "reportOnly",
+    "kind",  # MCP (issue 32): an MCP tool call's entry and its details
+    "mcp",
 )
 
 
