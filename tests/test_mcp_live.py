@@ -19,11 +19,13 @@ from typing import Any
 
 import pytest
 
+from api.app import SERVICES
 from config.mcp_catalogue import McpCatalogueEntry
 from scripts.mcp_servers import McpServerUnavailable, start_everything, time_server
 from svc.mcp import Connection, Target
 from tests.support.mcp import exact_http, policy, rule, server
 from tests.support.runtime import managed_client, svc_install
+from tests.support.waiting import wait_status
 from tests.test_run_stream import stream
 
 
@@ -116,15 +118,11 @@ async def test_a_run_calls_real_mcp_tools_under_the_policy(
         f"/api/installs/{install_id}/run", json={"task": "What time is it?"}, headers=key
     )
     outcome = await response.json()
-    assert outcome["status"] == "completed", outcome
+    # The call that needs a person stops the run at its gate, the calls before it made.
+    assert (outcome["status"], outcome["pausedAtGate"]) == ("paused", "tool-approval"), outcome
     offered = {t["name"] for t in llm.requests[0].body["tools"]}
     assert {"mcp__time__get_current_time", "mcp__time__convert_time", "mcp__everything__echo"} <= offered
     assert "mcp__everything__get-env" not in offered  # denied outright: never offered
-    results = {m["tool_use_id"]: m["content"] for m in tool_results(llm.requests[2].body)}
-    assert '"timezone": "Europe/Paris"' in results["call_1"]
-    assert results["call_2"] == "Unknown tool 'mcp__everything__get-env'"
-    assert results["call_3"] == "Echo: hello"
-    assert "needs a person's approval" in results["call_4"]
 
     log = (await (await client.get(f"/api/installs/{install_id}/security/requests", headers=key)).json())[
         "requests"
@@ -152,7 +150,7 @@ async def test_a_run_calls_real_mcp_tools_under_the_policy(
         ("time", "convert_time", "approval_required"),
     ]
 
-    # The person approves the exact call once; a second decision is refused.
+    # The person approves the exact call once: the run goes on from its gate and makes it.
     pending = await (
         await client.get(f"/api/installs/{install_id}/mcp/approvals?status=pending", headers=key)
     ).json()
@@ -164,27 +162,52 @@ async def test_a_run_calls_real_mcp_tools_under_the_policy(
         headers=key,
     )
     assert decided.status == 200 and (await decided.json())["approval"]["status"] == "approved"
+    run = await wait_status(store_of(client), outcome["runId"], "completed")
+    assert run["response"] == "Done."
+    results = {m["tool_use_id"]: m["content"] for m in tool_results(llm.requests[2].body)}
+    assert '"timezone": "Europe/Paris"' in results["call_1"]
+    assert results["call_2"] == "Unknown tool 'mcp__everything__get-env'"
+    assert results["call_3"] == "Echo: hello"
+    assert "Asia/Tokyo" in results["call_4"], "the approved call was made"
+    assert len(llm.requests) == 3, "no model call made twice across the gate"
     again = await client.post(
         f"/api/installs/{install_id}/mcp/approvals/{approval['id']}",
         json={"decision": "approve"},
         headers=key,
     )
     assert again.status == 409
-    # Replayed into another run, the approval is refused: that run's call is another call.
+    used = await (
+        await client.get(f"/api/installs/{install_id}/mcp/approvals?status=used", headers=key)
+    ).json()
+    assert [a["id"] for a in used["approvals"]] == [approval["id"]]
+    # Another run's identical call is another call: it asks again (an approval is single use).
     llm.script(tool_calls=[call("mcp__time__convert_time", convert, 5)])
-    llm.script(text="Done again.")
     second = await (
         await client.post(f"/api/installs/{install_id}/run", json={"task": "Again"}, headers=key)
     ).json()
-    assert second["status"] == "completed"
-    assert "needs a person's approval" in tool_results(llm.requests[-1].body)[-1]["content"]
-    used = await (
-        await client.get(f"/api/installs/{install_id}/mcp/approvals?status=approved", headers=key)
+    assert (second["status"], second["pausedAtGate"]) == ("paused", "tool-approval")
+    waiting = await (
+        await client.get(f"/api/installs/{install_id}/mcp/approvals?status=pending", headers=key)
     ).json()
-    assert [a["id"] for a in used["approvals"]] == [approval["id"]]  # still unused: bound to run 1
+    assert [a["id"] for a in waiting["approvals"]] != [approval["id"]] and len(waiting["approvals"]) == 1
+    # A rejection tells the model "Refused by the operator" and the run goes on.
+    llm.script(text="Understood.")
+    refused = await client.post(
+        f"/api/installs/{install_id}/continue",
+        json={"runId": second["runId"], "decision": "reject"},
+        headers=key,
+    )
+    assert refused.status == 200, await refused.text()
+    await wait_status(store_of(client), second["runId"], "completed")
+    assert tool_results(llm.requests[-1].body)[-1]["content"] == "Refused by the operator"
 
     metrics = await (await client.get("/metrics")).text()
     assert 'svc_mcp_tool_calls_total{outcome="ok",verdict="allowed"}' in metrics
+
+
+def store_of(client: Any) -> Any:
+    """The app's store (the run's ledger)."""
+    return client.server.app[SERVICES].store
 
 
 def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:

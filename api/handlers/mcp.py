@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from api.context import principal, services
+from api.handlers.console import acting
 from api.routing import RouteTable
 from api.schemas.mcp import (
     McpApprovalList,
@@ -64,7 +65,12 @@ async def decide_mcp_approval(request: web.Request, body: McpApprovalDecisionBod
     svc = services(request)
     who = principal(request)
     install = await svc.installs.owned(who, request.match_info["id"])
+    approval_id = request.match_info["approvalId"]
     result = await McpInstalls(svc.mcp).decide_approval(
-        install, request.match_info["approvalId"], body.decision, who.user_id or who.org_id
+        install, approval_id, body.decision, who.user_id or who.org_id
+    )
+    # The run that waits at this call's gate goes on with the decision (a run not waiting: nothing).
+    await svc.run_service.resume_approval(
+        who, install["_id"], approval_id, body.decision, await acting(request)
     )
     return web.json_response(result)

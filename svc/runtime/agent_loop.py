@@ -217,8 +217,10 @@ class TeamRunner:
         elif isinstance(first.get("task"), str):
             task = first["task"]  # resumed: the conversation starts as it did the first time
         tools = [*(delegation[0] if delegation else []), HTTP_TOOL]
-        # The security-log entry and the event of an MCP call go into the journal (`_tool`).
-        toolbox = self.mcp.toolbox(agent, _journalled) if self.mcp is not None else None
+        # What the MCP toolbox logs (each call, each tool it could not offer) goes into the journal.
+        toolbox = (
+            self.mcp.toolbox(agent, self._journal_log(path), recorder.emit) if self.mcp is not None else None
+        )
         http = HttpTool(
             self.llm,
             scope.install_id,
@@ -341,13 +343,12 @@ class TeamRunner:
         if recorded is not None:
             return str(recorded.get("output") or "")
         resumed, recorder.resumed = recorder.resumed, False
-        record: Any = None
-        event: dict[str, Any] | None = None
+        record = None
         if call.name == HTTP_TOOL.name:
             outcome = await self._http(http, key, call, in_flight=resumed)
             output, record = outcome.output, outcome.record
         elif toolbox is not None and toolbox.owns(call.name):
-            output, record, event = await self._mcp(toolbox, http, key, call)
+            output = await self._mcp(toolbox, http, key, call)  # logged by the toolbox itself
         elif delegation is not None and call.name in {t.name for t in delegation[0]}:
             await recorder.flush()
             output = await delegation[1](call, key)
@@ -359,7 +360,7 @@ class TeamRunner:
             entry["security"] = asdict(record)
             entry["securityId"] = f"{http.run_id}:{key}"
             entry["timelineId"] = str(ObjectId())
-            recorder.emit("tool_call", event if event is not None else tool_event(record))
+            recorder.emit("tool_call", tool_event(record))
         recorder.note(entry)
         return output
 
@@ -390,9 +391,19 @@ class TeamRunner:
 
         return await http.call(request, key, before_send=mark)
 
-    async def _mcp(
-        self, toolbox: McpToolbox, http: HttpTool, key: str, call: ToolCall
-    ) -> tuple[str, Any, dict[str, Any] | None]:
+    def _journal_log(self, path: str) -> Callable[[Any], Awaitable[None]]:
+        """The MCP toolbox's log sink for one invocation: each entry it logs (a call, a tool it
+        could not offer) is journalled with the run, and stored by its settlement."""
+        recorder = self.recorder
+
+        async def log(record: Any) -> None:
+            key = f"{path}/log{len(recorder.log)}"
+            entry = {"kind": "log", "key": key, "agent": record.agentKey, "security": asdict(record)}
+            recorder.note({**entry, "securityId": f"{record.runId}:{key}", "timelineId": str(ObjectId())})
+
+        return log
+
+    async def _mcp(self, toolbox: McpToolbox, http: HttpTool, key: str, call: ToolCall) -> str:
         """An MCP tool call: the policy, the judge or a person's approval, the call (svc/runtime/
         mcp_tools.py). A call that needs an approval stops the run at a `tool-approval` gate; once
         a person decided, the run's replay reaches this call again and the decision is applied. A
@@ -409,7 +420,7 @@ class TeamRunner:
                     OUTCOME_UNKNOWN, {"key": key, "agent": http.agent["key"], "tool": call.name}
                 )
             if decision["decision"] == "done":
-                return decision.get("note") or "The operator marked this call as done", None, None
+                return str(decision.get("note") or "The operator marked this call as done")
             if decision["decision"] == "fail":
                 raise AgentFailed(f"The operator failed the run at an unknown outcome ({call.name})")
         recorder.note({"kind": "sending", "key": key, "agent": http.agent["key"]})
@@ -429,7 +440,7 @@ class TeamRunner:
                     "description": approval.description,
                 },
             )
-        return outcome.output, outcome.record, outcome.event
+        return outcome.output
 
     def _check_token_cap(self) -> None:
         """At a step boundary (before a model call): stop the run once it has used its token cap.
@@ -438,10 +449,6 @@ class TeamRunner:
         if self.token_cap is not None and used >= self.token_cap:
             self.capped = True  # the marker execution bills the run by (not the error's text)
             raise AgentFailed(f"Stopped at the run's token cap: {used} tokens used, cap {self.token_cap}")
-
-
-async def _journalled(record: Any) -> None:
-    """The toolbox's log sink: the entry goes into the run's journal instead (`_tool`)."""
 
 
 def resend_allowed(http: HttpTool, request: Request) -> bool:

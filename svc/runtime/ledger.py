@@ -342,6 +342,12 @@ async def paused_at(store: Store, install_id: str, gate: str) -> Document | None
     )
 
 
+async def paused_on_approval(store: Store, install_id: str, approval_id: str) -> Document | None:
+    """The install's run paused at the tool call an approval request is for."""
+    query = {"installId": install_id, "status": "paused", "state.call.approvalId": approval_id}
+    return await store[RUNS].find_one(query, HEAVY)
+
+
 async def of_install(store: Store, install_id: str) -> list[Document]:
     """The install's runs that are not finished, journal and all (an actor's recovery)."""
     return (

@@ -110,7 +110,7 @@ class RunDetail:
             "response": (ledger or {}).get("response") if full else None,
             "steps": step_list,
             "tokensByAgent": tokens_by_agent(step_list),
-            "security": [security_entry(e) for e in journal if e.get("kind") == "tool" and e.get("security")][
+            "security": [security_entry(e) for e in journal if e.get("security")][
                 :MAX_SECURITY
             ],
             "cost": self._cost(template, record),

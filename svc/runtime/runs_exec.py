@@ -286,6 +286,20 @@ class RunService:
         )
         return {"ok": True}
 
+    async def resume_approval(
+        self, principal: Principal, install_id: str, approval_id: str, decision: str, actor: dict[str, Any]
+    ) -> bool:
+        """Continue the run paused at the tool call this approval request is for, with the person's
+        decision (deciding through the approvals route and continuing the run are one act)."""
+        paused = await ledger.paused_on_approval(self.store, install_id, approval_id)
+        if paused is None:
+            return False
+        try:
+            await self.continue_run(principal, install_id, False, actor, paused["_id"], decision)
+        except Conflict:
+            return False  # continued meanwhile by someone else
+        return True
+
     async def cancel(self, principal: Principal, install_id: str) -> dict[str, Any]:
         """Cancel the install's active run: {ok, runId, cancelledStep}; 404 when none is active.
         The actor decides: a run it runs is stopped, a queued one never starts."""

@@ -211,7 +211,7 @@ class Settlement:
                     event_id=entry.get("eventId") or f"{run_id}:{entry['key']}",
                 )
                 batch.put("pipeline_events", event)
-            elif entry.get("kind") == "tool" and entry.get("security"):
+            elif entry.get("security"):  # a tool call made, or one that asked for a person's approval
                 security_log.add_to(
                     batch, entry["security"], entry["securityId"], entry["timelineId"], entry["at"]
                 )
