@@ -1,8 +1,8 @@
 """Installs: a template deployed onto a platform, its variables and secrets, and who may reach it."""
 
 from svc.installs.auto_upgrades import AutoUpgrades
-from svc.installs.fields import CreateInstallBody, interpolate
-from svc.installs.installs import Installs, touch_last_run
+from svc.installs.fields import ENCRYPTED, CreateInstallBody, interpolate
+from svc.installs.installs import Installs, note_last_run
 from svc.installs.limits import LimitsBody, limits_of, set_limits
 from svc.installs.reach import builder_reaches, deployer_reaches, is_visible, reaches
 from svc.installs.run_poller import RunPoller
@@ -11,6 +11,7 @@ from svc.installs.upgrades import Upgrades
 from svc.installs.versions import run_definition
 
 __all__ = [
+    "ENCRYPTED",
     "AutoUpgradeBody",
     "AutoUpgrades",
     "CreateInstallBody",
@@ -24,8 +25,8 @@ __all__ = [
     "interpolate",
     "is_visible",
     "limits_of",
+    "note_last_run",
     "reaches",
     "run_definition",
     "set_limits",
-    "touch_last_run",
 ]
