@@ -26,7 +26,9 @@ from svc.key_rotation import FIELDS, rotate_keys
 from tests.support.accounts import Caller, bearer, create_key, signup
 from tests.support.cli import run_cli
 from tests.support.installs import install_ok, published_team
-from tests.support.orgs import create_org, make_pro, ok, send
+from tests.support.orgs import create_org, make_pro, ok, org_key, send, world
+from tests.support.templates import publish_template
+from tests.support.upgrades import move_ok, publish_next, team
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,17 +67,24 @@ async def secrets_written(client: Any) -> tuple[Caller, str]:
 
 
 async def stored_values(store: Store) -> dict[tuple[str, str, str], str]:
-    """(collection, id, path) -> token for every `...Encrypted` field anywhere in the database."""
-    found = {}
+    """(collection, id, path) -> token for every `...Encrypted` field anywhere in the database,
+    sub-documents included."""
+    found: dict[tuple[str, str, str], str] = {}
+
+    def walk(collection: str, doc_id: str, prefix: str, doc: dict[str, Any]) -> None:
+        for field, value in doc.items():
+            if not field.endswith("Encrypted"):
+                if isinstance(value, dict):
+                    walk(collection, doc_id, f"{prefix}{field}.", value)
+                continue
+            if isinstance(value, dict):
+                found.update({(collection, doc_id, f"{prefix}{field}.{k}"): v for k, v in value.items()})
+            elif isinstance(value, str):
+                found[(collection, doc_id, f"{prefix}{field}")] = value
+
     for collection in await store.db.list_collection_names():
         async for doc in store[collection].find({}):
-            for field, value in doc.items():
-                if not field.endswith("Encrypted"):
-                    continue
-                if isinstance(value, dict):
-                    found |= {(collection, str(doc["_id"]), f"{field}.{k}"): v for k, v in value.items()}
-                elif isinstance(value, str):
-                    found[(collection, str(doc["_id"]), field)] = value
+            walk(collection, str(doc["_id"]), "", doc)
     return found
 
 
@@ -94,7 +103,9 @@ async def test_after_a_rotation_the_old_key_can_be_dropped(make_client, store, k
     client = await make_client(secret_keys=(old,), rate_limit_multiplier=None)
     owner, key = await secrets_written(client)
     before = await stored_values(store)
-    assert {(c, p.split(".")[0]) for c, _, p in before} == {(f.collection, f.field) for f in FIELDS}
+    # Every kind but a move's secrets waiting for approval (the next test makes one).
+    written = {(f.collection, f.field) for f in FIELDS if not f.field.startswith("pendingUpgrade.")}
+    assert {(c, p.split(".")[0]) for c, _, p in before} == written
     secrets = plain(Vault([old]), before)
 
     report = await rotate_keys(store, Vault([new, old]), batch=2)
@@ -120,6 +131,37 @@ async def test_after_a_rotation_the_old_key_can_be_dropped(make_client, store, k
     again = await rotate_keys(store, Vault([new, old]))
     assert again["totals"]["reencrypted"] == 0 and again["totals"]["current"] == len(before)
     assert again["pass"] == 2 and again["oldKeysCanBeDropped"]
+
+
+async def test_the_secrets_of_a_move_waiting_for_approval_are_rotated_and_applied_later(
+    make_client, store, keys
+):
+    """Issue 34: a MAJOR move under an org's governance keeps its new secrets (encrypted) until it
+    is approved; a rotation re-encrypts them, so the approval still applies them after the old
+    key is dropped."""
+    old, new = keys
+    client = await make_client(secret_keys=(old,), rate_limit_multiplier=None)
+    w = await world(client, pro=True)
+    key = await org_key(client, w.admin, w.slug)
+    template = await publish_template(client, key, definition=team(), name="Gated Team")
+    install_id = (await install_ok(client, key, templateId=template["id"], platform="svc"))["installId"]
+    await ok(await send(client, w.admin, "PATCH", f"{w.base}/settings/governance", {"enabled": True}))
+    await publish_next(client, key, template["id"], {**team(), "requiredSecrets": ["CRM_KEY"]}, "CRM")
+    asked = await move_ok(client, bearer(key), install_id, secrets={"CRM_KEY": "crm-value"})
+    assert asked["status"] == "pending_approval"
+    where = ("installs", install_id, "pendingUpgrade.secretsEncrypted.CRM_KEY")
+    assert Vault([old]).decrypt((await stored_values(store))[where]) == "crm-value"
+
+    report = await rotate_keys(store, Vault([new, old]))
+    assert report["finished"] and report["oldKeysCanBeDropped"]
+    assert Vault([new]).decrypt((await stored_values(store))[where]) == "crm-value"
+
+    fresh = await make_client(secret_keys=(new,), rate_limit_multiplier=None)
+    path = f"{w.base}/approvals/{asked['approvalId']}"
+    await ok(await send(fresh, w.owner, "PATCH", path, {"status": "approved"}))
+    install = await store.installs.find_one({"_id": install_id})
+    assert install["templateVersion"] == 2 and not install.get("pendingUpgrade")
+    assert Vault([new]).decrypt(install["secretsEncrypted"]["CRM_KEY"]) == "crm-value"
 
 
 async def test_an_interrupted_rotation_leaves_everything_readable_and_the_next_run_finishes(

@@ -50,7 +50,8 @@ TALLIES = ("documents", "values", "reencrypted", "current", "undecryptable", "ch
 
 @dataclass(frozen=True)
 class Encrypted:
-    """One stored Fernet field: a token, or (`many`) a map of names to tokens."""
+    """One stored Fernet field: a token, or (`many`) a map of names to tokens; `field` may be a
+    dotted path into a sub-document."""
 
     collection: str
     field: str
@@ -198,7 +199,9 @@ def tokens(fields: list[Encrypted], doc: Document) -> list[tuple[str, str]]:
     """(dotted path, token) of every encrypted value the document holds."""
     found = []
     for field in fields:
-        value: Any = doc.get(field.field)
+        value: Any = doc
+        for part in field.field.split("."):  # a field inside a sub-document: `parent.field`
+            value = value.get(part) if isinstance(value, dict) else None
         if field.many and isinstance(value, dict):
             found += [
                 (f"{field.field}.{name}", token) for name, token in value.items() if isinstance(token, str)

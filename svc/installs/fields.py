@@ -25,6 +25,8 @@ TOP_LEVEL_CREDENTIALS = ("orchABaseUrl", "orchAApiKey")
 # The Fernet fields this package stores (`svc keys rotate` re-encrypts them).
 ENCRYPTED = (
     Encrypted("installs", "secretsEncrypted", many=True),
+    # Issue 34: the new secrets of a move waiting for the org's approval (svc/installs/upgrades.py).
+    Encrypted("installs", "pendingUpgrade.secretsEncrypted", many=True),
     Encrypted("installs", "credentialsEncrypted"),
     Encrypted("installs", "platformStateEncrypted"),
     Encrypted("installs", "webhookSecretEncrypted"),
