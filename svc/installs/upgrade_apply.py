@@ -30,6 +30,7 @@ from svc.core import (
     Document,
     Governance,
     Mailer,
+    ServiceError,
     Store,
     Timeline,
     actor_of,
@@ -38,6 +39,7 @@ from svc.core import (
 )
 from svc.installs.fields import MAX_INSTALL_SECRETS, interpolate
 from svc.installs.installs import Installs
+from svc.installs.secret_merge import fits
 from svc.installs.upgrade_plan import Plan, Target
 from svc.installs.versions import MAX_HISTORY, first_entry
 
@@ -150,11 +152,14 @@ class VersionMover:
             result = await self.installs.plugins.upgrade(
                 install["platform"], self.context(install, plan.target, values, dry_run=False)
             )
+            # The secret cap is counted on the server in the same write, as a merge counts it
+            # (svc/installs/secret_merge.py): a merge racing the move cannot take it past the cap.
+            capped = fits(sorted(values.secrets)) if values.secrets else {}
             done = await self.store.installs.update_one(
-                {**guard, "upgrading": None}, self._commit(install, plan, values, result, actor)
+                {**guard, "upgrading": None, **capped}, self._commit(install, plan, values, result, actor)
             )
             if not done.matched_count:
-                raise await self.conflict(install["_id"])
+                raise await self.conflict(install["_id"], values)
         else:
             result = await self._upstream(install, plan, values, actor, guard)
         if self.installs.traits(install["platform"]).uses_secrets and values.secrets:
@@ -262,8 +267,6 @@ class VersionMover:
             "$unset": {"upgrading": "", "pendingUpgrade": ""},
             "$push": {"versionHistory": {"$each": [*earlier, entry], "$slice": -MAX_HISTORY}},
         }
-        if values.secrets:
-            update["$inc"] = {"secretsRevision": 1}  # racing secret merges count again
         return update
 
     async def _release(self, install_id: str, token: str) -> None:
@@ -278,11 +281,15 @@ class VersionMover:
             {"_id": install_id, "upgrading.token": token}, {"$push": {"upgrading.created": vars(agent)}}
         )
 
-    async def conflict(self, install_id: str) -> Conflict:
+    async def conflict(self, install_id: str, values: Values | None = None) -> ServiceError:
         """Why a move found the install other than it planned (read after the write missed)."""
         now = await self.store.installs.find_one({"_id": install_id})
         if now is None or now["status"] == "cancelled":
             return Conflict("Install is cancelled")
+        if values is not None and len(set(now.get("secretsEncrypted") or {}) | set(values.secrets)) > (
+            MAX_INSTALL_SECRETS
+        ):
+            return BadRequest(f"secrets: an install holds at most {MAX_INSTALL_SECRETS} names")
         if now["status"] != "completed":
             return Conflict(f"Install is not ready (status: {now['status']})")
         if now.get("pendingUpgrade"):
