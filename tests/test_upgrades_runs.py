@@ -1,38 +1,19 @@
 """Runs across a move on the managed runtime: a run started before an upgrade finishes on its
-version (with a slow fake model, held mid-run), a paused pipeline resumes on its version, new
-runs use the new one, and a run racing an upgrade runs one whole version (docs/upgrades.md)."""
+version (its first model call held in flight by the fake), a paused pipeline resumes on its
+version, new runs use the new one, and a run racing an upgrade runs one whole version
+(docs/upgrades.md)."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from typing import Any
-
-from aiohttp import web
 
 from tests.fakes.llm import FakeLLM
 from tests.support.accounts import bearer, create_key, signup
 from tests.support.runtime import provider_settings
 from tests.support.templates import publish_template
 from tests.support.upgrades import move, move_ok, publish_next
-from tests.support.waiting import wait_status
-
-
-@dataclass
-class SlowLLM(FakeLLM):
-    """A fake providerA that holds the next `hold` calls until the test releases them: a model
-    call in flight, for as long as the test needs it (no sleeping)."""
-
-    hold: int = 0
-    holding: asyncio.Event = field(default_factory=asyncio.Event)
-    release: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        if self.hold > 0:
-            self.hold -= 1
-            self.holding.set()
-            await self.release.wait()
-        return await super()._handle(request)
+from tests.support.waiting import eventually, wait_status
 
 
 def lead_and_helper(version: str, **fields: Any) -> dict[str, Any]:
@@ -55,8 +36,8 @@ def lead_and_helper(version: str, **fields: Any) -> dict[str, Any]:
 
 async def setup(
     make_client: Any, aiohttp_server: Any, team: dict[str, Any]
-) -> tuple[Any, SlowLLM, str, dict[str, str], str]:
-    llm = SlowLLM("providerA")
+) -> tuple[Any, FakeLLM, str, dict[str, str], str]:
+    llm = FakeLLM("providerA")
     server = await aiohttp_server(llm.app())
     client = await make_client(rate_limit_multiplier=None, providers=provider_settings(llm.url(server)))
     caller = await signup(client)
@@ -78,20 +59,20 @@ async def test_a_run_in_flight_finishes_on_its_version_and_new_runs_use_the_new_
     make_client, aiohttp_server, store
 ):
     client, llm, key, headers, install_id = await setup(make_client, aiohttp_server, lead_and_helper("one"))
-    llm.hold = 1
+    llm.holding = True  # every model call waits, recorded, until the test lets them go
     llm.script(tool_calls=[{"name": "delegate_helper", "arguments": {"task": "help"}}])
     llm.script(text="helped")
     llm.script(text="done")
     body = {"task": "go", "wait": False}
     started = await client.post(f"/api/installs/{install_id}/run", json=body, headers=headers)
     run_id = (await started.json())["runId"]
-    await asyncio.wait_for(llm.holding.wait(), 60)  # the lead's first model call is in flight
+    await eventually(lambda: llm.requests, "the lead's first model call is in flight")
 
     template_id = (await store.installs.find_one({"_id": install_id}))["templateId"]
     await publish_next(client, key, template_id, lead_and_helper("two"), "new prompts")
     moved = await move_ok(client, headers, install_id)
     assert moved["toVersion"] == 2
-    llm.release.set()
+    llm.holding = False
 
     run = await wait_status(store, run_id, "completed")
     assert run["templateVersion"] == 1
