@@ -22,7 +22,8 @@ def test_defaults_need_no_environment():
     assert settings.mongodb_uri is None
     assert settings.data_dir.is_absolute() and settings.data_dir == DEFAULT_DATA_DIR
     assert settings.rate_limit_multiplier == 1.0
-    assert settings.public_url == "http://127.0.0.1:8080"
+    assert settings.public_url is None and settings.public_origin is None
+    assert settings.base_url == "http://127.0.0.1:8080"  # links, until `svc serve` names its address
     assert settings.billing_cron_schedule == "0 0 1 * *"
     assert not settings.cookie_secure
     assert settings.egress_allow_private is False
