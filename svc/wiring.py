@@ -44,7 +44,7 @@ if TYPE_CHECKING:
         Schedules,
         SecurityLog,
     )
-    from svc.templates import Portability, Templates
+    from svc.templates import Definitions, Portability, Templates
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,8 @@ class Services:
     credentials: Credentials
     rate_limiter: RateLimiter | None
     templates: Templates
+    # Checks definitions against the spec and against the providers configured here (the editor).
+    definitions: Definitions
     portability: Portability
     runs: Runs
     run_analytics: RunAnalytics
@@ -151,7 +153,7 @@ def build_services(
         Schedules,
         SecurityLog,
     )
-    from svc.templates import Portability, Templates
+    from svc.templates import Definitions, Portability, Templates
 
     plugins = plugins if plugins is not None else Plugins(settings.disabled_plugins)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
@@ -194,6 +196,7 @@ def build_services(
         credentials=credentials,
         rate_limiter=RateLimiter(store, multiplier) if multiplier is not None else None,
         templates=templates,
+        definitions=Definitions(settings.configured_providers),
         portability=Portability(store, templates),
         runs=runs,
         run_analytics=RunAnalytics(store),

@@ -472,7 +472,11 @@ async def test_definition_editor_reports_errors_at_their_path(client):
         data={"_csrf": token, "definition": valid},
         headers={**ada.cookie, **own_origin(client)},
     )
-    assert (await response.json()) == {"errors": []}
+    report = await response.json()
+    # Valid, with a warning: no provider has a key in these settings, so its runs would fail here.
+    assert report["valid"] is True and report["errors"] == []
+    assert [w["path"] for w in report["warnings"]] == ["definition.agents[0].model"]
+    assert "providerA is not configured on this server" in report["warnings"][0]["message"]
 
 
 async def test_invitation_link_and_template_lifecycle(client):

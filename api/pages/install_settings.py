@@ -11,6 +11,7 @@ from aiohttp import web
 from api.context import services
 from api.pages.base import PageTable, Viewer, done, form, parse, render
 from api.pages.charts import bar_chart, rate_chart
+from api.pages.install_view import heading
 from svc.billing import BillingQuery
 from svc.core import BadRequest, ServiceError, aware, utcnow
 from svc.runtime import ScheduleBody, check_cron, check_timezone, next_fire
@@ -70,6 +71,7 @@ async def schedule_page(request: web.Request, viewer: Viewer) -> web.StreamRespo
         "schedule.html",
         viewer,
         install=install,
+        heading=await heading(request, install),
         schedule=schedule,
         timezones=current["timezones"],
         preview=preview,
@@ -142,6 +144,7 @@ async def settings_page(request: web.Request, viewer: Viewer) -> web.StreamRespo
         "install_settings.html",
         viewer,
         install=install,
+        heading=await heading(request, install),
         tab="settings",
         variables=[{"name": n, "value": variables.get(n)} for n in definition.get("requiredVariables") or []],
         secrets=[{"name": n, "set": n in held} for n in definition.get("requiredSecrets") or []],
@@ -188,6 +191,7 @@ async def security_page(request: web.Request, viewer: Viewer) -> web.StreamRespo
         "security.html",
         viewer,
         install=install,
+        heading=await heading(request, install),
         tab="security",
         entries=shown,
         filters=filters,
@@ -242,6 +246,7 @@ async def usage_page(request: web.Request, viewer: Viewer) -> web.StreamResponse
         "usage.html",
         viewer,
         install=install,
+        heading=await heading(request, install),
         tab="usage",
         charts=[per_day, success, by_agent],
         spend=spend,
