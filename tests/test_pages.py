@@ -9,7 +9,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from api.pages.install_settings import fire_times
+from api.pages.schedule import fire_times
 from tests.support.accounts import Caller, app_store, bearer, create_key, own_origin, signup
 from tests.support.orgs import invitation_token, invite, world
 from tests.support.runtime import member, provider_settings, start_llm, svc_install
@@ -409,6 +409,26 @@ async def test_schedule_editor_saves_and_previews(make_client, aiohttp_server):
     client = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
     caller, _, install_id = await svc_install(client, [member("lead")])
     base = f"/installs/{install_id}/schedule"
+    # A new schedule's form is filled in and its fire times are shown on load.
+    fresh = await (await page(client, caller, base)).text()
+    assert 'value="0 9 * * 1-5"' in fresh and fresh.count("<time>") == 5
+    # A refused value answers the form as typed, the message at its field, and saves nothing.
+    typed = {
+        "cronExpression": "15 7 * * *",
+        "timezone": "Europe/Berln",
+        "label": "morning",
+        "jitterSeconds": "12",
+    }
+    refused = await submit(client, caller, base, {**typed, "enabled": "on", "onBacklog": "queue"})
+    assert refused.status == 400 and refused.content_type == "text/html"
+    html = await refused.text()
+    assert 'value="Europe/Berln"' in html and 'value="15 7 * * *"' in html and 'value="morning"' in html
+    assert 'value="12"' in html and 'value="queue" checked' in html
+    assert re.search(r'id="timezone"[^>]*aria-invalid="true"', html)
+    assert "unknown IANA time zone" in html and "did you mean Europe/Berlin" in html
+    assert "<time>" not in html  # no fire times for a zone that does not exist
+    api = await (await client.get(f"/api/installs/{install_id}/schedule", headers=caller.cookie)).json()
+    assert api["schedule"] is None
     bad = await client.get(f"{base}/preview?cron=61+*+*+*+*&timezone=UTC", headers=caller.cookie)
     assert bad.status == 200 and "cronExpression" in (await bad.json())["error"]
     zone = await client.get(f"{base}/preview?cron=0+9+*+*+*&timezone=Mars/Base", headers=caller.cookie)

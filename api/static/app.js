@@ -164,9 +164,9 @@
         "&timezone=" + encodeURIComponent(zone.value);
       fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } })
         .then(function (r) { return r.json(); }).then(function (data) {
+          listEl.textContent = "";  // fire times of an earlier value are no answer for this one
           if (data.error) { errorEl.textContent = data.error; errorEl.hidden = false; return; }
           errorEl.hidden = true;
-          listEl.textContent = "";
           (data.fireTimes || []).forEach(function (t) {
             var item = document.createElement("li");
             var time = document.createElement("time");
@@ -183,6 +183,20 @@
     cron.addEventListener("input", preview);
     zone.addEventListener("input", preview);
     zone.addEventListener("change", preview);
+    // Suggest the browser's own zone when it is not the one in the field.
+    var hint = document.getElementById("zone-hint");
+    var mine = window.Intl ? Intl.DateTimeFormat().resolvedOptions().timeZone : "";
+    var known = mine && document.querySelector('#zones option[value="' + mine + '"]');
+    if (hint && known && zone.value !== mine) {
+      var use = hint.querySelector("[data-use-zone]");
+      use.textContent = "Use your time zone, " + mine;
+      hint.hidden = false;
+      use.addEventListener("click", function () {
+        zone.value = mine;
+        hint.hidden = true;
+        preview();
+      });
+    }
   }
 
   // Copy a freshly created key to the clipboard.
