@@ -153,10 +153,18 @@ async def save_draft(request: web.Request, viewer: Viewer) -> web.StreamResponse
 
 @routes.post("/templates/{id}/publish")
 async def publish(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """Publish a draft (a version draft publishes into its parent)."""
+    """Publish a draft (a version draft publishes into its parent). From the editor, what the
+    editor holds is saved first, so what the builder sees is what is published."""
     data = await form(request)
-    body = parse(PublishBody, {"changeLog": data.get("changeLog") or None})
-    published = await services(request).templates.publish(viewer.principal, request.match_info["id"], body)
+    svc = services(request)
+    change_log = data.get("changeLog") or None
+    if "definition" in data:
+        edited = parse(
+            UpdateTemplateBody, {"definition": definition_of(request, data), "changeLog": change_log}
+        )
+        await svc.templates.update_draft(viewer.principal, request.match_info["id"], edited)
+    body = parse(PublishBody, {"changeLog": change_log})
+    published = await svc.templates.publish(viewer.principal, request.match_info["id"], body)
     return done(request, f"/templates/{published['id']}", id=published["id"])
 
 

@@ -152,6 +152,22 @@
     check();
   }
 
+  // A new template's slug follows its name until the person edits the slug (clearing it
+  // hands it back to the name).
+  function slugify(text) {
+    return text.normalize("NFKD").replace(/[\u0300-\u036f]/g, "").toLowerCase()
+      .replace(/[^a-z0-9]+/g, "-").replace(/^-+/, "").slice(0, 64).replace(/-+$/, "");
+  }
+  var slug = document.querySelector("input[data-slug]");
+  var slugSource = document.querySelector("input[data-slug-source]");
+  if (slug && slugSource) {
+    var follows = slug.value === "" || slug.value === slugify(slugSource.value);
+    slug.addEventListener("input", function () { follows = slug.value === ""; });
+    slugSource.addEventListener("input", function () {
+      if (follows) { slug.value = slugify(slugSource.value); }
+    });
+  }
+
   // The schedule editor's next fire times, computed by the server in the chosen zone.
   var scheduleForm = document.getElementById("schedule-form");
   if (scheduleForm) {
