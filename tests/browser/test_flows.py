@@ -169,6 +169,9 @@ def test_no_console_errors_on_any_page(tab: Tab, live: LiveServer, api: Api) -> 
     tab.sign_in_as(session)
     paths = [
         "/",
+        "/installs",
+        "/browse",
+        "/browse?q=outreach",
         "/keys",
         "/templates",
         "/templates/new",
