@@ -29,6 +29,25 @@ def test_defaults_need_no_environment():
     assert settings.egress_allow_private is False
 
 
+def test_unset_public_url_links_follow_the_address_served_on():
+    """SVC_PUBLIC_URL unset: links start where `svc serve` listens (it sets `local_url`); set, there."""
+    import socket
+
+    from api.lifecycle import link_origin
+
+    served = Settings.from_env({}, local_url="http://127.0.0.1:9000")
+    assert served.public_url is None and served.base_url == "http://127.0.0.1:9000"
+    assert not served.cookie_secure
+    public = Settings.from_env({"SVC_PUBLIC_URL": "https://svc.example.com"}, local_url="http://127.0.0.1:9000")
+    assert public.base_url == "https://svc.example.com" and public.cookie_secure
+    with socket.socket() as loopback:
+        loopback.bind(("127.0.0.1", 0))
+        assert link_origin(loopback) == f"http://127.0.0.1:{loopback.getsockname()[1]}"
+    with socket.socket() as everywhere:  # 0.0.0.0 is no address to open: the machine's name is
+        everywhere.bind(("0.0.0.0", 0))
+        assert link_origin(everywhere) == f"http://{socket.gethostname()}:{everywhere.getsockname()[1]}"
+
+
 def test_every_variable_is_read():
     settings = Settings.from_env(
         {

@@ -11,6 +11,7 @@ cancels them, which hides exactly the failure these tests are about.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -21,6 +22,8 @@ from api.app import create_app
 from api.server import ServiceRunner
 from tests.support.runtime import member, provider_settings, start_llm, svc_install
 from tests.support.waiting import eventually, wait_status
+
+READ_TIMEOUT_S = 120.0
 
 
 class ServedAsInProduction(TestServer):
@@ -35,9 +38,19 @@ class ServedAsInProduction(TestServer):
 async def client(aiohttp_client, aiohttp_server, make_settings, store, ray_session):
     """A client of the app served as in production, its runtime on a fake providerA (slow)."""
     llm, url = await start_llm(aiohttp_server)
-    llm.latency_s = 1.0  # each model call takes a while: a run's stream is live when its watcher leaves
+    llm.latency_s = 3.0  # each model call takes a while: a run's stream is live when its watcher leaves
     app = create_app(make_settings(rate_limit_multiplier=None, providers=provider_settings(url)))
     return await aiohttp_client(ServedAsInProduction(app))
+
+
+async def first_event(response: Any) -> bytes:
+    """The stream's first event line, past any keep-alive comment (a loaded machine may take a
+    while to start the run's actor)."""
+    while True:
+        line = await asyncio.wait_for(response.content.readline(), READ_TIMEOUT_S)
+        assert line, "the stream ended before its first event"
+        if not line.startswith(b":"):
+            return bytes(line)
 
 
 def access_line(caplog: pytest.LogCaptureFixture, path: str) -> logging.LogRecord | None:
@@ -67,7 +80,7 @@ async def test_leaving_a_run_stream_mid_run_logs_no_error(client, store, caplog)
     path = f"/api/installs/{install_id}/runs/{run_id}/stream"
     response = await client.get(path, headers=key)
     assert response.status == 200
-    assert (await response.content.readline()).startswith(b"id: ")  # the first event: the stream is live
+    assert (await first_event(response)).startswith(b"id: ")  # the first event: the stream is live
     response.close()  # the watcher goes away mid-run
     await wait_status(store, run_id, "completed")  # the next event is written to a closed connection
     record = await eventually(lambda: access_line(caplog, path), "the stream's handler to finish")
@@ -82,7 +95,7 @@ async def test_leaving_an_install_page_logs_no_error(client, caplog):
     path = f"/installs/{install_id}/live"
     response = await client.get(path, headers=caller.cookie)
     assert response.status == 200
-    assert (await response.content.readline()).startswith(b"data: ")  # the page's first render
+    assert (await first_event(response)).startswith(b"data: ")  # the page's first render
     response.close()  # the person leaves the install page
     record = await eventually(lambda: access_line(caplog, path), "the live stream's handler to finish")
     assert trouble(caplog) == []

@@ -29,7 +29,7 @@ def test_the_badge_and_the_run_form_say_how_runs_go(tab: Tab, live: LiveServer, 
     assert badge(tab) == ("ready", "ready")  # a fresh install: no green "completed"
 
     # A run that takes a while: the form says it is running, never "Done", until it completes.
-    live.llm.latency_s = 2.0
+    live.llm.latency_s = 4.0  # long enough for the live table (polled each second) to see it running
     live.llm.script(text="All done")
     page.fill("input[name=task]", "Say hello")
     page.click("form.run-form button[type=submit]")

@@ -5,26 +5,18 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from tests.support.runtime import member as agent  # a valid agent on the fake providerA
+
 if TYPE_CHECKING:
     from tests.browser.conftest import Api
 
 PASSWORD = "correct horse battery"
+__all__ = ["PASSWORD", "agent", "email", "seeded_install"]
 
 
 def email() -> str:
     """An address no other test uses."""
     return f"b-{uuid.uuid4().hex[:10]}@example.com"
-
-
-def agent(key: str, **fields: Any) -> dict[str, Any]:
-    """A valid agent on the fake providerA."""
-    return {
-        "key": key,
-        "name": key.title(),
-        "model": "providerA:small",
-        "prompt": f"You are {key}.",
-        **fields,
-    }
 
 
 def seeded_install(api: Api, agents: list[dict[str, Any]], **definition: Any) -> tuple[str, str, str]:
