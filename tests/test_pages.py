@@ -251,7 +251,16 @@ async def test_every_page_as_stranger_member_and_admin(make_client, aiohttp_serv
         f"/orgs/{w.slug}/analytics",
         f"/orgs/{w.slug}/billing",
     ]
-    own_pages = ["/", "/templates", "/templates/new", "/orgs", "/keys"]
+    own_pages = [
+        "/",
+        "/installs",
+        "/browse",
+        "/browse?q=team",
+        "/templates",
+        "/templates/new",
+        "/orgs",
+        "/keys",
+    ]
     for path in [*install_pages, *template_pages[1:], *org_pages, *own_pages, template_pages[0]]:
         anonymous = await page(client, None, path)
         assert anonymous.status == 303 and anonymous.headers["Location"].startswith("/signin?next="), path
