@@ -54,8 +54,9 @@ async def latest_runs(
 
     On the embedded store a query costs what its filter matches, whatever the limit,
     so "newest 50 of all runs" would read every run of the install. The first window
-    is an hour; when it holds fewer than `limit` runs, the next one is sized from the
-    rate it saw (with a margin), at least four times wider, and the last has no bound.
+    is an hour (for 50 runs; shorter in proportion for fewer); when it holds fewer than
+    `limit` runs, the next one is sized from the rate it saw (with a margin), at least
+    four times wider, and the last has no bound.
     A window that reaches back to the install's creation holds every run there is, so
     a young install is served by one read, a busy one by its last hour, a quiet one by
     one wider read.
@@ -63,7 +64,8 @@ async def latest_runs(
     runs = services(request).store["pipeline_runs"]
     now = utcnow()
     created = install.get("createdAt")
-    window: timedelta | None = FIRST_WINDOW
+    # Sized to the runs wanted: the badge's one newest run starts from a window of about a minute.
+    window: timedelta | None = FIRST_WINDOW * min(limit, RUNS_SHOWN) / RUNS_SHOWN
     docs: list[Document] = []
     while True:
         query: Document = {"installId": install["_id"]}
