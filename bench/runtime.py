@@ -308,7 +308,7 @@ async def main(args: argparse.Namespace) -> None:
                 SVC_PROVIDERA_API_KEY=DEFAULT_KEY,
                 SVC_PROVIDERA_BASE_URL=fake_url,
                 SVC_ACTOR_IDLE_SECONDS="600",
-                # Measure a cold burst to the end instead of answering 503 (docs/deploy.md, "Capacity").
+                # Measure a cold burst to the end instead of answering 503 (docs/deploy.md, "Sizing").
                 SVC_ACTOR_PLACEMENT_SECONDS="600",
             ) as base:
                 await measure(args, base, fake, proxy, rows)

@@ -16,8 +16,11 @@ from pymongo import DESCENDING
 
 from api.context import services
 from svc.core import Document, aware, iso, utcnow
+from svc.runtime import ledger
 
 RUNS_SHOWN = 50
+# What a runs table reads of a run: not its pipeline state, journal or events (svc/runtime/ledger.py).
+LIST_PROJECTION: Document = {"state": 0, **ledger.HEAVY}
 FIRST_WINDOW = timedelta(hours=1)
 WIDEST_WINDOW = timedelta(days=365)
 # What the badge of a ready install says, after its newest run's status.
@@ -61,7 +64,7 @@ async def latest_runs(
     a young install is served by one read, a busy one by its last hour, a quiet one by
     one wider read.
     """
-    runs = services(request).store["pipeline_runs"]
+    runs = services(request).store[ledger.RUNS]
     now = utcnow()
     created = install.get("createdAt")
     # Sized to the runs wanted: the badge's one newest run starts from a window of about a minute.
@@ -72,7 +75,7 @@ async def latest_runs(
         if window is not None:
             query["createdAt"] = {"$gte": now - window}
         docs = (
-            await runs.find(query, {"state": 0})
+            await runs.find(query, LIST_PROJECTION)
             .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
             .limit(limit)
             .to_list(limit)

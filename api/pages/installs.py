@@ -16,11 +16,11 @@ from aiohttp import web
 
 from api.context import services
 from api.pages.base import PageTable, Viewer, done, form, parse, render
-from api.pages.install_view import badge, heading, latest_runs, run_row
+from api.pages.install_view import LIST_PROJECTION, badge, heading, latest_runs, run_row
 from api.sse import relay
 from svc.core import BadRequest, Document, NotFound
 from svc.installs import CreateInstallBody
-from svc.runtime import MAX_DRAFT_ID, BulkBody, DraftEdit, RejectBody, RunBody
+from svc.runtime import MAX_DRAFT_ID, BulkBody, DraftEdit, RejectBody, RunBody, ledger
 
 routes = PageTable()
 LIVE_POLL_S = 1.0
@@ -39,8 +39,8 @@ async def gate_state(request: web.Request, viewer: Viewer, install: Document) ->
     if not has_gates:
         return {"hasGates": False, "paused": [], "drafts": [], "targets": {"records": [], "total": 0}}
     paused = (
-        await svc.store["pipeline_runs"]
-        .find({"installId": install_id, "status": "paused"}, {"state": 0})
+        await svc.store[ledger.RUNS]
+        .find({"installId": install_id, "status": "paused"}, LIST_PROJECTION)
         .sort([("pausedAt", 1), ("_id", 1)])
         .to_list(20)
     )
