@@ -173,6 +173,8 @@ TAG_DESCRIPTIONS = {
     "deployments, shared secrets, the plan and its billing, the audit log and analytics.",
     "runs": "Run reports sent by platform integrations, and run analytics for template builders.",
     "run_watch": "What happened in one run, and its events as they happen.",
+    "mcp": "MCP tools for managed agents: the operator's catalogue of servers, an install's servers "
+    "and their tools, accepting or refusing those tools, and approving or rejecting single tool calls.",
     "caps": "Spend limits of an install, and sending a run's callback again.",
     "openapi": "This reference, as an OpenAPI document.",
 }
