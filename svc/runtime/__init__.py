@@ -9,6 +9,7 @@ from svc.runtime.execution import (
     DATABASE_DOWN,
     INTERRUPTED,
     STALLED,
+    Admission,
     InstallRunner,
     RunLimits,
 )

@@ -26,7 +26,6 @@ from svc.runtime.agent_loop import (
     CANCELLED,
     GateReached,
     RunScope,
-    TeamResult,
     TeamRunner,
     root_agent,
 )
@@ -37,6 +36,7 @@ from svc.runtime.llm import LLM
 from svc.runtime.mcp_run import McpService
 from svc.runtime.pipelines import PipelineExecutor
 from svc.runtime.settlement import Settlement, owed_on_end, owed_on_pause
+from svc.runtime.steps import TeamResult, failed, tokens_by_agent
 
 log = logging.getLogger(__name__)
 
@@ -457,10 +457,6 @@ class InstallRunner:
         return values
 
 
-def failed(message: str) -> TeamResult:
-    return TeamResult("failed", None, "", 0, 0, [], message)
-
-
 def stopped(message: str, run: Document | None = None) -> Document:
     """The last event of a run settled from outside its team."""
     tokens_in = int((run or {}).get("inputTokens") or 0)
@@ -480,19 +476,6 @@ def gate_state(gate: GateReached) -> Document:
         "stepKey": gate.call.get("agent"),
         **gate.resume,
     }
-
-
-def tokens_by_agent(journal: list[Document]) -> list[dict[str, Any]]:
-    """Token totals per agent over the run's model calls, in the order the agents first ran."""
-    totals: dict[str, dict[str, Any]] = {}
-    for entry in journal:
-        if entry.get("kind") == "model":
-            row = totals.setdefault(
-                entry["agent"], {"agent": entry["agent"], "inputTokens": 0, "outputTokens": 0}
-            )
-            row["inputTokens"] += int(entry.get("in") or 0)
-            row["outputTokens"] += int(entry.get("out") or 0)
-    return list(totals.values())
 
 
 def outcome(run: Document) -> RunOutcome:
