@@ -4,7 +4,9 @@
 
 Starts a fake providerA whose every answer takes 2 s and `svc serve` (embedded
 database, local Ray) as a user would, seeds 2,000 runs of one template within the
-last hour (through the run self-report route), then measures:
+last hour (through the run self-report route, on orchC installs against a fake Bedrock Agents
+server: a managed install's runs are recorded by the runtime alone and its reports are refused),
+then measures:
 
 1. `GET /api/runs` alone, one client (and, with --big, again at 20,000 runs);
 2. 64 clients for 60 s over a mix: the public template list, `GET /api/runs`,
@@ -40,8 +42,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import dbprofile  # bench/dbprofile.py
 from harness import percentile, running_service  # bench/harness.py
 
+from plugins.builtin.orch_c_bedrock import ENDPOINT_ENV
 from svc.core import Store
 from svc.core.embedded import STATE_FILE, free_port, uri_for
+from tests.fakes import orch_c
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 
 MODEL_S = 2.0
@@ -152,11 +156,27 @@ async def template(client: Client, key: str, slug: str) -> str:
     return str(created["id"])
 
 
-async def install(client: Client, cookie: str, template_id: str) -> tuple[str, str]:
-    """An svc install with its own key (an svc install links the creating key: whoami resolves)."""
+async def install(
+    client: Client, cookie: str, template_id: str, credentials: dict[str, str] | None = None
+) -> tuple[str, str]:
+    """An install with its own key (the install links the creating key: whoami resolves): on svc,
+    or on orchC with the fake account's `credentials` (the installs whose runs are reported)."""
     key = await new_key(client, cookie)
-    made = await must(client, "POST", "/api/installs", key, {"templateId": template_id, "platform": "svc"})
+    body: dict[str, Any] = {"templateId": template_id, "platform": "svc"}
+    if credentials is not None:
+        body = {"templateId": template_id, "platform": "orchC", "credentials": credentials}
+    made = await must(client, "POST", "/api/installs", key, body)
     return str(made["installId"]), key
+
+
+async def start_orch_c() -> tuple[orch_c.FakeBedrockAgents, web.AppRunner, str]:
+    """A fake Bedrock Agents API (the orchC upstream) for the reported installs."""
+    fake = orch_c.FakeBedrockAgents()
+    runner = web.AppRunner(orch_c.create_app(fake))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return fake, runner, f"http://127.0.0.1:{port}"
 
 
 def report(n: int) -> dict[str, Any]:
@@ -203,9 +223,11 @@ async def runs_alone(client: Client, template_id: str, key: str, n: int, label: 
 
 async def main(args: argparse.Namespace) -> None:
     _fake, fake_runner, fake_url = await start_fake()
+    bedrock, bedrock_runner, bedrock_url = await start_orch_c()
     lines: list[str] = []
     try:
         async with running_service(
+            **{ENDPOINT_ENV: bedrock_url},
             SVC_RATE_LIMITS="off",
             SVC_SCHEDULER="off",
             SVC_PROVIDERA_API_KEY=DEFAULT_KEY,
@@ -225,7 +247,9 @@ async def main(args: argparse.Namespace) -> None:
                 owner_key = await new_key(setup, cookie)
                 reported = await template(setup, owner_key, "load-reported")
                 ran = await template(setup, owner_key, "load-ran")
-                report_targets = [await install(setup, cookie, reported) for _ in range(10)]
+                report_targets = [
+                    await install(setup, cookie, reported, bedrock.credentials()) for _ in range(10)
+                ]
                 run_targets = [await install(setup, cookie, ran) for _ in range(10)]
                 for n in range(15):  # other published templates in the public list
                     await template(setup, owner_key, f"load-other-{n}")
@@ -391,6 +415,7 @@ async def main(args: argparse.Namespace) -> None:
             )
     finally:
         await fake_runner.cleanup()
+        await bedrock_runner.cleanup()
     print("\n" + "\n".join(lines))
 
 
