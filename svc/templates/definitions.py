@@ -69,8 +69,9 @@ class Rule(Strict):
     match: RuleMatch = Field(default_factory=RuleMatch)
     action: Literal["allow", "deny", "require_approval"]
     reason: str | None = Field(default=None, max_length=500)
-    resendAfterCrash: bool = Field(
-        default=False,
+    # None when unset, so stored definitions (and their version diffs) gain no field they did not name.
+    resendAfterCrash: bool | None = Field(
+        default=None,
         description="the target deduplicates by the `Idempotency-Key` header: a request of this rule "
         "that was in flight when the run's worker died is sent again with the same key (otherwise "
         "the run waits at an `outcome-unknown` gate)",
