@@ -9,6 +9,8 @@ from svc.templates.definitions import (
     hierarchy_depth,
     json_schema,
 )
+from svc.templates.eval_fields import MAX_CASES, EvalSuite
+from svc.templates.eval_gate import PublishGate, note_scorecard
 from svc.templates.mcp_fields import MAX_AGENT_SERVERS, McpServer, parse_argument_path
 from svc.templates.owner_archive import archive_user_templates
 from svc.templates.portability import ImportQuery, Portability, export_schema
@@ -22,6 +24,7 @@ from svc.templates.resources import (
     PricingOut,
     PublishBody,
     RollbackBody,
+    ScorecardSummary,
     TemplateList,
     TemplateOut,
     UpdateTemplateBody,
@@ -37,17 +40,21 @@ __all__ = [
     "LIST_DEFAULT",
     "LIST_MAX",
     "MAX_AGENT_SERVERS",
+    "MAX_CASES",
     "PLATFORM_FEE_PERCENT",
     "VARIABLE_REFERENCE",
     "AccessPolicy",
     "CreateTemplateBody",
+    "EvalSuite",
     "ImportQuery",
     "McpServer",
     "Portability",
     "PricingBody",
     "PricingOut",
     "PublishBody",
+    "PublishGate",
     "RollbackBody",
+    "ScorecardSummary",
     "TeamDefinition",
     "TemplateList",
     "TemplateOut",
@@ -64,6 +71,7 @@ __all__ = [
     "is_owner",
     "json_schema",
     "next_period_start",
+    "note_scorecard",
     "owner_of",
     "parse_argument_path",
     "period_start",
