@@ -203,8 +203,8 @@ async def judge(
     except (ValueError, KeyError, TypeError):
         return None, "judge answer could not be read", spent
     reasoning = str(parsed.get("reasoning") or "")[:500]
-    ok = score >= float(check.get("passScore", 7.0))
-    return ok, f"judge score {score:g} (pass {check.get('passScore', 7.0):g}): {reasoning}", spent
+    needed = 7.0 if check.get("passScore") is None else float(check["passScore"])
+    return score >= needed, f"judge score {score:g} (pass {needed:g}): {reasoning}", spent
 
 
 def is_policy(check: Document) -> bool:

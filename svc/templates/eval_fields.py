@@ -71,7 +71,9 @@ class Check(Strict):
     pattern: str | None = Field(default=None, min_length=1, max_length=2_000)
     jsonSchema: dict[str, Any] | None = Field(default=None, max_length=100)
     rubric: str | None = Field(default=None, min_length=1, max_length=5_000)
-    passScore: float = Field(default=7.0, ge=0, le=10, description="the judge's score (0-10) that passes")
+    passScore: float | None = Field(
+        default=None, ge=0, le=10, description="the judge's score (0-10) that passes (default 7)"
+    )
     model: Literal[AGENT_MODELS] | None = Field(  # type: ignore[valid-type]
         default=None, description="the judge's model (default SVC_JUDGE_MODEL)"
     )
