@@ -116,6 +116,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_CALLBACK_MAX_ATTEMPTS", "a whole number from 1 to 1000"),
     Variable("SVC_RUN_WAIT_SECONDS", "a positive number of seconds"),
     Variable("SVC_ACTOR_MAX_RUNS", "a whole number from 1 to 1000"),
+    Variable("SVC_EVAL_MONTHLY_RUNS", "a whole number from 0 to 1000000"),
+    Variable("SVC_EVAL_CONCURRENCY", "a whole number from 1 to 64"),
     Variable("SVC_ACTOR_SPARES", "a whole number from 0 to 100"),
     Variable("SVC_RUN_MAX_RESUMES", "a whole number from 0 to 100"),
     Variable("SVC_RUN_STALL_SECONDS", "a positive number of seconds"),

@@ -9,7 +9,7 @@ version diff flags it).
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -53,7 +53,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "notRequested": ("host",),
     "gateReached": ("gate",),
 }
-POLICY_KINDS = frozenset({"denied", "notRequested", "gateReached"})
+Short = Annotated[str, Field(max_length=64)]
+Value = Annotated[str, Field(max_length=10_000)]
 
 
 class Strict(BaseModel):
@@ -77,7 +78,7 @@ class Check(Strict):
     model: Literal[AGENT_MODELS] | None = Field(  # type: ignore[valid-type]
         default=None, description="the judge's model (default SVC_JUDGE_MODEL)"
     )
-    agents: list[str] | None = Field(default=None, min_length=1, max_length=100)
+    agents: list[Short] | None = Field(default=None, min_length=1, max_length=100)
     max: int | None = Field(default=None, ge=0, le=1_000_000_000)
     host: str | None = Field(default=None, min_length=1, max_length=253)
     method: str | None = Field(default=None, max_length=10)
@@ -113,7 +114,7 @@ class Case(Strict):
 
     name: str = Field(min_length=1, max_length=200)
     task: str = Field(min_length=1, max_length=100_000)
-    variables: dict[str, str] = Field(default_factory=dict, max_length=100)
+    variables: dict[str, Value] = Field(default_factory=dict, max_length=100)
     checks: list[Check] = Field(min_length=1, max_length=MAX_CHECKS)
     mustPass: bool = Field(default=False, description="the suite fails when this case does not pass")
     replay: Replay | None = None
