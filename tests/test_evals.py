@@ -5,6 +5,7 @@ fake's scripted replies meet the cases in order."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -385,3 +386,43 @@ async def test_another_tenant_cannot_run_or_read_a_suite(make_client, aiohttp_se
         response = await getattr(client, method)(path, headers=bearer(other))
         assert response.status == 404, path
     assert llm.requests == []
+
+
+# ---- the dashboard ------------------------------------------------------------------------------
+
+
+async def test_the_dashboard_runs_a_suite_and_shows_the_scorecard_and_each_case_run(
+    make_client, aiohttp_server
+):
+    client, llm = await evals_client(make_client, aiohttp_server)
+    caller, key = await user_with_key(client)
+    suite = {
+        "cases": [
+            case("greets", {"kind": "contains", "text": "hello"}),
+            case("polite", {"kind": "regex", "pattern": "^Zz"}),
+        ]
+    }
+    draft = await create_template(client, key, definition=team(suite))
+    html = await (await client.get(f"/templates/{draft['id']}", headers=caller.cookie)).text()
+    assert "Run eval suite (2 cases)" in html
+    token = re.search(r'<meta name="csrf-token" content="([0-9a-f]+)">', html).group(1)
+    llm.script(text="hello there").script(text="hello again")
+    response = await client.post(
+        f"/templates/{draft['id']}/evals/run",
+        data={"_csrf": token},
+        headers=caller.cookie,
+        allow_redirects=False,
+    )
+    assert response.status == 303
+    card_page = await client.get(response.headers["Location"], headers=caller.cookie)
+    text = await card_page.text()
+    assert card_page.status == 200 and "pass rate <strong>50%</strong>" in text
+    assert "answer does not match /^Zz/" in text
+    run_link = re.search(r'href="(/templates/[0-9a-f]+/evals/runs/[0-9a-f]+)"', text).group(1)
+    run_page = await (await client.get(run_link, headers=caller.cookie)).text()
+    assert "hello there" in run_page and "step_finished" in run_page
+    history = await (await client.get(f"/templates/{draft['id']}", headers=caller.cookie)).text()
+    assert "manual" in history and "50%" in history
+    # Another user sees neither the scorecard nor the run.
+    other, _ = await user_with_key(client)
+    assert (await client.get(response.headers["Location"], headers=other.cookie)).status == 404
