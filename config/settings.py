@@ -116,6 +116,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_CALLBACK_MAX_ATTEMPTS", "a whole number from 1 to 1000"),
     Variable("SVC_RUN_WAIT_SECONDS", "a positive number of seconds"),
     Variable("SVC_ACTOR_MAX_RUNS", "a whole number from 1 to 1000"),
+    Variable("SVC_EVAL_MONTHLY_RUNS", "a whole number from 0 to 1000000"),
+    Variable("SVC_EVAL_CONCURRENCY", "a whole number from 1 to 64"),
     Variable("SVC_ACTOR_SPARES", "a whole number from 0 to 100"),
     Variable("SVC_RUN_MAX_RESUMES", "a whole number from 0 to 100"),
     Variable("SVC_RUN_STALL_SECONDS", "a positive number of seconds"),
@@ -284,6 +286,10 @@ class Settings(BaseModel):
     callback_max_attempts: int = Field(default=30, ge=1, le=1000)
     # A synchronous run's caller waits this long at most, then gets the run's state (it goes on).
     run_wait_seconds: float = Field(default=300.0, gt=0)
+    # Evals (docs/evals.md): eval runs (live cases) a builder may start per calendar month (UTC),
+    # and cases of one suite run at once.
+    eval_monthly_runs: int = Field(default=500, ge=0, le=1_000_000)
+    eval_concurrency: int = Field(default=4, ge=1, le=64)
     # Runs an install's actor runs at once; more wait, queued, in order (docs/runtime.md).
     actor_max_runs: int = Field(default=8, ge=1, le=1000)
     # Install actors started ahead on each node, each adopting an install at its first run (the warm pool).
@@ -401,6 +407,8 @@ class Settings(BaseModel):
             "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", whole_number(1, 1000), 30),
             "run_wait_seconds": parsed("SVC_RUN_WAIT_SECONDS", positive_seconds, 300.0),
             "actor_max_runs": parsed("SVC_ACTOR_MAX_RUNS", whole_number(1, 1000), 8),
+            "eval_monthly_runs": parsed("SVC_EVAL_MONTHLY_RUNS", whole_number(0, 1_000_000), 500),
+            "eval_concurrency": parsed("SVC_EVAL_CONCURRENCY", whole_number(1, 64), 4),
             "actor_spares": parsed("SVC_ACTOR_SPARES", whole_number(0, 100), 2),
             "run_max_resumes": parsed("SVC_RUN_MAX_RESUMES", whole_number(0, 100), 2),
             "run_stall_seconds": parsed("SVC_RUN_STALL_SECONDS", positive_seconds, 900.0),

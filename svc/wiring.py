@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from svc.authoring import Authoring
     from svc.billing import Charges, OrgBilling, Payouts, SpendCaps, UsageReport
     from svc.core import TTLCache
+    from svc.evals import Evals
     from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter, UserAdmin
     from svc.installs import Installs, RunPoller
     from svc.orgs import (
@@ -101,6 +102,8 @@ class Services:
     spend_caps: SpendCaps
     # MCP (issue 32): the catalogue, consent and approvals; test chats' connections.
     mcp: McpService
+    # Evals (issue 36): suites, scorecards, the publish gate.
+    evals: Evals
 
     async def delete_user(self, who: str) -> dict[str, Any]:
         """`svc users delete`: end the account (409 while it owns an org), cancel its personal
@@ -137,6 +140,7 @@ def build_services(
     from svc.authoring import Authoring
     from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, SpendCaps, UsageReport, run_cost
     from svc.core import TTLCache
+    from svc.evals import EvalLimits, Evals, SuiteRunner
     from svc.identity import Accounts, ApiKeys, Credentials, RateLimiter, UserAdmin
     from svc.installs import Installs, RunPoller
     from svc.orgs import (
@@ -167,7 +171,6 @@ def build_services(
     accounts = Accounts(store)
     key_cache: TTLCache[str, Principal] = TTLCache()
     credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
-    templates = Templates(store, mailer)
     tokenless = frozenset(p.id for p in plugins.platforms() if not p.traits.reports_tokens)
     managed = frozenset(p.id for p in plugins.platforms() if p.traits.managed)
     runs = Runs(store, tokenless, managed)
@@ -193,6 +196,13 @@ def build_services(
     org_billing = OrgBilling(store, org_access, audit, plans, provider, settings)
     multiplier = settings.rate_limit_multiplier
     spend_caps = SpendCaps(store, mailer)
+    run_service = RunService(
+        store, installs, runtime, outreach, admission=spend_caps.admit, wait_s=settings.run_wait_seconds
+    )
+    # Evals (issue 36): the suite runner is the publish gate, so it is built before the templates.
+    limits = EvalLimits(settings.judge_model, settings.eval_monthly_runs, settings.eval_concurrency)
+    suites = SuiteRunner(store, run_service, installs, llm, limits)
+    templates = Templates(store, mailer, suites.gate)
     callbacks = CallbackDelivery(store, vault, settings.egress_allow_private, settings.callback_max_attempts)
     return Services(
         settings=settings,
@@ -214,9 +224,7 @@ def build_services(
         run_poller=RunPoller(store, vault, plugins, runs, settings),
         installs=installs,
         llm=llm,
-        run_service=RunService(
-            store, installs, runtime, outreach, admission=spend_caps.admit, wait_s=settings.run_wait_seconds
-        ),
+        run_service=run_service,
         install_runner=install_runner(settings, store, vault, llm, mailer, callbacks, spend_caps.admit, mcp),
         security_log=SecurityLog(store),
         schedules=Schedules(store, installs, runtime),
@@ -240,6 +248,7 @@ def build_services(
         callbacks=callbacks,
         spend_caps=spend_caps,
         mcp=mcp,
+        evals=Evals(store, templates, suites),
     )
 
 

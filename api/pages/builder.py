@@ -120,6 +120,10 @@ async def template_page(request: web.Request, viewer: Viewer) -> web.StreamRespo
     draft_of = None
     if template.get("parentTemplateId"):
         draft_of = template["parentTemplateId"]
+    # Evals (docs/evals.md): the owner's scorecard history, every version's.
+    scorecards = (
+        (await svc.evals.history(viewer.principal, template["id"], None))["scorecards"] if owned else []
+    )
     return render(
         request,
         "template.html",
@@ -128,6 +132,7 @@ async def template_page(request: web.Request, viewer: Viewer) -> web.StreamRespo
         owned=owned,
         versions=versions,
         draft_of=draft_of,
+        scorecards=scorecards,
         definition=json.dumps(template["definition"], indent=2),
         error=None,
     )

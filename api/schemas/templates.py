@@ -124,6 +124,22 @@ class NameDiff(BaseModel):
     removed: list[str]
 
 
+class SuiteShape(BaseModel):
+    """An eval suite in brief."""
+
+    required: bool
+    passRate: float
+    cases: int
+
+
+class SuiteDiff(BaseModel):
+    """The eval suite before and after; `weakened` flags a version that tests less (docs/evals.md)."""
+
+    before: SuiteShape | None
+    after: SuiteShape | None
+    weakened: list[str]
+
+
 class VersionDiff(Reply):
     """GET /api/templates/:id/versions/:a/diff/:b: from `a` to `b`, with the bump it represents."""
 
@@ -137,6 +153,7 @@ class VersionDiff(Reply):
     gates: GateDiff
     variables: NameDiff
     secrets: NameDiff
+    evals: SuiteDiff
 
 
 class DefinitionFinding(BaseModel):

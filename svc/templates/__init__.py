@@ -10,6 +10,8 @@ from svc.templates.definitions import (
     hierarchy_depth,
     json_schema,
 )
+from svc.templates.eval_fields import MAX_CASES, EvalSuite
+from svc.templates.eval_gate import PublishGate, note_scorecard
 from svc.templates.mcp_fields import MAX_AGENT_SERVERS, McpServer, parse_argument_path
 from svc.templates.owner_archive import archive_user_templates
 from svc.templates.portability import ImportQuery, Portability, export_schema
@@ -23,6 +25,7 @@ from svc.templates.resources import (
     PricingOut,
     PublishBody,
     RollbackBody,
+    ScorecardSummary,
     TemplateList,
     TemplateOut,
     UpdateTemplateBody,
@@ -38,19 +41,23 @@ __all__ = [
     "LIST_DEFAULT",
     "LIST_MAX",
     "MAX_AGENT_SERVERS",
+    "MAX_CASES",
     "PLATFORM_FEE_PERCENT",
     "VARIABLE_REFERENCE",
     "AccessPolicy",
     "CreateTemplateBody",
     "Definitions",
+    "EvalSuite",
     "ImportQuery",
     "McpServer",
     "Portability",
     "PricingBody",
     "PricingOut",
     "PublishBody",
+    "PublishGate",
     "Report",
     "RollbackBody",
+    "ScorecardSummary",
     "TeamDefinition",
     "TemplateList",
     "TemplateOut",
@@ -68,6 +75,7 @@ __all__ = [
     "is_owner",
     "json_schema",
     "next_period_start",
+    "note_scorecard",
     "owner_of",
     "parse_argument_path",
     "period_start",

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from config.catalogue import AGENT_MODELS
 from svc.core import BadRequest, DisplayName, DisplayText
+from svc.templates.eval_fields import EvalSuite, check_suite
 from svc.templates.mcp_fields import (
     MAX_AGENT_SERVERS,
     MAX_TEAM_SERVERS,
@@ -143,6 +144,7 @@ class TeamDefinition(Strict):
         max_length=MAX_TEAM_SERVERS,
         description="MCP servers the agents may use: remote by URL, or from the operator's catalogue",
     )
+    evals: EvalSuite | None = Field(default=None, description="the team's eval suite (docs/evals.md)")
 
     @field_validator("requiredVariables", "requiredSecrets")
     @classmethod
@@ -178,6 +180,7 @@ def check_definition(definition: TeamDefinition, path: str = "definition") -> No
         if gate.after not in keys:
             raise BadRequest(f"{path}.gates[{index}].after: no agent has key {gate.after!r}")
     check_mcp(definition, path)
+    check_suite(definition, path)
 
 
 def _check_reporting_lines(definition: TeamDefinition, keys: dict[str, int], path: str) -> None:

@@ -91,6 +91,7 @@ class TemplateReading:
                 "bump": snap["bump"],
                 "changeLog": snap.get("changeLog"),
                 "publishedAt": iso(snap["publishedAt"]),
+                "scorecard": snap.get("evalScorecard"),
             }
             for snap in snapshots
         ]

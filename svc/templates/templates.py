@@ -41,6 +41,7 @@ from svc.templates.claims import (
     require_live_owner,
 )
 from svc.templates.definitions import check_definition
+from svc.templates.eval_gate import PublishGate
 from svc.templates.price_changes import (
     next_period_start,
     notify_deployers,
@@ -72,9 +73,12 @@ log = logging.getLogger(__name__)
 class Templates(TemplateReading):
     """The template lifecycle (reading it: `TemplateReading`)."""
 
-    def __init__(self, store: Store, mailer: Mailer) -> None:
+    def __init__(self, store: Store, mailer: Mailer, publish_gate: PublishGate | None = None) -> None:
         self.store = store
         self.mailer = mailer
+        # Evals (issue 36): asked before a publish; refuses it (Conflict) when a required suite
+        # fails, and answers the scorecard summary the version is published with.
+        self.publish_gate = publish_gate
 
     # ---- ownership -----------------------------------------------------------------
 
@@ -196,14 +200,17 @@ class Templates(TemplateReading):
         # 404 like any unknown id.
         doc = await self._owned(principal, template_id)
         if doc["kind"] == "version_draft":
-            return await self._publish_version(doc, body.changeLog)
+            card = await self.publish_gate(principal, doc) if self.publish_gate else None
+            return await self._publish_version(doc, body.changeLog, card)
         if doc["status"] != "draft":
             raise Conflict(f"Template is already {doc['status']}")
+        card = await self.publish_gate(principal, doc) if self.publish_gate else None
         now = utcnow()
         change_log = body.changeLog if body.changeLog is not None else doc.get("changeLog")
+        fields = {"status": "published", "publishedAt": now, "changeLog": change_log, "updatedAt": now}
         published = await self._templates.find_one_and_update(
             {"_id": doc["_id"], "status": "draft"},
-            {"$set": {"status": "published", "publishedAt": now, "changeLog": change_log, "updatedAt": now}},
+            {"$set": {**fields, "evalScorecard": card}},
             return_document=ReturnDocument.AFTER,
         )
         if published is None:
@@ -211,7 +218,9 @@ class Templates(TemplateReading):
         await self._snapshot(published, "MAJOR", now)
         return view(published)
 
-    async def _publish_version(self, draft: Document, change_log: str | None) -> dict[str, Any]:
+    async def _publish_version(
+        self, draft: Document, change_log: str | None, card: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         parent = await self._templates.find_one({"_id": draft["parentTemplateId"]})
         if parent is None or parent["status"] != "published":
             raise Conflict("The parent template is not published")
@@ -221,7 +230,10 @@ class Templates(TemplateReading):
         if change_log is not None:
             merged["changeLog"] = change_log
         merged.update(
-            semver=next_semver(parent.get("semver", FIRST_SEMVER), bump), publishedAt=now, updatedAt=now
+            semver=next_semver(parent.get("semver", FIRST_SEMVER), bump),
+            publishedAt=now,
+            updatedAt=now,
+            evalScorecard=card,
         )
         # The conditional update is the arbiter: of two concurrent publishes, one matches.
         updated = await self._templates.find_one_and_update(
@@ -261,6 +273,7 @@ class Templates(TemplateReading):
             "changeLog": doc.get("changeLog"),
             "definition": doc["definition"],
             "publishedAt": when,
+            "evalScorecard": doc.get("evalScorecard"),
         }
         await self._versions.replace_one({"_id": snapshot["_id"]}, snapshot, upsert=True)
 
