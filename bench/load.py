@@ -40,30 +40,19 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent))
 import dbprofile  # bench/dbprofile.py
-from harness import percentile, running_service  # bench/harness.py
+from harness import children, percentile, rss_mb, running_service, start_fake  # bench/harness.py
 
 from plugins.builtin.orch_c_bedrock import ENDPOINT_ENV
 from svc.core import Store
 from svc.core.embedded import STATE_FILE, free_port, uri_for
 from tests.fakes import orch_c
-from tests.fakes.llm import DEFAULT_KEY, FakeLLM
+from tests.fakes.llm import DEFAULT_KEY
 
 MODEL_S = 2.0
 AGENTS = [
     {"key": "lead", "name": "Lead", "model": "providerA:small", "prompt": "Lead."},
     {"key": "writer", "name": "Writer", "model": "providerA:small", "prompt": "Write.", "reportsTo": "lead"},
 ]
-
-
-def rss_mb(pid: int) -> float:
-    """Resident memory of one process (Linux /proc)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def cpu_s(pid: int) -> float:
@@ -73,17 +62,6 @@ def cpu_s(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / 100
     except (OSError, IndexError, ValueError):
         return 0.0
-
-
-def children(pid: int) -> list[int]:
-    """Direct children of a process."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return found
 
 
 def database_pid(pid: int) -> int | None:
@@ -124,15 +102,6 @@ class Client:
         if not 200 <= status < 300:
             self.failures[route] += 1
         return status, payload
-
-
-async def start_fake() -> tuple[FakeLLM, web.AppRunner, str]:
-    fake = FakeLLM("providerA", latency_s=MODEL_S, default_text="done")
-    runner = web.AppRunner(fake.app())
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return fake, runner, f"http://127.0.0.1:{port}"
 
 
 async def must(client: Client, method: str, path: str, key: str | None = None, body: Any = None) -> Any:
@@ -222,7 +191,7 @@ async def runs_alone(client: Client, template_id: str, key: str, n: int, label: 
 
 
 async def main(args: argparse.Namespace) -> None:
-    _fake, fake_runner, fake_url = await start_fake()
+    _fake, fake_runner, fake_url = await start_fake("providerA", MODEL_S)
     bedrock, bedrock_runner, bedrock_url = await start_orch_c()
     lines: list[str] = []
     try:

@@ -116,6 +116,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_CALLBACK_MAX_ATTEMPTS", "a whole number from 1 to 1000"),
     Variable("SVC_RUN_WAIT_SECONDS", "a positive number of seconds"),
     Variable("SVC_ACTOR_MAX_RUNS", "a whole number from 1 to 1000"),
+    Variable("SVC_EVAL_MONTHLY_RUNS", "a whole number from 0 to 1000000"),
+    Variable("SVC_EVAL_CONCURRENCY", "a whole number from 1 to 64"),
     Variable("SVC_ACTOR_SPARES", "a whole number from 0 to 100"),
     Variable("SVC_RUN_MAX_RESUMES", "a whole number from 0 to 100"),
     Variable("SVC_RUN_STALL_SECONDS", "a positive number of seconds"),
@@ -238,7 +240,12 @@ class Settings(BaseModel):
     data_dir: Path = DEFAULT_DATA_DIR
     ray_address: str | None = None
     secret_keys: tuple[str, ...] = ()
-    public_url: str = "http://127.0.0.1:8080"
+    # SVC_PUBLIC_URL, the one origin browsers use; None when unset: the dashboard then accepts
+    # the address it is opened on (api/origins.py) and links start at `local_url`.
+    public_url: str | None = None
+    # Where this process serves when SVC_PUBLIC_URL is unset (`svc serve` sets it to the address
+    # it listens on), so a mailed link reaches the service that sent it.
+    local_url: str = "http://127.0.0.1:8080"
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
     # The upstream model name behind each catalogue id, and the Bedrock id orchC provisions with.
     models_file: Path | None = None
@@ -279,6 +286,10 @@ class Settings(BaseModel):
     callback_max_attempts: int = Field(default=30, ge=1, le=1000)
     # A synchronous run's caller waits this long at most, then gets the run's state (it goes on).
     run_wait_seconds: float = Field(default=300.0, gt=0)
+    # Evals (docs/evals.md): eval runs (live cases) a builder may start per calendar month (UTC),
+    # and cases of one suite run at once.
+    eval_monthly_runs: int = Field(default=500, ge=0, le=1_000_000)
+    eval_concurrency: int = Field(default=4, ge=1, le=64)
     # Runs an install's actor runs at once; more wait, queued, in order (docs/runtime.md).
     actor_max_runs: int = Field(default=8, ge=1, le=1000)
     # Install actors started ahead on each node, each adopting an install at its first run (the warm pool).
@@ -296,15 +307,29 @@ class Settings(BaseModel):
         return parse_cron(value)
 
     @property
-    def cookie_secure(self) -> bool:
-        """Session cookies are marked Secure when the public origin is https."""
-        return urlsplit(self.public_url).scheme == "https"
+    def base_url(self) -> str:
+        """Where links the service hands out start (mails, webhook and return URLs)."""
+        return self.public_url or self.local_url
 
     @property
-    def public_origin(self) -> str:
-        """Scheme and authority of the public URL, as browsers send in `Origin`."""
+    def cookie_secure(self) -> bool:
+        """Session cookies are marked Secure when the public URL is https (unset: api/origins.py
+        decides per request, from the scheme the request came in on)."""
+        return urlsplit(self.base_url).scheme == "https"
+
+    @property
+    def public_origin(self) -> str | None:
+        """Scheme and authority of SVC_PUBLIC_URL, as browsers send in `Origin`; None when unset."""
+        if self.public_url is None:
+            return None
         parts = urlsplit(self.public_url)
         return f"{parts.scheme}://{parts.netloc}"
+
+    @property
+    def configured_providers(self) -> frozenset[str]:
+        """The LLM providers this server can call (an API key is set): an agent on another
+        provider's model validates, but every run of it here fails."""
+        return frozenset(name for name, provider in self.providers.items() if provider.api_key)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -342,7 +367,7 @@ class Settings(BaseModel):
             "data_dir": parsed("SVC_DATA_DIR", parse_directory, DEFAULT_DATA_DIR),
             "ray_address": parsed("SVC_RAY_ADDRESS", parse_ray_address, None),
             "secret_keys": parsed("SVC_SECRET_KEYS", parse_fernet_keys, ()),
-            "public_url": parsed("SVC_PUBLIC_URL", parse_http_url, "http://127.0.0.1:8080"),
+            "public_url": parsed("SVC_PUBLIC_URL", parse_http_url, None),
             "providers": {
                 name: ProviderSettings(
                     api_key=parsed(f"SVC_PROVIDER{name[-1]}_API_KEY", parse_token, None),
@@ -382,6 +407,8 @@ class Settings(BaseModel):
             "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", whole_number(1, 1000), 30),
             "run_wait_seconds": parsed("SVC_RUN_WAIT_SECONDS", positive_seconds, 300.0),
             "actor_max_runs": parsed("SVC_ACTOR_MAX_RUNS", whole_number(1, 1000), 8),
+            "eval_monthly_runs": parsed("SVC_EVAL_MONTHLY_RUNS", whole_number(0, 1_000_000), 500),
+            "eval_concurrency": parsed("SVC_EVAL_CONCURRENCY", whole_number(1, 64), 4),
             "actor_spares": parsed("SVC_ACTOR_SPARES", whole_number(0, 100), 2),
             "run_max_resumes": parsed("SVC_RUN_MAX_RESUMES", whole_number(0, 100), 2),
             "run_stall_seconds": parsed("SVC_RUN_STALL_SECONDS", positive_seconds, 900.0),

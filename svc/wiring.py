@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from svc.authoring import Authoring
     from svc.billing import Charges, OrgBilling, Payouts, SpendCaps, UsageReport
     from svc.core import TTLCache
+    from svc.evals import Evals
     from svc.identity import Accounts, ApiKeys, Credentials, Principal, RateLimiter, UserAdmin
     from svc.installs import AutoUpgrades, Installs, RunPoller, Upgrades
     from svc.orgs import (
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
         Schedules,
         SecurityLog,
     )
-    from svc.templates import Portability, Templates
+    from svc.templates import Definitions, Portability, Templates
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class Services:
     credentials: Credentials
     rate_limiter: RateLimiter | None
     templates: Templates
+    # Checks definitions against the spec and against the providers configured here (the editor).
+    definitions: Definitions
     portability: Portability
     runs: Runs
     run_analytics: RunAnalytics
@@ -101,6 +104,8 @@ class Services:
     spend_caps: SpendCaps
     # MCP (issue 32): the catalogue, consent and approvals; test chats' connections.
     mcp: McpService
+    # Evals (issue 36): suites, scorecards, the publish gate.
+    evals: Evals
 
     async def delete_user(self, who: str) -> dict[str, Any]:
         """`svc users delete`: end the account (409 while it owns an org), cancel its personal
@@ -137,6 +142,7 @@ def build_services(
     from svc.authoring import Authoring
     from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, SpendCaps, UsageReport, run_cost
     from svc.core import TTLCache
+    from svc.evals import EvalLimits, Evals, SuiteRunner
     from svc.identity import Accounts, ApiKeys, Credentials, RateLimiter, UserAdmin
     from svc.installs import AutoUpgrades, Installs, RunPoller, Upgrades
     from svc.orgs import (
@@ -160,20 +166,19 @@ def build_services(
         Schedules,
         SecurityLog,
     )
-    from svc.templates import Portability, Templates
+    from svc.templates import Definitions, Portability, Templates
 
     plugins = plugins if plugins is not None else Plugins(settings.disabled_plugins)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
     accounts = Accounts(store)
     key_cache: TTLCache[str, Principal] = TTLCache()
     credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
-    templates = Templates(store, mailer)
     tokenless = frozenset(p.id for p in plugins.platforms() if not p.traits.reports_tokens)
     managed = frozenset(p.id for p in plugins.platforms() if p.traits.managed)
     runs = Runs(store, tokenless, managed)
     audit = AuditLog(store)
     org_access = OrgAccess(store, accounts)
-    governance = Governance(store, org_access, audit, mailer, settings.public_url)
+    governance = Governance(store, org_access, audit, mailer, settings.base_url)
     installs = Installs(store, vault, plugins, credentials, settings, runs, governance)
     upgrades = Upgrades(store, installs, mailer, governance)
     outreach = Outreach(store, installs)
@@ -181,7 +186,7 @@ def build_services(
     llm = LLM(plugins, settings, partial(counters.write, store))
     # MCP (issue 32): the catalogue, consent, approvals and test chats' connections.
     mcp = McpService(store, llm, settings.judge_model, settings.mcp_servers, settings.egress_allow_private)
-    invitations = Invitations(store, org_access, audit, mailer, settings.public_url)
+    invitations = Invitations(store, org_access, audit, mailer, settings.base_url)
     approvals = Approvals(store, org_access, audit, mailer, governance, installs, upgrades)
     org_secrets = OrgSecrets(store, org_access, audit, vault)
     plans = Plans(store, org_access, audit, approvals)
@@ -194,6 +199,13 @@ def build_services(
     org_billing = OrgBilling(store, org_access, audit, plans, provider, settings)
     multiplier = settings.rate_limit_multiplier
     spend_caps = SpendCaps(store, mailer)
+    run_service = RunService(
+        store, installs, runtime, outreach, admission=spend_caps.admit, wait_s=settings.run_wait_seconds
+    )
+    # Evals (issue 36): the suite runner is the publish gate, so it is built before the templates.
+    limits = EvalLimits(settings.judge_model, settings.eval_monthly_runs, settings.eval_concurrency)
+    suites = SuiteRunner(store, run_service, installs, llm, limits)
+    templates = Templates(store, mailer, suites.gate)
     callbacks = CallbackDelivery(store, vault, settings.egress_allow_private, settings.callback_max_attempts)
     return Services(
         settings=settings,
@@ -208,17 +220,16 @@ def build_services(
         credentials=credentials,
         rate_limiter=RateLimiter(store, multiplier) if multiplier is not None else None,
         templates=templates,
+        definitions=Definitions(settings.configured_providers),
         portability=Portability(store, templates),
         runs=runs,
         run_analytics=RunAnalytics(store),
         run_poller=RunPoller(store, vault, plugins, runs, settings),
         installs=installs,
         upgrades=upgrades,
-        auto_upgrades=AutoUpgrades(store, upgrades, settings.public_url),
+        auto_upgrades=AutoUpgrades(store, upgrades, settings.base_url),
         llm=llm,
-        run_service=RunService(
-            store, installs, runtime, outreach, admission=spend_caps.admit, wait_s=settings.run_wait_seconds
-        ),
+        run_service=run_service,
         install_runner=install_runner(settings, store, vault, llm, mailer, callbacks, spend_caps.admit, mcp),
         security_log=SecurityLog(store),
         schedules=Schedules(store, installs, runtime),
@@ -242,6 +253,7 @@ def build_services(
         callbacks=callbacks,
         spend_caps=spend_caps,
         mcp=mcp,
+        evals=Evals(store, templates, suites),
     )
 
 

@@ -46,6 +46,7 @@ OWNERS = {
     "billing": {"invoices", "payment_events", "pay_customers", "payouts", "spend_alerts"},
     "core": {"outbox", "timeline", "metric_counters", "leases", "key_rotations"},
     "mcp": {"mcp_consents", "mcp_approvals"},
+    "evals": {"eval_scorecards", "eval_budgets"},
 }
 WRITES = (
     "insert_one|insert_many|update_one|update_many|delete_one|delete_many|find_one_and_update"

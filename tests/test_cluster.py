@@ -66,7 +66,7 @@ ACTOR_MB = 64
 MB = 1024 * 1024
 HEAD_MEMORY = 48 * MB  # below one actor: no install actor is placed on the head
 WORKER_MEMORY = 2 * ACTOR_MB * MB  # room for exactly two install actors
-PLACEMENT_S = 12  # longer than a cold actor's start on a loaded 2-core machine
+PLACEMENT_S = 20  # longer than a cold actor's start on a loaded 2-core machine
 SLOW_S = 6.0  # a provider call long enough to act on a run while it is in flight
 
 
@@ -343,7 +343,7 @@ async def test_a_full_cluster_queues_the_actor_and_answers_503_with_retry_after(
     assert await wait_for(lambda: _true(not cluster_pids(world, "InstallActor")), 60), (
         "actors never idled out"
     )
-    world.llm.latency_s = PLACEMENT_S + 10  # both places stay taken for longer than the bound
+    world.llm.holding = True  # both places stay taken until the third run has its answer
     first = asyncio.ensure_future(sync_run(a, busy1, key1))
     second = asyncio.ensure_future(sync_run(b, busy2, key2))
     await running_run(store, busy1)
@@ -354,8 +354,8 @@ async def test_a_full_cluster_queues_the_actor_and_answers_503_with_retry_after(
     assert status == 503, body
     assert body == {"error": NO_ROOM} and retry_after is not None and int(retry_after) > 0
     assert PLACEMENT_S <= time.monotonic() - began < PLACEMENT_S + 30, "the wait is bounded"
+    world.llm.holding = False
     assert (await first)[0] == 200 and (await second)[0] == 200
-    world.llm.latency_s = 0.0
     # The pending actor stays queued in Ray: once a busy actor idles out, it is placed, and a
     # retry runs.
     done: dict[str, Any] = {}
@@ -439,11 +439,14 @@ async def test_installs_spread_over_the_nodes_and_a_killed_raylet_s_runs_resume_
     installs = [await svc_install(a, [member("lead")]) for _ in range(6)]
     tasks = [f"spread-{i}-{uuid.uuid4().hex[:8]}" for i in range(6)]
     world.llm.holding = True
-    runs = [
-        asyncio.ensure_future(sync_run((a, b)[i % 2], install_id, key, task))
-        for i, ((_, key, install_id), task) in enumerate(zip(installs, tasks, strict=True))
-    ]
-    assert await wait_for(lambda: _true(all(calls_with(world, t) for t in tasks)), 120), "six calls in flight"
+    runs = []
+    # One after another (each run's call held in flight before the next starts): six cold actors
+    # started at once on two loaded cores can take longer than the placement bound, and Ray's
+    # placement is what is measured here, not start-up under contention.
+    for i, ((_, key, install_id), task) in enumerate(zip(installs, tasks, strict=True)):
+        runs.append(asyncio.ensure_future(sync_run((a, b)[i % 2], install_id, key, task)))
+        in_flight = await wait_for(lambda task=task: _true(bool(calls_with(world, task))), 60)
+        assert in_flight, f"run {i} in flight"
     nodes = {}
     for _, _, install_id in installs:
         nodes[install_id] = (await store["actor_incarnations"].find_one({"_id": install_id}))["node"]

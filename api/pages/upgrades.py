@@ -14,6 +14,7 @@ from aiohttp import web
 
 from api.context import services
 from api.pages.base import PageTable, Viewer, done, form, parse, render
+from api.pages.install_view import heading
 from svc.core import ServiceError
 from svc.installs import AutoUpgradeBody, UpgradeBody
 
@@ -63,6 +64,7 @@ async def versions_page(request: web.Request, viewer: Viewer) -> web.StreamRespo
         "install_versions.html",
         viewer,
         install=install,
+        heading=await heading(request, install),  # main's install header: version and badge
         state=state,
         plans=plans,
         problems=problems,

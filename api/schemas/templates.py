@@ -124,6 +124,22 @@ class NameDiff(BaseModel):
     removed: list[str]
 
 
+class SuiteShape(BaseModel):
+    """An eval suite in brief."""
+
+    required: bool
+    passRate: float
+    cases: int
+
+
+class SuiteDiff(BaseModel):
+    """The eval suite before and after; `weakened` flags a version that tests less (docs/evals.md)."""
+
+    before: SuiteShape | None
+    after: SuiteShape | None
+    weakened: list[str]
+
+
 class VersionDiff(Reply):
     """GET /api/templates/:id/versions/:a/diff/:b: from `a` to `b`, with the bump it represents."""
 
@@ -137,3 +153,20 @@ class VersionDiff(Reply):
     gates: GateDiff
     variables: NameDiff
     secrets: NameDiff
+    evals: SuiteDiff
+
+
+class DefinitionFinding(BaseModel):
+    """One problem of a definition, at its field path (`definition.agents[0].model`)."""
+
+    path: str
+    message: str
+
+
+class DefinitionReport(Reply):
+    """POST /api/templates/validate: errors block publishing; warnings (a model whose provider is not
+    configured on this server) do not."""
+
+    valid: bool
+    errors: list[DefinitionFinding]
+    warnings: list[DefinitionFinding]

@@ -125,6 +125,12 @@ INDEXES: dict[str, list[Index]] = {
     # MCP (docs/mcp.md): the deployer's pinned tools, and approvals bound to one call each
     # (one open request or approval per call digest; kept 30 days).
     "mcp_consents": [Index([("installId", ASCENDING)])],
+    # Evals (docs/evals.md): a template's history and the scorecard of one exact definition.
+    "eval_scorecards": [
+        Index([("templateId", ASCENDING), ("digest", ASCENDING), ("createdAt", DESCENDING)]),
+        Index([("templateId", ASCENDING), ("version", ASCENDING), ("createdAt", DESCENDING)]),
+        Index([("templateId", ASCENDING), ("createdAt", DESCENDING)]),
+    ],
     "mcp_approvals": [
         Index([("openDigest", ASCENDING)], unique=True, partial={"openDigest": STRING}),
         Index([("installId", ASCENDING), ("requestedAt", DESCENDING)]),

@@ -4,6 +4,7 @@ loop, pipelines and gates, schedules, access policies, the security log and pipe
 from svc.runtime import incarnations, ledger, pool
 from svc.runtime.agent_loop import RunScope, TeamRunner, root_agent
 from svc.runtime.callbacks import CallbackDelivery
+from svc.runtime.eval_runs import eval_run_of, is_eval_install, new_eval_run, recorded_journal
 from svc.runtime.events import Events, agent_runs
 from svc.runtime.execution import (
     DATABASE_DOWN,
@@ -92,12 +93,16 @@ __all__ = [
     "agent_runs",
     "check_cron",
     "check_timezone",
+    "eval_run_of",
     "incarnations",
+    "is_eval_install",
     "ledger",
+    "new_eval_run",
     "next_fire",
     "pool",
     "read_back",
     "read_back_mcp",
+    "recorded_journal",
     "redacted",
     "root_agent",
     "scratch",

@@ -263,6 +263,8 @@ class TeamRunner:
             step.input_tokens += int(recorded.get("in") or 0)
             step.output_tokens += int(recorded.get("out") or 0)
             return answer_from(recorded)
+        if recorder.replay_only:
+            raise ReplayMismatch(f"The recording cannot answer model call {key} (agent {agent['key']})")
         await recorder.flush()  # everything the run decided so far is stored before it spends more
         self._check_token_cap()
         if self.admit is not None:

@@ -29,6 +29,7 @@ from svc.runtime.agent_loop import (
     TeamRunner,
     root_agent,
 )
+from svc.runtime.eval_runs import eval_install
 from svc.runtime.events import Events
 from svc.runtime.faults import CrashPoints
 from svc.runtime.journal import ReplayMismatch, RunRecorder, RunTaken
@@ -113,7 +114,7 @@ class InstallRunner:
             run = {**run, "status": "running", "incarnation": self.incarnation, "startedAt": utcnow()}
         # Written first (the claim), read second: a cancellation of the install that answered
         # before this read is seen, so no run starts after it has answered (docs/consistency.md).
-        install = await self.store.installs.find_one({"_id": run["installId"]})
+        install = eval_install(run) or await self.store.installs.find_one({"_id": run["installId"]})
         if install is None or install["status"] != "completed":
             return await self._refused(run, install)
         version = run.get("templateVersion") or install.get("templateVersion")

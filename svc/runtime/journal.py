@@ -121,6 +121,8 @@ class RunRecorder:
     _in: int = 0
     _out: int = 0
     current_agent: str | None = None
+    # A replayed eval case: a model call its recording cannot answer fails the run (docs/evals.md).
+    replay_only: bool = False
     crash: CrashPoints = field(default_factory=CrashPoints)
 
     @classmethod
@@ -134,7 +136,7 @@ class RunRecorder:
     ) -> RunRecorder:
         totals = Totals(int(run.get("inputTokens") or 0), int(run.get("outputTokens") or 0))
         journal = list(run.get("journal") or [])
-        return cls(
+        recorder = cls(
             store,
             run["_id"],
             incarnation,
@@ -145,6 +147,8 @@ class RunRecorder:
             resumed,
             journal,
         )
+        recorder.replay_only = bool(run.get("replayOnly"))
+        return recorder
 
     # ---- queueing ------------------------------------------------------------------------------
 

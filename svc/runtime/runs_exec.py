@@ -317,6 +317,11 @@ class RunService:
             raise NotFound("No active run for this install")
         return {"ok": True, "runId": active["_id"], "cancelledStep": answer.step or None}
 
+    async def run_eval(self, run: Document) -> RunOutcome:
+        """An eval case's run (svc/runtime/eval_runs.py): persisted, run by the builder's eval
+        worker on the real runtime, and waited for like a synchronous run."""
+        return await self._wait(run["installId"], run)
+
     async def _admit(self, install: Document) -> None:
         """The spend-cap check (h-caps) before a run is asked for; a Conflict answers 409."""
         if self.admission is not None:

@@ -48,7 +48,9 @@ OWED = (RECORD, STEPS, LAST_RUN, SCHEDULE, CALLBACK)
 
 
 def owed_on_end(run: Document) -> list[str]:
-    """What a run that ends owes."""
+    """What a run that ends owes (an eval run: its steps only, docs/evals.md)."""
+    if run.get("source") == "eval":
+        return [STEPS]
     owed = [RECORD, STEPS, LAST_RUN]
     if run.get("source") == "schedule":
         owed.append(SCHEDULE)

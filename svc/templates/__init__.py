@@ -1,5 +1,6 @@
 """Team templates: definitions and their schema, the lifecycle, versions and their classification."""
 
+from svc.templates.checking import Definitions, Report, ValidateBody
 from svc.templates.claims import backfill_install_counts, claim_install, release_install
 from svc.templates.definitions import (
     VARIABLE_REFERENCE,
@@ -9,6 +10,8 @@ from svc.templates.definitions import (
     hierarchy_depth,
     json_schema,
 )
+from svc.templates.eval_fields import MAX_CASES, EvalSuite
+from svc.templates.eval_gate import PublishGate, note_scorecard
 from svc.templates.mcp_fields import MAX_AGENT_SERVERS, McpServer, parse_argument_path
 from svc.templates.owner_archive import archive_user_templates
 from svc.templates.permissions import widens
@@ -24,6 +27,7 @@ from svc.templates.resources import (
     PricingOut,
     PublishBody,
     RollbackBody,
+    ScorecardSummary,
     TemplateList,
     TemplateOut,
     UpdateTemplateBody,
@@ -46,22 +50,29 @@ __all__ = [
     "LIST_DEFAULT",
     "LIST_MAX",
     "MAX_AGENT_SERVERS",
+    "MAX_CASES",
     "PLATFORM_FEE_PERCENT",
     "VARIABLE_REFERENCE",
     "AccessPolicy",
     "CreateTemplateBody",
+    "Definitions",
+    "EvalSuite",
     "ImportQuery",
     "McpServer",
     "Portability",
     "PricingBody",
     "PricingOut",
     "PublishBody",
+    "PublishGate",
+    "Report",
     "RollbackBody",
+    "ScorecardSummary",
     "TeamDefinition",
     "TemplateList",
     "TemplateOut",
     "Templates",
     "UpdateTemplateBody",
+    "ValidateBody",
     "VersionList",
     "archive_user_templates",
     "backfill_install_counts",
@@ -73,6 +84,7 @@ __all__ = [
     "is_owner",
     "json_schema",
     "next_period_start",
+    "note_scorecard",
     "owner_of",
     "parse_argument_path",
     "period_start",

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from config.catalogue import AGENT_MODELS
 from svc.core import BadRequest, DisplayName, DisplayText
+from svc.templates.eval_fields import EvalSuite, check_suite
 from svc.templates.mcp_fields import (
     MAX_AGENT_SERVERS,
     MAX_TEAM_SERVERS,
@@ -69,8 +70,9 @@ class Rule(Strict):
     match: RuleMatch = Field(default_factory=RuleMatch)
     action: Literal["allow", "deny", "require_approval"]
     reason: str | None = Field(default=None, max_length=500)
-    resendAfterCrash: bool = Field(
-        default=False,
+    # None when unset, so stored definitions (and their version diffs) gain no field they did not name.
+    resendAfterCrash: bool | None = Field(
+        default=None,
         description="the target deduplicates by the `Idempotency-Key` header: a request of this rule "
         "that was in flight when the run's worker died is sent again with the same key (otherwise "
         "the run waits at an `outcome-unknown` gate)",
@@ -142,6 +144,7 @@ class TeamDefinition(Strict):
         max_length=MAX_TEAM_SERVERS,
         description="MCP servers the agents may use: remote by URL, or from the operator's catalogue",
     )
+    evals: EvalSuite | None = Field(default=None, description="the team's eval suite (docs/evals.md)")
 
     @field_validator("requiredVariables", "requiredSecrets")
     @classmethod
@@ -177,6 +180,7 @@ def check_definition(definition: TeamDefinition, path: str = "definition") -> No
         if gate.after not in keys:
             raise BadRequest(f"{path}.gates[{index}].after: no agent has key {gate.after!r}")
     check_mcp(definition, path)
+    check_suite(definition, path)
 
 
 def _check_reporting_lines(definition: TeamDefinition, keys: dict[str, int], path: str) -> None:

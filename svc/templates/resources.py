@@ -135,6 +135,23 @@ def is_listed(doc: Document) -> bool:
     return doc["kind"] == "template" and doc["status"] == "published" and doc["visibility"] == "public"
 
 
+class ScorecardSummary(BaseModel):
+    """The latest eval scorecard of a version, in brief (docs/evals.md)."""
+
+    scorecardId: str
+    version: int
+    passed: bool
+    passRate: float
+    cases: int
+    passedCases: int
+    errorCases: int
+    medianTokens: int
+    medianCostCents: int
+    policyCases: int
+    policyPassed: int
+    createdAt: str
+
+
 class TemplateOut(BaseModel):
     """The Template resource as responses carry it (the OpenAPI schema; tests check responses fit)."""
 
@@ -162,6 +179,9 @@ class TemplateOut(BaseModel):
     parentId: str | None = Field(default=None, description="rollback responses: the published parent")
     rolledBackFrom: int | None = Field(default=None, description="rollback responses: the version restored")
     installCount: int | None = Field(default=None, description="archive responses: active installs")
+    scorecard: ScorecardSummary | None = Field(
+        default=None, description="the latest eval scorecard of the published version (docs/evals.md)"
+    )
 
 
 class TemplateList(BaseModel):
@@ -179,6 +199,7 @@ class VersionOut(BaseModel):
     bump: Literal["INITIAL", "MAJOR", "MINOR", "PATCH"]
     changeLog: str | None
     publishedAt: str
+    scorecard: ScorecardSummary | None = None
 
 
 class VersionList(BaseModel):
@@ -226,6 +247,8 @@ def view(doc: Document, **extra: Any) -> dict[str, Any]:
         out["parentTemplateId"] = doc["parentTemplateId"]
     if doc.get("forkedFromId"):
         out["forkedFromId"] = doc["forkedFromId"]
+    if doc.get("evalScorecard") and doc.get("status") == "published":
+        out["scorecard"] = doc["evalScorecard"]
     out.update(extra)
     return out
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from svc.templates.eval_fields import suite_changes
 from svc.templates.mcp_versioning import mcp_bump_reasons
 from svc.templates.permissions import permission_changes
 
@@ -94,6 +95,8 @@ def structured_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         },
         "variables": _set_diff(old, new, "requiredVariables"),
         "secrets": _set_diff(old, new, "requiredSecrets"),
+        # Evals (issue 36): a version that removes or weakens its suite is flagged.
+        "evals": suite_changes(old.get("evals"), new.get("evals")),
     }
 
 
