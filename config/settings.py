@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config import catalogue
+from config import tracing as trace_config
 from config.parsing import (
     AppKey,
     IPNetwork,
@@ -44,6 +45,7 @@ from config.parsing import (
     parse_strict_bool,
     positive_seconds,
 )
+from config.tracing import TraceSettings
 
 ENV_FILE_VARIABLE = "SVC_ENV_FILE"
 DEFAULT_SENDER = "svc <no-reply@localhost>"
@@ -103,6 +105,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_DISABLED_PLUGINS", "comma-separated plugin names"),
     Variable("SVC_ORCHB_BASE_URL", "an http(s) URL (read by the orchB driver at call time)"),
     Variable("SVC_ORCHC_ENDPOINT_URL", "an http(s) URL (read by the orchC driver at call time)"),
+    *(Variable(name, accepted) for name, accepted in trace_config.VARIABLES),
 )
 ACCEPTED = {variable.name: variable.accepted for variable in VARIABLES}
 # Read from the process environment by the platform drivers at call time: a value from `.env`
@@ -205,6 +208,8 @@ class Settings(BaseModel):
     shutdown_grace_seconds: float = Field(default=5.0, gt=0)
     # How many times a webhook run's callback is tried (within 24 hours) before it is failed.
     callback_max_attempts: int = Field(default=30, ge=1, le=1000)
+    # Traces: the OTEL_* variables and SVC_TRACE_* (config/tracing.py); off without an endpoint.
+    tracing: TraceSettings = Field(default_factory=TraceSettings)
 
     @field_validator("billing_cron_schedule")
     @classmethod
@@ -296,6 +301,7 @@ class Settings(BaseModel):
         }
         for name in EXPORTED:
             parsed(name, parse_http_url, None)
+        values["tracing"] = _trace_settings(get, parsed)
         values.update(overrides)
         try:
             return cls.model_validate(values)
@@ -303,6 +309,28 @@ class Settings(BaseModel):
             first = exc.errors()[0]
             field = ".".join(str(part) for part in first["loc"])
             raise SettingsError(f"setting {field}: {first['msg']}") from None
+
+
+def _trace_settings(get: Callable[[str], str | None], parsed: Callable[..., Any]) -> TraceSettings:
+    """The OTEL_* variables and SVC_TRACE_*: no endpoint (or OTEL_SDK_DISABLED) is tracing off."""
+    parsed("OTEL_EXPORTER_OTLP_PROTOCOL", trace_config.parse_protocol, None)
+    base = parsed("OTEL_EXPORTER_OTLP_ENDPOINT", trace_config.parse_endpoint, None)
+    endpoint = parsed("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", trace_config.parse_endpoint, None)
+    endpoint = endpoint or (trace_config.traces_url(base) if base else None)
+    headers = dict(parsed("OTEL_EXPORTER_OTLP_HEADERS", trace_config.parse_pairs, ()))
+    headers.update(parsed("OTEL_EXPORTER_OTLP_TRACES_HEADERS", trace_config.parse_pairs, ()))
+    if parsed("OTEL_SDK_DISABLED", parse_strict_bool, False):
+        endpoint = None
+    return TraceSettings(
+        endpoint=endpoint,
+        headers=tuple(headers.items()),
+        service_name=get("OTEL_SERVICE_NAME") or "svc",
+        resource=parsed("OTEL_RESOURCE_ATTRIBUTES", trace_config.parse_pairs, ()),
+        sampler=parsed("OTEL_TRACES_SAMPLER", trace_config.parse_sampler, "parentbased_always_on"),
+        sampler_arg=parsed("OTEL_TRACES_SAMPLER_ARG", trace_config.parse_ratio, 1.0),
+        capture_content=parsed("SVC_TRACE_CONTENT", parse_on_off, False),
+        viewer_url=parsed("SVC_TRACE_URL", trace_config.parse_viewer_url, None),
+    )
 
 
 def settings_or_exit(env: Mapping[str, str] | None = None) -> Settings:
@@ -326,10 +354,11 @@ def _shown(name: str, value: str) -> str:
         "SVC_STRIPE_WEBHOOK_SECRET",
         "SVC_METRICS_TOKEN",
         "APP_API_KEYS",
+        *trace_config.SECRET,
     }
     if secret:
         return "<hidden>"
-    if name in {"SVC_MONGODB_URI", "SVC_SMTP_URL"}:
+    if name in {"SVC_MONGODB_URI", "SVC_SMTP_URL", *trace_config.URLS}:
         parts = urlsplit(value)
         if parts.password:
             return repr(value.replace(parts.password, "***"))
