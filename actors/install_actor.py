@@ -24,7 +24,9 @@ from typing import Any
 import ray
 
 from actors import deployment
-from svc.core import Document, Store, Vault
+from plugins import tracing
+from plugins.tracing import sdk as tracing_sdk
+from svc.core import Document, Store, Vault, counters
 from svc.runtime import CANCELLED, InstallRunner, failed_outcome, ledger
 from svc.wiring import build_install_runner
 
@@ -49,6 +51,12 @@ class InstallActor:
         self.config_version = config.version
         self.settings = config.settings
         self.store = Store.connect(config.mongodb_uri, self.settings.db_timeout_seconds)
+        tracing_sdk.setup(  # this process's traces (tracing, #33)
+            self.settings.tracing,
+            "install_actor",
+            node=ray.get_runtime_context().get_node_id(),
+            on_dropped=counters.dropped_spans(self.store, "install_actor"),
+        )
         self.runner: InstallRunner = build_install_runner(
             self.settings, self.store, Vault(list(config.vault_keys))
         )
@@ -72,7 +80,8 @@ class InstallActor:
         """Start a queued run (idempotent by run id) and wait for its outcome."""
         if not await self.ready():
             return {"retry": True}
-        task = self._spawn(payload["runId"])
+        with tracing.attached(payload.get("trace")):  # the run joins the caller's trace (#33)
+            task = self._spawn(payload["runId"])
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -84,7 +93,8 @@ class InstallActor:
         """Start a queued run without waiting (webhook, schedule, retry, wait:false)."""
         if not await self.ready():
             return {"retry": True}
-        self._spawn(payload["runId"])
+        with tracing.attached(payload.get("trace")):  # the run joins the caller's trace (#33)
+            self._spawn(payload["runId"])
         return {"ok": True}
 
     async def cancel(self, run_id: str) -> dict[str, Any]:
@@ -128,7 +138,8 @@ class InstallActor:
             meta={"runId": run["_id"]},
             **actor,
         )
-        self._spawn(run["_id"], resumed=run)
+        with tracing.attached(payload.get("trace")):  # linked from the resumed run's span (#33)
+            self._spawn(run["_id"], resumed=run)
         return {"ok": True, "runId": run["_id"], "gate": run["state"]["gate"]}
 
     async def status(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 from actors import capacity, deployment
 from actors.install_actor import InstallActor
 from config.settings import Settings
+from plugins import tracing
 from svc.core import Reaper, RuntimeFailure
 
 log = logging.getLogger(__name__)
@@ -195,6 +196,14 @@ class RayRuntime:
     async def _command(
         self, install_id: str, method: str, payload: Any, trust_warm: bool = True
     ) -> dict[str, Any]:
+        """Send one command to the install's actor, as a client span whose trace context the
+        command carries (`trace`: the actor's run joins the caller's trace; tracing, #33)."""
+        with tracing.handover_span(method, install_id) as carrier:
+            if carrier and isinstance(payload, dict):
+                payload = {**payload, "trace": carrier}
+            return await self._send(install_id, method, payload, trust_warm)
+
+    async def _send(self, install_id: str, method: str, payload: Any, trust_warm: bool) -> dict[str, Any]:
         """Send one command to the install's actor; a copy that is leaving is asked again once
         a fresh one answers. RuntimeFailure when the actor cannot be started or dies."""
         deadline = capacity.placement_deadline(self.settings)

@@ -35,7 +35,8 @@ import ray
 
 from actors.deployment import DeploymentConfig, current, deployment_id
 from actors.runtime import NAMESPACE, RayRuntime
-from svc.core import Lease, Store, Vault
+from plugins.tracing import sdk as tracing_sdk
+from svc.core import Lease, Store, Vault, counters
 from svc.jobs import Jobs
 from svc.runtime import SchedulerCore
 from svc.wiring import build_services
@@ -146,9 +147,16 @@ class SchedulerActor:
             if self._jobs_task is not None and not self._jobs_task.done():
                 await asyncio.wait([self._jobs_task])  # a job in progress finishes on its store
             await built.store.close()
+            await asyncio.to_thread(tracing_sdk.shutdown)  # the previous configuration's traces
         settings = config.settings
         keys = list(config.vault_keys)
         store = Store.connect(config.mongodb_uri, settings.db_timeout_seconds)
+        tracing_sdk.setup(  # this process's traces: schedule fires, callback retries (tracing, #33)
+            settings.tracing,
+            "scheduler",
+            node=ray.get_runtime_context().get_node_id(),
+            on_dropped=counters.dropped_spans(store, "scheduler"),
+        )
         runtime = RayRuntime(settings.ray_address, config.mongodb_uri, settings, keys)
         services = build_services(settings, store, Vault(keys), runtime)
         lease = Lease(store, scheduler_name(self.deployment), self.holder, LEASE_TTL_S)

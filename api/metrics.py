@@ -49,6 +49,10 @@ STORED_COUNTERS = {
     "egress_blocks": ("svc_egress_blocks", "Agent HTTP requests refused, by what refused them."),
     "payment_failures": ("svc_payment_failures", "Failed charges (declined, or failed per provider event)."),
     "mail_failures": ("svc_mail_failures", "Failed mail delivery attempts (final: no retry left)."),
+    "trace_spans_dropped": (
+        "svc_trace_spans_dropped",
+        "Spans lost before reaching the trace collector (queue full or export failed), by process kind.",
+    ),
 }
 STORED_HISTOGRAMS = {
     "run_duration_seconds": ("svc_run_duration_seconds", "Duration of managed runs, start to finish."),

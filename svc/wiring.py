@@ -9,6 +9,7 @@ installs (with the org governance gate), runtime, orgs, billing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from config.settings import Settings
@@ -124,7 +125,16 @@ def build_services(
 ) -> Services:
     """Wire every service for one process (the API, the scheduler actor, the CLI, tests)."""
     from svc.authoring import Authoring
-    from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, SpendCaps, UsageReport, run_cost
+    from svc.billing import (
+        Charges,
+        OrgBilling,
+        PaymentProvider,
+        Payouts,
+        SpendCaps,
+        UsageReport,
+        run_charge,
+        run_cost,
+    )
     from svc.core import TTLCache
     from svc.identity import Accounts, ApiKeys, Credentials, RateLimiter, UserAdmin
     from svc.installs import Installs, RunPoller
@@ -202,7 +212,14 @@ def build_services(
         llm=llm,
         run_service=RunService(store, installs, runtime, outreach, admission=spend_caps.admit),
         install_runner=InstallRunner(
-            store, vault, llm, settings.judge_model, settings.egress_allow_private, mailer, spend_caps.admit
+            store,
+            vault,
+            llm,
+            settings.judge_model,
+            settings.egress_allow_private,
+            mailer,
+            spend_caps.admit,
+            partial(run_charge, store),  # the billed amount on a run's span (tracing, #33)
         ),
         security_log=SecurityLog(store),
         schedules=Schedules(store, installs, runtime),
@@ -221,7 +238,7 @@ def build_services(
         charges=charges,
         payouts=Payouts(store, accounts, charges, provider, org_billing.handle_event),
         org_billing=org_billing,
-        run_detail=RunDetail(store, run_cost),
+        run_detail=RunDetail(store, run_cost, settings.tracing.viewer_url),
         run_watch=RunWatch(store),
         callbacks=CallbackDelivery(
             store, vault, settings.egress_allow_private, settings.callback_max_attempts
@@ -233,7 +250,7 @@ def build_services(
 def build_install_runner(settings: Settings, store: Store, vault: Vault) -> InstallRunner:
     """What an install's actor needs to run its install: models (no platform drivers, whose
     imports an actor need not pay for), the store, the vault, mail and the spend caps."""
-    from svc.billing import SpendCaps
+    from svc.billing import SpendCaps, run_charge
 
     plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
@@ -245,4 +262,5 @@ def build_install_runner(settings: Settings, store: Store, vault: Vault) -> Inst
         settings.egress_allow_private,
         mailer,
         SpendCaps(store, mailer).admit,  # spend caps, before any model call
+        partial(run_charge, store),  # the billed amount on a run's span (tracing, #33)
     )

@@ -18,6 +18,7 @@ from pymongo import DESCENDING
 from api.context import services
 from api.pages.base import PageTable, Viewer, done, form, parse, render
 from api.sse import relay
+from plugins import tracing
 from svc.core import BadRequest, Document, NotFound, aware, iso, utcnow
 from svc.installs import CreateInstallBody
 from svc.runtime import MAX_DRAFT_ID, BulkBody, DraftEdit, RejectBody, RunBody
@@ -253,6 +254,7 @@ async def run_detail(request: web.Request, viewer: Viewer) -> web.StreamResponse
         steps=steps,
         tokens=tokens,
         requests=requests,
+        trace=tracing.detail_fields(run.get("trace"), svc.settings.tracing.viewer_url),  # tracing (#33)
         tab="runs",
     )
 

@@ -219,8 +219,9 @@ def server_span(
 
 @contextmanager
 def handover_span(method: str, install_id: str) -> Iterator[dict[str, str]]:
-    """A command sent to an install's actor over Ray; yields the carrier to send with it."""
-    if not STATE.on:
+    """A command sent to an install's actor over Ray, within a trace; yields the carrier to send
+    with it ({} outside a trace: the actor's run then joins the context stored on the run)."""
+    if not STATE.on or not trace.get_current_span().get_span_context().is_valid:
         yield {}
         return
     attributes = {

@@ -130,7 +130,9 @@ def run_billed(pricing_model: str, amount_cents: int, price_cents: int | None) -
 
 def gate_paused(gate: str, next_step: int | None = None) -> None:
     """The current run stopped at a human gate (it resumes in a later part of the same trace)."""
-    _run().event("svc.gate.paused", {"svc.gate.name": gate, "svc.gate.next_step": next_step})
+    run = _run()
+    run.set({"svc.run.status": "paused"})
+    run.event("svc.gate.paused", {"svc.gate.name": gate, "svc.gate.next_step": next_step})
 
 
 # ---- agents, tools, policy decisions ------------------------------------------------------------

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from plugins import tracing
 from plugins.egress import EgressDenied, egress_client
 from plugins.types import ChatMessage, ProviderError, ToolCall, ToolSpec
 from svc.core import iso, utcnow
@@ -220,6 +221,21 @@ class TeamRunner:
         delegate: Callable[[ToolCall], Awaitable[str]] | None,
         steps: list[AgentStep],
     ) -> AgentStep:
+        """One agent's turn, as an `invoke_agent` span with its tokens (tracing, #33)."""
+        with tracing.agent_span(agent["key"], agent["name"], agent.get("model"), scope.secrets) as span:
+            step = await self._agent_turn(scope, agent, task, tools, delegate, steps)
+            tracing.agent_finished(span, step.status, step.input_tokens, step.output_tokens, step.error)
+            return step
+
+    async def _agent_turn(
+        self,
+        scope: RunScope,
+        agent: dict[str, Any],
+        task: str,
+        tools: list[ToolSpec],
+        delegate: Callable[[ToolCall], Awaitable[str]] | None,
+        steps: list[AgentStep],
+    ) -> AgentStep:
         step = AgentStep(agent_key=agent["key"], model=agent.get("model"))
         steps.append(step)
         if self.on_step_start is not None:
@@ -241,12 +257,14 @@ class TeamRunner:
                     break
                 messages.append(ChatMessage("assistant", answer.text, tool_calls=answer.tool_calls))
                 for call in answer.tool_calls:
-                    if call.name == HTTP_TOOL.name:
-                        output = await self._http_request(scope, agent, policy, call.arguments)
-                    elif delegate is not None and call.name.startswith("delegate_"):
-                        output = await delegate(call)
-                    else:
-                        output = f"Unknown tool {call.name!r}"
+                    with tracing.tool_span(call.name, call.id, call.arguments) as span:  # tracing (#33)
+                        if call.name == HTTP_TOOL.name:
+                            output = await self._http_request(scope, agent, policy, call.arguments)
+                        elif delegate is not None and call.name.startswith("delegate_"):
+                            output = await delegate(call)
+                        else:
+                            output = f"Unknown tool {call.name!r}"
+                        span.content("gen_ai.tool.call.result", output)
                     messages.append(ChatMessage("tool", output, tool_call_id=call.id, name=call.name))
             else:
                 raise AgentFailed(f"Agent {agent['key']} did not finish within {MAX_ITERATIONS} iterations")
@@ -341,6 +359,16 @@ class TeamRunner:
             judge, source = (reasoning, confidence), "judge"
             if not allowed:
                 would_block, reason = True, "Blocked by the security judge"
+        tracing.policy_decision(  # the verdict on the tool call's span (tracing, #33)
+            "denied" if would_block and not reporting else "reported" if would_block else "allowed",
+            decision=decision,
+            source=source,
+            reason=reason,
+            judge_reasoning=judge[0],
+            judge_confidence=judge[1],
+            method=method,
+            url=written_url,
+        )
         if would_block and not reporting:
             await self._logged(log(decision, source, reason, None, judge))
             if verdict.action == "deny":

@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from plugins import tracing
 from plugins.egress import EgressDenied, egress_client
 from svc.core import Conflict, Document, NotFound, Store, Vault, aware, iso, utcnow
 
@@ -132,6 +133,7 @@ class CallbackDelivery:
                     "windowStart": now,
                     "nextAttemptAt": now + LEASE,
                     "leasedUntil": now + LEASE,  # this call holds it while it sends
+                    **tracing.context_fields(),  # retries join the run's trace (tracing, #33)
                 },
                 "$setOnInsert": {"installId": install["_id"], "attempts": [], "createdAt": now},
             },
@@ -221,7 +223,8 @@ class CallbackDelivery:
         tries = int(doc.get("tries") or 0) + 1
         window_start = doc.get("windowStart") or doc.get("createdAt") or now
         started = time.monotonic()
-        status_code, error, final = await self._send(doc["url"], doc["body"].encode(), install)
+        with tracing.attached(doc.get("trace")):  # in the run's trace, whichever process sends (#33)
+            status_code, error, final = await self._send(doc["url"], doc["body"].encode(), install)
         latency_ms = int((time.monotonic() - started) * 1000)
         attempt = {"at": now, "status": status_code, "latencyMs": latency_ms, "error": error}
         delivered = status_code is not None and 200 <= status_code < 300

@@ -14,6 +14,7 @@ from typing import Any
 
 from pymongo.errors import PyMongoError
 
+from plugins import tracing
 from svc.core import (
     Conflict,
     Document,
@@ -44,6 +45,10 @@ DATABASE_DOWN = "Database unavailable during the run"
 UPSTREAM_IDS = ("platformRunId", "platformAgentId", "platformTaskId")
 # Spend caps (h-caps): called with the install before any model call; a Conflict refuses the run.
 Admission = Callable[[Document], Awaitable[None]]
+# (install, completed?, billable?, tokens) -> (pricing model, price in cents, amount in cents) the run
+# is billed at (svc.billing.run_charge; injected, billing sits above the runtime): the run span's
+# billed amount (tracing, #33).
+Costing = Callable[[Document, bool, bool, int], Awaitable[tuple[str, int | None, int]]]
 
 
 class InstallRunner:
@@ -62,8 +67,10 @@ class InstallRunner:
         allow_private: bool,
         mailer: Mailer | None = None,
         admission: Admission | None = None,
+        costing: Costing | None = None,
     ) -> None:
         self.store = store
+        self.costing = costing  # the billed amount on the run's span (tracing, #33)
         self.pipelines = PipelineExecutor(store, mailer or Mailer(store))
         self.vault = vault
         self.judge_model = judge_model
@@ -118,11 +125,32 @@ class InstallRunner:
         run = resumed or await ledger.claim(self.store, run_id, self.incarnation, None)
         if run is None:
             return await self.outcome_now(run_id)
+        gate = (run.get("state") or {}).get("gate") if resumed is not None else None
+        with tracing.run_span(  # the run's span, in the trace of whoever asked for it (tracing, #33)
+            run_id,
+            run.get("source"),
+            run.get("trace"),
+            retry_of=run.get("retryOf"),
+            resumed_gate=gate,
+            bypass_gates=bool(run.get("bypassGates")),
+        ):
+            return await self._execute(install_id, run)
+
+    async def _execute(self, install_id: str, run: Document) -> dict[str, Any]:
+        """The claimed (or resumed) run: the team, the outcome, the callback."""
+        run_id = run["_id"]
         # Written first (the claim), read second: a cancellation of the install that answered
         # before this read is seen, so no run starts after it has answered (docs/consistency.md).
         install = await self.store.installs.find_one({"_id": install_id})
         if install is None or install["status"] != "completed":
             return await self._refused(install, run_id)
+        tracing.run_install(  # tracing (#33)
+            install_id,
+            install.get("templateId"),
+            install.get("templateVersion"),
+            install.get("templateName"),
+            install["platform"],
+        )
         definition = interpolate(install["definition"], install.get("variables") or {})
         root_key = next(
             (a["key"] for a in definition["agents"] if not a.get("reportsTo")), definition["agents"][0]["key"]
@@ -141,6 +169,7 @@ class InstallRunner:
                 self.store, run_id, self.incarnation, pause, result.input_tokens, result.output_tokens
             ):
                 return failed_outcome(run_id, SUPERSEDED)
+            tracing.gate_paused(pause["gate"], pause.get("fromStep"))  # tracing (#33)
             await self.run_events.finish(install_id, run_id, result, pause)
             outcome = {**outcome_of(run_id, result), "pausedAtGate": pause["gate"]}
             if run.get("callbackUrl"):
@@ -336,7 +365,17 @@ class InstallRunner:
             result.error,
             billable=result.billable,
         )
+        await self._traced_end(install, result)  # tracing (#33)
         return True
+
+    async def _traced_end(self, install: Document, result: TeamResult) -> None:
+        """The run span's outcome, tokens and billed amount (one template read, only when traced)."""
+        tracing.run_finished(result.status, result.input_tokens, result.output_tokens, result.error)
+        if self.costing is not None and tracing.enabled():
+            tokens = result.input_tokens + result.output_tokens
+            completed = result.status == "completed"
+            model, price, amount = await self.costing(install, completed, result.billable, tokens)
+            tracing.run_billed(model, amount, price)
 
     async def _recorded(
         self,

@@ -21,6 +21,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from plugins import tracing
 from svc.core import Document, Store, tokens, utcnow
 
 RUNS = "pipeline_runs"
@@ -47,6 +48,8 @@ def new_run(install_id: str, task: str, source: Source, **extra: Any) -> Documen
         "outputTokens": 0,
         "agentKey": None,
         "incarnation": None,
+        # The trace of whoever asked for the run: every part of it joins that trace (tracing, #33).
+        **tracing.context_fields(),
         **extra,
     }
 

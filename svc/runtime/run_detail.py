@@ -23,6 +23,7 @@ from typing import Any
 
 from pymongo import ASCENDING
 
+from plugins import tracing
 from svc.core import Document, NotFound, Store, aware, iso
 from svc.identity import Principal
 from svc.installs import builder_reaches, reaches
@@ -54,8 +55,9 @@ SECURITY_FIELDS = (
 class RunDetail:
     """Answers "what happened in run X"."""
 
-    def __init__(self, store: Store, costing: Costing | None = None) -> None:
+    def __init__(self, store: Store, costing: Costing | None = None, trace_url: str | None = None) -> None:
         self.store = store
+        self.trace_url = trace_url  # SVC_TRACE_URL: the run's trace link (tracing, #33)
         self.events = RunEvents(store)
         self.costing = costing
 
@@ -119,6 +121,8 @@ class RunDetail:
             "security": [security_entry(doc) for doc in security],
             "cost": self._cost(template, record),
             "callback": callback_view(callback, full),
+            # The run's trace (tracing, #33): traceId and traceUrl, null when it was not traced.
+            **tracing.detail_fields((ledger or {}).get("trace"), self.trace_url),
         }
         if ledger is not None and ledger["status"] == "queued":
             detail["queuePosition"] = await self._queue_position(ledger)
