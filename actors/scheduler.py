@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,7 @@ class Built:
     lease: Lease
     core: SchedulerCore
     jobs: Jobs
+    stop_traces: Callable[[], None]  # undoes this version's tracing set-up (tracing, #33)
 
 
 @ray.remote(num_cpus=0, max_restarts=-1)
@@ -147,11 +149,11 @@ class SchedulerActor:
             if self._jobs_task is not None and not self._jobs_task.done():
                 await asyncio.wait([self._jobs_task])  # a job in progress finishes on its store
             await built.store.close()
-            await asyncio.to_thread(tracing_sdk.shutdown)  # the previous configuration's traces
+            await asyncio.to_thread(built.stop_traces)  # the previous configuration's traces
         settings = config.settings
         keys = list(config.vault_keys)
         store = Store.connect(config.mongodb_uri, settings.db_timeout_seconds)
-        tracing_sdk.setup(  # this process's traces: schedule fires, callback retries (tracing, #33)
+        stop_traces = tracing_sdk.setup(  # this process's traces: schedule fires, callback retries (#33)
             settings.tracing,
             "scheduler",
             node=ray.get_runtime_context().get_node_id(),
@@ -161,7 +163,12 @@ class SchedulerActor:
         services = build_services(settings, store, Vault(keys), runtime)
         lease = Lease(store, scheduler_name(self.deployment), self.holder, LEASE_TTL_S)
         self._built = Built(
-            config.version, store, lease, SchedulerCore(store, runtime), Jobs.for_services(services)
+            config.version,
+            store,
+            lease,
+            SchedulerCore(store, runtime),
+            Jobs.for_services(services),
+            stop_traces,
         )
         return self._built
 

@@ -171,11 +171,11 @@ async def keep_database(embedded: EmbeddedMongo) -> None:
 async def traces(app: web.Application) -> AsyncIterator[None]:
     """This process's traces (OTEL_* settings; nothing without an endpoint), flushed on stop."""
     settings = app[SETTINGS]
-    tracing_sdk.setup(settings.tracing, "api", on_dropped=counters.dropped_spans(app[STORE], "api"))
+    stop = tracing_sdk.setup(settings.tracing, "api", on_dropped=counters.dropped_spans(app[STORE], "api"))
     try:
         yield
     finally:
-        await asyncio.to_thread(tracing_sdk.shutdown)
+        await asyncio.to_thread(stop)
 
 
 async def ray_runtime(app: web.Application) -> AsyncIterator[None]:

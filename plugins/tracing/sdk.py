@@ -1,6 +1,6 @@
 """The OpenTelemetry SDK of one process: set up once per process kind, counted when spans are lost.
 
-`setup(settings, process)` is called where each kind of process starts: the API (api/app.py), an
+`stop = setup(settings, process)` is called where each kind of process starts: the API (api/app.py), an
 install's actor and the scheduler actor (actors/). With an endpoint it installs a tracer provider
 whose resource names the service, the process kind (`svc.process.kind`: api, install_actor,
 scheduler), the host and the Ray node, a sampler from OTEL_TRACES_SAMPLER(_ARG), and a batch
@@ -15,6 +15,8 @@ Without an endpoint nothing is installed and `plugins.tracing` stays a no-op.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import logging
 import os
 import socket
@@ -36,7 +38,7 @@ from opentelemetry.sdk.trace.export import (
 from config.tracing import TraceSettings
 from plugins.tracing import core as tracing
 
-__all__ = ["PROCESS_KINDS", "dropped", "setup", "shutdown"]
+__all__ = ["PROCESS_KINDS", "dropped", "setup"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,7 @@ class _Installed:
     process: str
     provider: TracerProvider
     users: int = 1
+    stopped: bool = False
 
 
 _LOCK = threading.Lock()
@@ -174,13 +177,18 @@ def setup(
     node: str | None = None,
     on_dropped: Report | None = None,
     exporter: SpanExporter | None = None,
-) -> None:
-    """Install this process's tracing (idempotent for equal settings: each call needs a `shutdown`).
+) -> Callable[[], None]:
+    """Install this process's tracing; the function that undoes it (blocking: it flushes the last
+    spans, bounded by SHUTDOWN_MS; call it in a thread from async code). Nothing is installed, and
+    the function does nothing, without an endpoint. Equal settings share one installation, stopped
+    when its last user stops; other settings replace it. The installation is also flushed when the
+    process exits.
 
-    `exporter` replaces the OTLP exporter (tests: the SDK's in-memory exporter, spans exported at once)."""
+    `exporter` replaces the OTLP exporter (tests: the SDK's in-memory exporter, spans exported at
+    once)."""
     global _installed
     if not settings.enabled and exporter is None:
-        return
+        return _nothing
     try:
         loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:
@@ -189,12 +197,11 @@ def setup(
         current = _installed
         if (
             current is not None
-            and current.settings == settings
-            and current.process == process
-            and exporter is None
+            and (current.settings, current.process) == (settings, process)
+            and not exporter
         ):
             current.users += 1
-            return
+            return functools.partial(_release, current)
     if current is not None:
         _stop(current)
 
@@ -213,12 +220,19 @@ def setup(
             endpoint=settings.endpoint, headers=dict(settings.headers), timeout=EXPORT_TIMEOUT_S
         )
         provider.add_span_processor(_BoundedBatch(_CountingExporter(otlp, lost), lost))
+    installed = _Installed(settings, process, provider)
     with _LOCK:
-        _installed = _Installed(settings, process, provider)
+        _installed = installed
         tracing.STATE.tracer = provider.get_tracer(tracing.SCOPE, schema_url=tracing.SCHEMA_URL)
         tracing.STATE.capture = settings.capture_content
         tracing.STATE.on = True
+    atexit.register(_stop, installed)
     log.info("traces export to %s as %s (%s)", _shown(settings.endpoint), settings.service_name, process)
+    return functools.partial(_release, installed)
+
+
+def _nothing() -> None:
+    """What undoes a set-up that installed nothing."""
 
 
 def _shown(endpoint: str | None) -> str:
@@ -230,9 +244,12 @@ def _shown(endpoint: str | None) -> str:
 
 
 def _stop(installed: _Installed) -> None:
-    """Turn tracing off here and send what is queued (bounded by SHUTDOWN_MS)."""
+    """Turn tracing off here (when `installed` is still current) and send what it queued."""
     global _installed
     with _LOCK:
+        if installed.stopped:
+            return
+        installed.stopped = True
         if _installed is installed:
             _installed = None
             tracing.STATE.on = False
@@ -241,14 +258,10 @@ def _stop(installed: _Installed) -> None:
     installed.provider.shutdown()
 
 
-def shutdown() -> None:
-    """Undo one `setup`; the last one stops tracing and flushes its spans (blocking: call it in a
-    thread from async code)."""
+def _release(installed: _Installed) -> None:
+    """One user of `installed` is done; the last one stops it."""
     with _LOCK:
-        current = _installed
-        if current is None:
-            return
-        current.users -= 1
-        if current.users > 0:
-            return
-    _stop(current)
+        installed.users -= 1
+        last = installed.users <= 0
+    if last:
+        _stop(installed)
