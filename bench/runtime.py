@@ -12,9 +12,13 @@ database URI is the proxy's, then measures:
 (c) the cold start of one actor; 20 installs run at once with cold actors, then again warm,
     wall time against the ideal (one warm run's time);
 (d) access-policy evaluation with 100 rules, in microseconds;
-(e) memory per active install actor: RSS and PSS (Linux /proc).
+(e) memory per active install actor: RSS and PSS (Linux /proc);
+(f) traces (issue #33): (a) again with tracing on, every process exporting to a local OTLP/HTTP
+    receiver (a second `svc serve` with OTEL_EXPORTER_OTLP_ENDPOINT), beside (a) with no endpoint;
+    and what the tracing helpers of one 2-agent run cost with no endpoint, in microseconds.
 Targets (issue #14): (a) single-agent p50 under 15 ms; (b) at most 4 round trips per run;
-(c) 20 cold under 6 s, 20 warm within 2x the ideal; (d) under 20 µs; (e) RSS under 80 MB.
+(c) 20 cold under 6 s, 20 warm within 2x the ideal; (d) under 20 µs; (e) RSS under 80 MB;
+(f) traced within 2 ms p50 of no endpoint; no endpoint: no measurable difference.
 """
 
 from __future__ import annotations
@@ -43,12 +47,25 @@ sys.path.insert(0, str(Path(__file__).parent))
 from harness import percentile, wait_ready  # bench/harness.py
 from policy import mixed_rules, policy
 
+from plugins import tracing
+from plugins.types import CompletionResponse
 from svc.core.embedded import EmbeddedMongo, free_port
 from svc.core.store import Store
 from svc.runtime.policy import compile_policy, evaluate
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
+from tests.fakes.otlp import Collector
 
 LATENCY_S = 0.05
+LEAD = {"key": "lead", "name": "Lead", "model": "providerA:small", "prompt": "Lead."}
+HELPER = {**LEAD, "key": "helper", "name": "Helper", "prompt": "Help.", "reportsTo": "lead"}
+SERVE_ENV = {
+    "SVC_RATE_LIMITS": "off",
+    "SVC_SCHEDULER": "off",
+    "SVC_PROVIDERA_API_KEY": DEFAULT_KEY,
+    "SVC_ACTOR_IDLE_SECONDS": "600",
+    # Measure a cold burst to the end instead of answering 503 (docs/deploy.md, "Capacity").
+    "SVC_ACTOR_PLACEMENT_SECONDS": "600",
+}
 OP_MSG_HEADER = struct.Struct("<iiii")  # messageLength, requestID, responseTo, opCode
 
 
@@ -289,9 +306,79 @@ def p50_p99(values: list[float]) -> str:
     return f"p50 {percentile(values, 0.5):.1f} ms / p99 {percentile(values, 0.99):.1f} ms"
 
 
+def helpers_off_micros() -> float:
+    """What the tracing helpers of one 2-agent run (3 model calls, a delegation, an HTTP request)
+    cost with no endpoint: every call a run makes, timed in a loop, in microseconds."""
+
+    def one_run() -> None:
+        tracing.context_fields()
+        with tracing.server_span("POST", "/api/installs/{installId}/run", "/x", "http", {}):
+            with tracing.handover_span("run", "i"):
+                pass
+        with tracing.run_span("r", "run", None):
+            tracing.run_install("i", "t", 1, "team", "svc")
+            for agent in ("lead", "helper"):
+                with tracing.agent_span(agent, agent, "providerA:small", {}) as span:
+                    for _ in range(2 if agent == "lead" else 1):
+                        call = tracing.chat_attempt("providerA", "m", "u", 0, 100, "http://h")
+                        call.prompt("s", (), ())
+                        with call.current(), tracing.client_span("POST", "http", "h", 80, "/", {}):
+                            pass
+                        call.succeeded(CompletionResponse("x"))
+                    with tracing.tool_span("http_request", "c1", {}):
+                        tracing.policy_decision("allowed", decision="ALLOW")
+                        with tracing.client_span("GET", "http", "h", 80, "/", {}):
+                            pass
+                    tracing.agent_finished(span, "completed", 1, 1, None)
+            tracing.run_finished("completed", 2, 2)
+            tracing.run_billed("free", 0, None)
+
+    for _ in range(200):
+        one_run()
+    timings = []
+    for _ in range(20):
+        started = time.perf_counter()
+        for _ in range(500):
+            one_run()
+        timings.append((time.perf_counter() - started) / 500 * 1e6)
+    return statistics.median(timings)
+
+
+async def traced_overheads(
+    args: argparse.Namespace, scratch: Path, proxy_port: int, fake: FakeLLM, fake_url: str
+) -> tuple[list[float], list[float], int]:
+    """(a) again with every process exporting to a local OTLP/HTTP receiver; the spans it got."""
+    collector = Collector()
+    runner = web.AppRunner(collector.app())
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with serving(
+            scratch / "api-traced",
+            f"mongodb://127.0.0.1:{proxy_port}/svc?directConnection=true",
+            **SERVE_ENV,
+            SVC_PROVIDERA_BASE_URL=fake_url,
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+        ) as base:
+            timeout = aiohttp.ClientTimeout(total=600)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                body = {"email": "traced@example.com", "password": "bench-password"}
+                async with session.post(f"{base}/api/auth/signup", json=body) as response:
+                    cookie = f"svc_session={response.cookies['svc_session'].value}"
+                duo = await install(session, base, cookie, [LEAD, HELPER], "traced-duo")
+                solo = await install(session, base, cookie, [LEAD], "traced-solo")
+                two = await overheads(session, base, fake, duo, args.runs, True)
+                one = await overheads(session, base, fake, solo, args.runs, False)
+        return two, one, len(collector.spans)
+    finally:
+        await runner.cleanup()
+
+
 async def main(args: argparse.Namespace) -> None:
     fake, fake_runner, fake_url = await start_fake()
     rows: list[tuple[str, str, str]] = []
+    untraced: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         database = EmbeddedMongo(Path(scratch) / "db")
         await database.start()
@@ -303,20 +390,23 @@ async def main(args: argparse.Namespace) -> None:
             async with serving(
                 Path(scratch) / "api",
                 f"mongodb://127.0.0.1:{proxy.port}/svc?directConnection=true",
-                SVC_RATE_LIMITS="off",
-                SVC_SCHEDULER="off",
-                SVC_PROVIDERA_API_KEY=DEFAULT_KEY,
+                **SERVE_ENV,
                 SVC_PROVIDERA_BASE_URL=fake_url,
-                SVC_ACTOR_IDLE_SECONDS="600",
-                # Measure a cold burst to the end instead of answering 503 (docs/deploy.md, "Capacity").
-                SVC_ACTOR_PLACEMENT_SECONDS="600",
             ) as base:
-                await measure(args, base, fake, proxy, rows)
+                await measure(args, base, fake, proxy, rows, untraced)
+            two, one, spans = await traced_overheads(args, Path(scratch), proxy.port, fake, fake_url)
         finally:
             await proxy.stop()
             await fake_runner.cleanup()
             await database.stop()
     rows.append(("(d) policy evaluation, 100 rules", f"{policy_micros():.1f} µs", "< 20 µs"))
+    rows.append(
+        (
+            "(f) tracing helpers of a 2-agent run, no endpoint",
+            f"{helpers_off_micros():.1f} µs",
+            "unmeasurable",
+        )
+    )
     if args.seed_runs:
         rows.append(("pipeline_runs seeded before measuring", f"{args.seed_runs} finished runs", ""))
     width = max(len(r[0]) for r in rows) + 2
@@ -324,6 +414,14 @@ async def main(args: argparse.Namespace) -> None:
     print("-" * (width + 64))
     for name, result, target in rows:
         print(f"{name:<{width}}{result:<52}{target}")
+    # (f) the two columns: no endpoint (the (a) rows above) and tracing on, exporting.
+    print(f"\n(f) overhead per run{'':<12}{'no endpoint':<34}{'traced, local collector':<34}p50 difference")
+    print("-" * 110)
+    for name, traced in (("2 agents", two), ("1 agent", one)):
+        off = untraced[name]
+        delta = percentile(traced, 0.5) - percentile(off, 0.5)
+        print(f"{name:<32}{p50_p99(off):<34}{p50_p99(traced):<34}{delta:+.1f} ms (target <= 2 ms)")
+    print(f"spans received by the local collector: {spans}")
 
 
 async def seed_runs(uri: str, n: int) -> None:
@@ -342,26 +440,25 @@ async def seed_runs(uri: str, n: int) -> None:
 
 
 async def measure(
-    args: argparse.Namespace, base: str, fake: FakeLLM, proxy: CountingProxy, rows: list[tuple[str, str, str]]
+    args: argparse.Namespace,
+    base: str,
+    fake: FakeLLM,
+    proxy: CountingProxy,
+    rows: list[tuple[str, str, str]],
+    untraced: dict[str, list[float]],
 ) -> None:
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         body = {"email": "bench@example.com", "password": "bench-password"}
         async with session.post(f"{base}/api/auth/signup", json=body) as response:
             cookie = f"svc_session={response.cookies['svc_session'].value}"
-        lead = {"key": "lead", "name": "Lead", "model": "providerA:small", "prompt": "Lead."}
-        helper = {**lead, "key": "helper", "name": "Helper", "prompt": "Help.", "reportsTo": "lead"}
-        duo = await install(session, base, cookie, [lead, helper], "bench-duo")
+        lead = LEAD
+        duo = await install(session, base, cookie, [lead, HELPER], "bench-duo")
         solo = await install(session, base, cookie, [lead], "bench-solo")
         # (a) warm overhead, 2-agent team then a single agent.
-        rows.append(
-            (
-                "(a) overhead per run, 2 agents",
-                p50_p99(await overheads(session, base, fake, duo, args.runs, True)),
-                "",
-            )
-        )
-        single = await overheads(session, base, fake, solo, args.runs, False)
+        untraced["2 agents"] = await overheads(session, base, fake, duo, args.runs, True)
+        rows.append(("(a) overhead per run, 2 agents", p50_p99(untraced["2 agents"]), ""))
+        single = untraced["1 agent"] = await overheads(session, base, fake, solo, args.runs, False)
         rows.append(("(a) overhead per run, 1 agent", p50_p99(single), "p50 < 15 ms"))
         # (b) round trips of one single-agent run, on the wire.
         actor_ports = ports_of(actor_pids())

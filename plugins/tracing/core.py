@@ -10,12 +10,13 @@ fire (`schedule_fire`) and an outbound request through the egress guard (`client
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -41,6 +42,8 @@ MAX_CONTENT_CHARS = 32_000
 MIN_SECRET_CHARS = 4  # shorter values are not masked: they would mask every word they appear in
 SECRET_MASK = "***"
 PROPAGATOR = TraceContextTextMapPropagator()
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass
@@ -106,6 +109,41 @@ class Handle:
 OFF = Handle(None)
 
 
+class _Off:
+    """The context manager every span helper returns while tracing is off: entering it yields
+    `value`, no generator is made, so a helper costs a flag test and a call."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __enter__(self) -> Any:
+        return self.value
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+OFF_SPAN = _Off(OFF)
+OFF_CARRIER = _Off({})
+
+
+def when_on(off: _Off) -> Callable[[Callable[P, Iterator[T]]], Callable[P, AbstractContextManager[T]]]:
+    """A span helper (a generator) that is `off` while tracing is off in this process."""
+
+    def wrap(helper: Callable[P, Iterator[T]]) -> Callable[P, AbstractContextManager[T]]:
+        managed = contextmanager(helper)
+
+        @functools.wraps(helper)
+        def choose(*args: P.args, **kwargs: P.kwargs) -> AbstractContextManager[T]:
+            return managed(*args, **kwargs) if STATE.on else off
+
+        return choose
+
+    return wrap
+
+
 def masked(text: str) -> str:
     """The text with every secret of the current run replaced by `***`."""
     for secret in SECRETS.get():
@@ -158,10 +196,10 @@ def context_fields() -> dict[str, Any]:
     return {"trace": found} if found else {}
 
 
-@contextmanager
+@when_on(OFF_SPAN)
 def attached(headers: Mapping[str, str] | None) -> Iterator[None]:
     """Make a stored or received trace context current (a malformed one is ignored: a new trace)."""
-    if not STATE.on or not headers:
+    if not headers:
         yield
         return
     token = otel_context.attach(PROPAGATOR.extract(headers))
@@ -195,15 +233,12 @@ def detail_fields(headers: Mapping[str, str] | None, viewer_url: str | None) -> 
 # ---- the request, the hand-over, the schedule ---------------------------------------------------
 
 
-@contextmanager
+@when_on(OFF_SPAN)
 def server_span(
     method: str, route: str | None, path: str, scheme: str, headers: Mapping[str, str]
 ) -> Iterator[Handle]:
     """An HTTP request to the API; a valid incoming `traceparent` makes it a child of the caller's
     trace (a malformed one is ignored). `path` must already have its credentials cut out."""
-    if not STATE.on:
-        yield OFF
-        return
     attributes = {
         "http.request.method": method,
         "http.route": route,
@@ -217,11 +252,11 @@ def server_span(
         yield span
 
 
-@contextmanager
+@when_on(OFF_CARRIER)
 def handover_span(method: str, install_id: str) -> Iterator[dict[str, str]]:
     """A command sent to an install's actor over Ray, within a trace; yields the carrier to send
     with it ({} outside a trace: the actor's run then joins the context stored on the run)."""
-    if not STATE.on or not trace.get_current_span().get_span_context().is_valid:
+    if not trace.get_current_span().get_span_context().is_valid:
         yield {}
         return
     attributes = {
@@ -234,12 +269,9 @@ def handover_span(method: str, install_id: str) -> Iterator[dict[str, str]]:
         yield carrier()
 
 
-@contextmanager
+@when_on(OFF_SPAN)
 def schedule_fire(install_id: str, scheduled_for: str, manual: bool) -> Iterator[Handle]:
     """A schedule firing a run (the trace of a scheduled run starts here)."""
-    if not STATE.on:
-        yield OFF
-        return
     attributes = {
         "svc.install.id": install_id,
         "svc.schedule.due": scheduled_for,
@@ -252,13 +284,13 @@ def schedule_fire(install_id: str, scheduled_for: str, manual: bool) -> Iterator
 # ---- outbound HTTP (the egress guard) -----------------------------------------------------------
 
 
-@contextmanager
+@when_on(OFF_SPAN)
 def client_span(
     method: str, scheme: str, host: str, port: int | None, path: str, headers: MutableMapping[str, str]
 ) -> Iterator[Handle]:
     """An outbound HTTP request, inside a trace only; `traceparent` is put on `headers` so the
     receiver joins the trace. The URL is recorded masked, without its query."""
-    if not STATE.on or not trace.get_current_span().get_span_context().is_valid:
+    if not trace.get_current_span().get_span_context().is_valid:
         yield OFF
         return
     if not trace.get_current_span().is_recording():  # not sampled: pass the context on, record nothing

@@ -9,7 +9,7 @@ variable, so the code that learns those things needs no span object.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -19,6 +19,7 @@ from opentelemetry.trace import Link, SpanKind
 from plugins.tracing.core import (
     MIN_SECRET_CHARS,
     OFF,
+    OFF_SPAN,
     PROVIDER_NAMES,
     PURPOSE,
     RUN,
@@ -28,13 +29,14 @@ from plugins.tracing.core import (
     context_of,
     masked,
     start,
+    when_on,
 )
 from plugins.types import ChatMessage, CompletionResponse, ToolSpec
 
 # ---- the run ---------------------------------------------------------------------------------
 
 
-@contextmanager
+@when_on(OFF_SPAN)
 def run_span(
     run_id: str,
     source: str | None,
@@ -50,9 +52,6 @@ def run_span(
     of a run, whichever process and command carried it, joins the caller's one trace; the command
     that carried it here (the current context, from `attached`) is its parent when it is of that
     same trace, else a link (a continue from another request)."""
-    if not STATE.on:
-        yield OFF
-        return
     origin = context_of(stored)
     current = trace.get_current_span().get_span_context()
     parent, links = None, []
@@ -138,13 +137,10 @@ def gate_paused(gate: str, next_step: int | None = None) -> None:
 # ---- agents, tools, policy decisions ------------------------------------------------------------
 
 
-@contextmanager
+@when_on(OFF_SPAN)
 def agent_span(key: str, name: str, model: str | None, secrets: Mapping[str, str]) -> Iterator[Handle]:
     """One agent's turn (its loop of model and tool calls): `invoke_agent`. Strings recorded inside
     it are masked with the run's `secrets`."""
-    if not STATE.on:
-        yield OFF
-        return
     provider = (model or "").partition(":")[0]
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
@@ -172,12 +168,9 @@ def agent_finished(
         span.fail("agent_failed", error)
 
 
-@contextmanager
+@when_on(OFF_SPAN)
 def tool_span(name: str, call_id: str | None, arguments: Any = None) -> Iterator[Handle]:
     """One tool call: `execute_tool`. A model called inside it (the policy judge) is marked `judge`."""
-    if not STATE.on:
-        yield OFF
-        return
     kind = "delegate" if name.startswith("delegate_") else "http" if name == "http_request" else "other"
     attributes = {
         "gen_ai.operation.name": "execute_tool",
@@ -243,14 +236,9 @@ class ChatAttempt:
         self.handle = Handle(span)
         self._span = span
 
-    @contextmanager
-    def current(self) -> Iterator[None]:
+    def current(self) -> AbstractContextManager[Any]:
         """The attempt as the current span (the HTTP request under it)."""
-        if self._span is None:
-            yield
-            return
-        with trace.use_span(self._span, end_on_exit=False):
-            yield
+        return OFF_SPAN if self._span is None else trace.use_span(self._span, end_on_exit=False)
 
     def prompt(self, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]) -> None:
         """The request's content (recorded only with content capture on)."""
@@ -317,12 +305,15 @@ def _message(message: ChatMessage) -> dict[str, Any]:
     return {"role": message.role, "parts": parts}
 
 
+OFF_ATTEMPT = ChatAttempt(None)
+
+
 def chat_attempt(
     provider: str, model: str, upstream_model: str, attempt: int, max_tokens: int, server: str | None = None
 ) -> ChatAttempt:
     """Start the `chat` span of one attempt (0 for the first) of a model call."""
     if not STATE.on:
-        return ChatAttempt(None)
+        return OFF_ATTEMPT
     host, _, port = (server or "").partition("://")[2].split("/", 1)[0].partition(":")
     attributes = {
         "gen_ai.operation.name": "chat",
