@@ -7,8 +7,8 @@ Used by the live trace test (tests/test_phoenix_live.py) and by hand:
 
 Phoenix has its own pins (web framework, database drivers, its own OpenTelemetry), so it lives
 in `.cache/phoenix/venv`, apart from the service's environment. A second install is a no-op.
-`up` (and `Phoenix.start`) runs it on free loopback ports with a throw-away working directory
-(SQLite), telemetry off, until stopped; traces go to its OTLP/HTTP receiver at `<base>/v1/traces`
+`up` (and `Phoenix.start`) runs it on free loopback ports with its working directory (SQLite) in
+the cache, telemetry off, until stopped; traces go to its OTLP/HTTP receiver at `<base>/v1/traces`
 and are read back from its REST API (`GET /v1/projects/{project}/spans`).
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -35,7 +34,7 @@ from typing import Any
 PHOENIX_VERSION = "20.26.1"
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SVC_PHOENIX_CACHE", REPO / ".cache" / "phoenix"))
-START_TIMEOUT_S = 180.0
+START_TIMEOUT_S = 300.0  # its imports alone take a minute on a busy 2-core machine
 STOP_TIMEOUT_S = 20.0
 
 
@@ -102,9 +101,10 @@ class Phoenix:
     def start(self) -> str:
         """Start and wait until it answers; its base URL."""
         install()
-        runs = CACHE / "runs"
-        runs.mkdir(parents=True, exist_ok=True)
-        self.work_dir = Path(tempfile.mkdtemp(prefix="px-", dir=runs))
+        # One working directory kept in the cache: its database is migrated once (a fresh one
+        # costs a start-up its migrations); readers ask for their own trace ids.
+        self.work_dir = CACHE / "data"
+        self.work_dir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         env = {
             k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PHOENIX_", "SVC_", "PYTHON"))
@@ -178,7 +178,7 @@ class Phoenix:
         return self.log_path.read_text(errors="replace")[-1500:]
 
     def stop(self) -> None:
-        """Stop the server (SIGTERM to its group, SIGKILL if it lingers) and remove its data."""
+        """Stop the server (SIGTERM to its group, SIGKILL if it lingers)."""
         if self.process is not None:
             try:
                 os.killpg(self.process.pid, signal.SIGTERM)
@@ -189,9 +189,6 @@ class Phoenix:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=STOP_TIMEOUT_S)
             self.process = None
-        if self.work_dir is not None:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
-            self.work_dir = None
 
 
 def main() -> int:

@@ -23,6 +23,7 @@ from tests.support import waiting
 from tests.support.accounts import bearer, create_key, signup
 from tests.support.runtime import managed_client, start_target, webhook_token
 from tests.support.templates import publish_template
+from tests.test_schedules import make_due
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -94,7 +95,7 @@ async def test_a_run_is_one_trace_from_the_caller_through_the_actor(make_client,
     collector = Collector()
     client, llm = await traced_app(make_client, aiohttp_server, collector)
     target = await start_target(aiohttp_server)
-    _, key, install_id = await paid_team_install(client, target.base)
+    caller, key, install_id = await paid_team_install(client, target.base)
     script_team(llm, target.base)
     headers = {**key, "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}
     response = await client.post(f"/api/installs/{install_id}/run", json={"task": "ship it"}, headers=headers)
@@ -175,15 +176,10 @@ async def test_a_run_is_one_trace_from_the_caller_through_the_actor(make_client,
     found = (await waiting.eventually(handed, "the second run's spans"))[0]
     assert found["invoke_workflow"].parent_id == found["InstallActor/run"].span_id
 
-
-async def test_a_malformed_traceparent_starts_a_new_trace(make_client, aiohttp_server):
-    collector = Collector()
-    client, llm = await traced_app(make_client, aiohttp_server, collector)
-    target = await start_target(aiohttp_server)
-    _, key, install_id = await paid_team_install(client, target.base)
+    # A malformed traceparent is ignored: a new trace starts, never an error.
     for bad in ("00-zzzz-00f067aa0ba902b7-01", f"00-{'0' * 32}-{CALLER_SPAN}-01", "garbage"):
         llm.script(text="done")
-        headers = {**key, "traceparent": bad}
+        headers["traceparent"] = bad
         response = await client.post(f"/api/installs/{install_id}/run", json={"task": "t"}, headers=headers)
         assert response.status == 200, await response.text()
         run = await response.json()
@@ -191,34 +187,36 @@ async def test_a_malformed_traceparent_starts_a_new_trace(make_client, aiohttp_s
             await client.get(f"/api/installs/{install_id}/runs/{run['runId']}", headers=key)
         ).json()
         assert re.fullmatch("[0-9a-f]{32}", detail["traceId"]) and detail["traceId"] != "0" * 32
-        spans = await waiting.eventually(
-            lambda trace=detail["traceId"]: [s for s in collector.trace(trace) if s.name.startswith("POST ")],
+        servers = await waiting.eventually(
+            lambda trace=detail["traceId"]: [s for s in collector.trace(trace) if s.kind == "SERVER"],
             "the request's server span",
         )
-        assert spans[0].parent_id is None, "a new trace, not a child of the malformed parent"
+        assert servers[0].parent_id is None, "a new trace, not a child of the malformed parent"
 
-
-async def test_the_webhook_run_and_its_callback_carry_the_trace(make_client, aiohttp_server):
-    collector = Collector()
-    client, llm = await traced_app(make_client, aiohttp_server, collector)
-    hook = await start_target(aiohttp_server)
-    caller, _, install_id = await paid_team_install(client, hook.base)
+    # The webhook: the run and its callback carry the caller's trace on (the callback is signed
+    # over its body, so the header changes nothing the receiver checks).
     token = await webhook_token(client, caller, install_id)
     llm.script(text="done by webhook")
-    headers = {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}
-    body = {"inputText": "go", "callbackUrl": hook.base + "/callback"}
+    hooked = f"{CALLER_TRACE[:-4]}cafe"
+    body = {"inputText": "go", "callbackUrl": target.base + "/callback"}
+    headers = {"traceparent": f"00-{hooked}-{CALLER_SPAN}-01"}
     response = await client.post(f"/api/webhook/{token}", json=body, headers=headers)
     assert response.status == 200, await response.text()
-    await waiting.eventually(lambda: hook.received, "the callback")
-    assert hook.received[0]["headers"]["traceparent"].startswith(f"00-{CALLER_TRACE}-")
-    spans = await waiting.eventually(
-        lambda: [s for s in collector.trace(CALLER_TRACE) if s.name == "POST"], "the callback's client span"
+    callback = await waiting.eventually(
+        lambda: [r for r in target.received if r["path"] == "/callback"], "the callback"
     )
+    assert callback[0]["headers"]["traceparent"].startswith(f"00-{hooked}-")
     server = await waiting.eventually(
-        lambda: [s for s in collector.trace(CALLER_TRACE) if s.kind == "SERVER"], "the webhook's span"
+        lambda: [s for s in collector.trace(hooked) if s.kind == "SERVER"], "the webhook's span"
     )
     assert server[0].name == "POST /api/webhook/{token}" and token not in str(server[0].attributes)
-    assert spans[0].resource["svc.process.kind"] == "install_actor"
+    posted = await waiting.eventually(
+        lambda: [
+            s for s in collector.trace(hooked) if s.name == "POST" and "/callback" in s.attributes["url.full"]
+        ],
+        "the callback's client span",
+    )
+    assert posted[0].resource["svc.process.kind"] == "install_actor"
 
 
 async def test_a_refusing_collector_loses_spans_not_runs(make_client, aiohttp_server):
@@ -264,3 +262,34 @@ def test_a_malformed_otlp_setting_stops_start_up_with_one_line(tmp_path):
         assert done.stderr.startswith(f"error: {variable}=")
         if variable.endswith("HEADERS"):  # collector credentials are never shown
             assert "<hidden>" in done.stderr
+
+
+async def test_a_scheduled_runs_trace_starts_in_the_scheduler_actor(make_client, aiohttp_server, store):
+    collector = Collector()
+    server = await aiohttp_server(collector.app())
+    settings = TraceSettings(endpoint=Collector.url(server) + "/v1/traces")
+    client, llm = await managed_client(make_client, aiohttp_server, tracing=settings, scheduler_enabled=True)
+    target = await start_target(aiohttp_server)
+    _, _, install_id = await paid_team_install(client, target.base)
+    llm.script(text="scheduled work done")
+    await make_due(store, install_id)
+
+    async def completed() -> Any:
+        run = await store["pipeline_runs"].find_one({"installId": install_id, "source": "schedule"})
+        return run if run is not None and run["status"] == "completed" else None
+
+    run = await waiting.wait_until(completed, 90)
+    assert run is not None, await store["pipeline_runs"].find({}).to_list(None)
+    trace_id = run["trace"]["traceparent"].split("-")[1]
+
+    def both() -> dict[str, Any]:
+        found = {s.name.split(" ")[0]: s for s in collector.trace(trace_id)}
+        return found if {"schedule", "invoke_workflow"} <= set(found) else {}
+
+    found = await waiting.eventually(both, "the schedule's and the run's spans")
+    fire, workflow = found["schedule"], found["invoke_workflow"]
+    assert fire.name == "schedule fire" and fire.parent_id is None
+    assert fire.resource["svc.process.kind"] == "scheduler"
+    assert fire.attributes["svc.install.id"] == install_id
+    assert workflow.parent_id == fire.span_id and workflow.resource["svc.process.kind"] == "install_actor"
+    assert workflow.attributes["svc.run.source"] == "schedule"
