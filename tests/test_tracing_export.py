@@ -21,7 +21,7 @@ from config.tracing import TraceSettings
 from tests.fakes.otlp import Collector
 from tests.support import waiting
 from tests.support.accounts import bearer, create_key, signup
-from tests.support.runtime import managed_client, start_target, webhook_token
+from tests.support.runtime import managed_client, member, start_target, svc_install, webhook_token
 from tests.support.templates import publish_template
 from tests.test_schedules import make_due
 
@@ -293,3 +293,46 @@ async def test_a_scheduled_runs_trace_starts_in_the_scheduler_actor(make_client,
     assert fire.attributes["svc.install.id"] == install_id
     assert workflow.parent_id == fire.span_id and workflow.resource["svc.process.kind"] == "install_actor"
     assert workflow.attributes["svc.run.source"] == "schedule"
+
+
+async def test_a_gate_pause_and_its_continue_stay_in_the_runs_trace(make_client, aiohttp_server, store):
+    collector = Collector()
+    client, llm = await traced_app(make_client, aiohttp_server, collector)
+    gates = [{"name": "review", "after": "a"}]
+    _, key, install_id = await svc_install(client, [member("a"), member("b")], gates=gates)
+    llm.script(text="A out")
+    headers = {**key, "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}
+    response = await client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=headers)
+    paused = await response.json()
+    assert paused["status"] == "paused", paused
+    llm.script(text="B out")
+    other = f"{CALLER_TRACE[:-4]}d00d"
+    headers["traceparent"] = f"00-{other}-{CALLER_SPAN}-01"
+    response = await client.post(f"/api/installs/{install_id}/continue", json={}, headers=headers)
+    assert response.status == 200, await response.text()
+
+    def parts() -> list[Any]:
+        found = sorted(
+            collector.named("invoke_workflow", CALLER_TRACE), key=lambda s: s.attributes["svc.run.status"]
+        )
+        return found if len(found) == 2 else []
+
+    resumed, first = await waiting.eventually(parts, "both parts of the run")  # "completed" < "paused"
+    assert first.attributes["svc.run.status"] == "paused"
+    assert [(name, attrs["svc.gate.name"]) for name, attrs in first.events] == [("svc.gate.paused", "review")]
+    assert resumed.attributes["svc.run.status"] == "completed"
+    assert [(name, attrs["svc.gate.name"]) for name, attrs in resumed.events] == [
+        ("svc.gate.resumed", "review")
+    ]
+    # The resumed part hangs off the run's origin (the run request); the continue (another trace)
+    # is linked.
+    origin = [s for s in collector.trace(CALLER_TRACE) if s.kind == "SERVER"]
+    assert resumed.parent_id == origin[0].span_id
+    handover = await waiting.eventually(
+        lambda: [s for s in collector.trace(other) if s.name == "InstallActor/resume"],
+        "the continue's hand-over",
+    )
+    assert resumed.links == [(other, handover[0].span_id)]
+    record = await store["runs"].find_one({"runId": paused["runId"]})
+    chats = [s for s in collector.trace(CALLER_TRACE) if s.name.startswith("chat ")]
+    assert sum(c.attributes["gen_ai.usage.input_tokens"] for c in chats) == record["inputTokens"] == 20
