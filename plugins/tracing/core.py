@@ -290,10 +290,11 @@ def client_span(
 ) -> Iterator[Handle]:
     """An outbound HTTP request, inside a trace only; `traceparent` is put on `headers` so the
     receiver joins the trace. The URL is recorded masked, without its query."""
-    if not trace.get_current_span().get_span_context().is_valid:
+    parent = trace.get_current_span().get_span_context()
+    if not parent.is_valid:
         yield OFF
         return
-    if not trace.get_current_span().is_recording():  # not sampled: pass the context on, record nothing
+    if not parent.trace_flags.sampled:  # pass the caller's decision on, record nothing
         PROPAGATOR.inject(headers)
         yield OFF
         return
