@@ -22,6 +22,8 @@ log = logging.getLogger("svc.access")
 error_log = logging.getLogger("svc.errors")
 
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{8,64}")
+# Probes and scrapes, every few seconds from machines: no trace is wanted of them.
+UNTRACED = frozenset({METRICS_PATH, "/api/health"})
 
 
 @web.middleware
@@ -115,7 +117,7 @@ async def traced(request: web.Request, handler: web.Handler) -> web.StreamRespon
     """The request as a server span (outermost): a valid incoming `traceparent` makes it, and the
     runs it asks for, part of the caller's trace; a malformed one is ignored. The path is logged
     with its credentials cut out, as in the access log (docs/observability.md, "Traces")."""
-    if not tracing.enabled():
+    if not tracing.enabled() or request.path in UNTRACED:
         return await handler(request)
     route = route_template(request)
     path = request.app[PATH_REDACTOR](request.path)

@@ -10,11 +10,13 @@ content capture is on (and secrets masked even then), and the W3C context on out
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from config.settings import Settings
@@ -296,3 +298,25 @@ def test_off_every_helper_is_a_no_op():
         with tracing.client_span("GET", "https", "example.com", None, "/", headers):
             pass
         assert headers == {}
+
+
+def test_a_full_export_queue_drops_spans_and_counts_them():
+    """A collector too slow for the span rate: spans beyond the bounded queue are dropped, counted,
+    and ending a span never waits."""
+    release = threading.Event()
+
+    class Stuck(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            release.wait(30)
+            return SpanExportResult.SUCCESS
+
+    lost: list[int] = []
+    provider = TracerProvider()
+    provider.add_span_processor(tracing_sdk._BoundedBatch(Stuck(), lost.append))
+    tracer = provider.get_tracer("test")
+    extra = 300
+    for _ in range(tracing_sdk.MAX_QUEUE + tracing_sdk.BATCH + extra):
+        tracer.start_span("s").end()
+    release.set()
+    provider.shutdown()
+    assert extra <= sum(lost) <= extra + tracing_sdk.BATCH

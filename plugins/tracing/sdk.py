@@ -128,8 +128,8 @@ class _BoundedBatch(BatchSpanProcessor):
         self.lost = lost
 
     def on_end(self, span: ReadableSpan) -> None:
-        batch: Any = self._batch_processor
-        if span.context is not None and span.context.trace_flags.sampled and len(batch._queue) >= MAX_QUEUE:
+        queue: Any = getattr(self._batch_processor, "_queue", ())  # the SDK's deque (pinned version)
+        if span.context is not None and span.context.trace_flags.sampled and len(queue) >= MAX_QUEUE:
             self.lost(1)  # the SDK drops the oldest queued span to make room
         super().on_end(span)
 
@@ -208,18 +208,11 @@ def setup(
     def lost(n: int) -> None:
         _count(n, on_dropped, loop)
 
-    provider = TracerProvider(
-        resource=_resource(settings, process, node), sampler=_sampler(settings), shutdown_on_exit=False
-    )
-    if exporter is not None:
-        provider.add_span_processor(SimpleSpanProcessor(_CountingExporter(exporter, lost)))
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        otlp = OTLPSpanExporter(
-            endpoint=settings.endpoint, headers=dict(settings.headers), timeout=EXPORT_TIMEOUT_S
-        )
-        provider.add_span_processor(_BoundedBatch(_CountingExporter(otlp, lost), lost))
+    try:
+        provider = _provider(settings, process, node, exporter, lost)
+    except Exception as exc:  # tracing must never keep a process (or a run) from working
+        log.warning("traces are off in this process: set-up failed (%s)", type(exc).__name__)
+        return _nothing
     installed = _Installed(settings, process, provider)
     with _LOCK:
         _installed = installed
@@ -229,6 +222,29 @@ def setup(
     atexit.register(_stop, installed)
     log.info("traces export to %s as %s (%s)", _shown(settings.endpoint), settings.service_name, process)
     return functools.partial(_release, installed)
+
+
+def _provider(
+    settings: TraceSettings,
+    process: str,
+    node: str | None,
+    exporter: SpanExporter | None,
+    lost: Callable[[int], None],
+) -> TracerProvider:
+    """The tracer provider: resource, sampler, and the batch (or the test exporter's) processor."""
+    provider = TracerProvider(
+        resource=_resource(settings, process, node), sampler=_sampler(settings), shutdown_on_exit=False
+    )
+    if exporter is not None:
+        provider.add_span_processor(SimpleSpanProcessor(_CountingExporter(exporter, lost)))
+        return provider
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    otlp = OTLPSpanExporter(
+        endpoint=settings.endpoint, headers=dict(settings.headers), timeout=EXPORT_TIMEOUT_S
+    )
+    provider.add_span_processor(_BoundedBatch(_CountingExporter(otlp, lost), lost))
+    return provider
 
 
 def _nothing() -> None:
