@@ -2,11 +2,13 @@
 
 Used by the live trace test (tests/test_phoenix_live.py) and by hand:
 
-    python scripts/phoenix.py install     # a venv with arize-phoenix in .cache/phoenix (once)
+    python scripts/phoenix.py install     # a venv with arize-phoenix in ~/.cache/svc/phoenix (once)
     python scripts/phoenix.py up          # start it; prints its UI and OTLP endpoint
 
 Phoenix has its own pins (web framework, database drivers, its own OpenTelemetry), so it lives
-in `.cache/phoenix/venv`, apart from the service's environment. A second install is a no-op.
+in a virtual environment of its own, apart from the service's: `venv-<version>` under
+`$SVC_PHOENIX_CACHE`, by default `~/.cache/svc/phoenix` (the machine's, so every checkout and
+CI's fresh clone reuse it). A second install is a no-op.
 `up` (and `Phoenix.start`) runs it on free loopback ports with its working directory (SQLite) in
 the cache, telemetry off, until stopped; traces go to its OTLP/HTTP receiver at `<base>/v1/traces`
 and are read back from its REST API (`GET /v1/projects/{project}/spans`).
@@ -15,6 +17,7 @@ and are read back from its REST API (`GET /v1/projects/{project}/spans`).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import signal
@@ -33,7 +36,13 @@ from typing import Any
 
 PHOENIX_VERSION = "20.26.1"
 REPO = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("SVC_PHOENIX_CACHE", REPO / ".cache" / "phoenix"))
+# The environment is the machine's (every checkout and CI's fresh clone share it: installing it
+# takes minutes); the data is the checkout's (its ignored .cache/).
+CACHE = Path(
+    os.environ.get("SVC_PHOENIX_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "svc" / "phoenix"
+)
+DATA = REPO / ".cache" / "phoenix" / "data"
 START_TIMEOUT_S = 300.0  # its imports alone take a minute on a busy 2-core machine
 STOP_TIMEOUT_S = 20.0
 
@@ -42,19 +51,32 @@ class PhoenixUnavailable(RuntimeError):
     """Phoenix cannot be installed or started here (the message says why, in one line)."""
 
 
+def environment() -> Path:
+    """The pinned version's virtual environment."""
+    return CACHE / f"venv-{PHOENIX_VERSION}"
+
+
 def python() -> Path:
     """The Phoenix environment's interpreter."""
-    return CACHE / "venv" / "bin" / "python"
+    return environment() / "bin" / "python"
 
 
 def install() -> None:
-    """arize-phoenix (pinned) into its own venv in the cache; a no-op when already there."""
-    stamp = CACHE / "venv" / ".installed"
+    """arize-phoenix (pinned) into its own venv in the cache; a no-op when already there. One
+    installer at a time on a machine (a lock file), the others wait for it."""
+    stamp = environment() / ".installed"
     if stamp.exists() and stamp.read_text() == PHOENIX_VERSION:
         return
     CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (stamp.exists() and stamp.read_text() == PHOENIX_VERSION):
+            _install(stamp)
+
+
+def _install(stamp: Path) -> None:
     if not python().exists():
-        venv.create(CACHE / "venv", with_pip=True)
+        venv.create(environment(), with_pip=True)
     with tempfile.TemporaryFile(mode="w+") as out:
         code = subprocess.call(
             [str(python()), "-m", "pip", "install", "--quiet", f"arize-phoenix=={PHOENIX_VERSION}"],
@@ -103,7 +125,7 @@ class Phoenix:
         install()
         # One working directory kept in the cache: its database is migrated once (a fresh one
         # costs a start-up its migrations); readers ask for their own trace ids.
-        self.work_dir = CACHE / "data"
+        self.work_dir = DATA
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         env = {
@@ -203,7 +225,7 @@ def main() -> int:
     try:
         install()
         if args.command == "install":
-            print(f"Phoenix {PHOENIX_VERSION} is in {CACHE / 'venv'}")
+            print(f"Phoenix {PHOENIX_VERSION} is in {environment()}")
             return 0
         server = Phoenix(port=args.port)
         server.start()

@@ -1,6 +1,6 @@
 """A run's trace in a real Arize Phoenix (pinned in scripts/phoenix.py), read back from its own API.
 
-Phoenix (from PyPI, in its own virtual environment under .cache/phoenix) runs on free loopback
+Phoenix (from PyPI, in its own virtual environment in the machine's cache) runs on free loopback
 ports; the service (the real app, its install actor on the session's Ray) exports to Phoenix's
 OTLP/HTTP receiver. A two-agent team runs: the lead delegates, the worker makes an allowed and a
 denied outbound request. Then Phoenix's REST API must give back one trace with the span tree of
