@@ -13,9 +13,10 @@ database URI is the proxy's, then measures:
     wall time against the ideal (one warm run's time);
 (d) access-policy evaluation with 100 rules, in microseconds;
 (e) memory per active install actor: RSS and PSS (Linux /proc);
-(f) traces (issue #33): (a) again with tracing on, every process exporting to a local OTLP/HTTP
-    receiver (a second `svc serve` with OTEL_EXPORTER_OTLP_ENDPOINT), beside (a) with no endpoint;
-    and what the tracing helpers of one 2-agent run cost with no endpoint, in microseconds.
+(f) traces (issue #33): (a) on two services side by side, one with no endpoint and one whose
+    every process exports to a local OTLP/HTTP receiver (OTEL_EXPORTER_OTLP_ENDPOINT), runs
+    alternated between them so both meet the same load; and what the tracing helpers of one
+    2-agent run cost with no endpoint, in microseconds.
 Targets (issue #14): (a) single-agent p50 under 15 ms; (b) at most 4 round trips per run;
 (c) 20 cold under 6 s, 20 warm within 2x the ideal; (d) under 20 µs; (e) RSS under 80 MB;
 (f) traced within 2 ms p50 of no endpoint; no endpoint: no measurable difference.
@@ -344,33 +345,62 @@ def helpers_off_micros() -> float:
     return statistics.median(timings)
 
 
-async def traced_overheads(
+async def paired_overheads(
     args: argparse.Namespace, scratch: Path, proxy_port: int, fake: FakeLLM, fake_url: str
-) -> tuple[list[float], list[float], int]:
-    """(a) again with every process exporting to a local OTLP/HTTP receiver; the spans it got."""
+) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
+    """(f): two services side by side, one with no endpoint and one exporting every process's
+    spans to a local OTLP/HTTP receiver (each its own database and local Ray), their runs
+    alternated so that both meet the same machine load; (no endpoint, traced, spans received)."""
     collector = Collector()
     runner = web.AppRunner(collector.app())
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
+
+    def database(name: str) -> str:
+        return f"mongodb://127.0.0.1:{proxy_port}/{name}?directConnection=true"
+
+    traced_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
     try:
-        async with serving(
-            scratch / "api-traced",
-            f"mongodb://127.0.0.1:{proxy_port}/svc?directConnection=true",
-            **SERVE_ENV,
-            SVC_PROVIDERA_BASE_URL=fake_url,
-            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
-        ) as base:
+        async with (
+            serving(
+                scratch / "api-off", database("svc_off"), **SERVE_ENV, SVC_PROVIDERA_BASE_URL=fake_url
+            ) as off,
+            serving(
+                scratch / "api-on",
+                database("svc_on"),
+                **SERVE_ENV,
+                SVC_PROVIDERA_BASE_URL=fake_url,
+                **traced_env,
+            ) as on,
+        ):
             timeout = aiohttp.ClientTimeout(total=600)
             async with aiohttp.ClientSession(timeout=timeout) as session:
-                body = {"email": "traced@example.com", "password": "bench-password"}
-                async with session.post(f"{base}/api/auth/signup", json=body) as response:
-                    cookie = f"svc_session={response.cookies['svc_session'].value}"
-                duo = await install(session, base, cookie, [LEAD, HELPER], "traced-duo")
-                solo = await install(session, base, cookie, [LEAD], "traced-solo")
-                two = await overheads(session, base, fake, duo, args.runs, True)
-                one = await overheads(session, base, fake, solo, args.runs, False)
-        return two, one, len(collector.spans)
+                targets = {}
+                for base in (off, on):
+                    body = {"email": "pair@example.com", "password": "bench-password"}
+                    async with session.post(f"{base}/api/auth/signup", json=body) as response:
+                        cookie = f"svc_session={response.cookies['svc_session'].value}"
+                    targets[base] = (
+                        await install(session, base, cookie, [LEAD, HELPER], "pair-duo"),
+                        await install(session, base, cookie, [LEAD], "pair-solo"),
+                    )
+                found: dict[str, dict[str, list[float]]] = {off: {}, on: {}}
+                for name, index, duo in (("2 agents", 0, True), ("1 agent", 1, False)):
+                    for base in (off, on):  # warm each actor first
+                        await overheads(session, base, fake, targets[base][index], 0, duo)
+                    for _ in range(args.runs):
+                        for base in (off, on):
+                            if duo:
+                                fake.script(
+                                    tool_calls=[{"name": "delegate_helper", "arguments": {"task": "h"}}]
+                                )
+                                fake.script(text="helped")
+                                fake.script(text="final")
+                            elapsed = await timed_run(session, base, targets[base][index])
+                            calls = 3 if duo else 1
+                            found[base].setdefault(name, []).append((elapsed - calls * LATENCY_S) * 1000)
+        return found[off], found[on], len(collector.spans)
     finally:
         await runner.cleanup()
 
@@ -394,7 +424,9 @@ async def main(args: argparse.Namespace) -> None:
                 SVC_PROVIDERA_BASE_URL=fake_url,
             ) as base:
                 await measure(args, base, fake, proxy, rows, untraced)
-            two, one, spans = await traced_overheads(args, Path(scratch), proxy.port, fake, fake_url)
+            paired_off, paired_on, spans = await paired_overheads(
+                args, Path(scratch), proxy.port, fake, fake_url
+            )
         finally:
             await proxy.stop()
             await fake_runner.cleanup()
@@ -414,11 +446,11 @@ async def main(args: argparse.Namespace) -> None:
     print("-" * (width + 64))
     for name, result, target in rows:
         print(f"{name:<{width}}{result:<52}{target}")
-    # (f) the two columns: no endpoint (the (a) rows above) and tracing on, exporting.
+    # (f) the two columns: no endpoint and tracing on, exporting; runs alternated between them.
     print(f"\n(f) overhead per run{'':<12}{'no endpoint':<34}{'traced, local collector':<34}p50 difference")
     print("-" * 110)
-    for name, traced in (("2 agents", two), ("1 agent", one)):
-        off = untraced[name]
+    for name in ("2 agents", "1 agent"):
+        off, traced = paired_off[name], paired_on[name]
         delta = percentile(traced, 0.5) - percentile(off, 0.5)
         print(f"{name:<32}{p50_p99(off):<34}{p50_p99(traced):<34}{delta:+.1f} ms (target <= 2 ms)")
     print(f"spans received by the local collector: {spans}")
