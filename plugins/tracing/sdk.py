@@ -38,7 +38,7 @@ from opentelemetry.sdk.trace.export import (
 from config.tracing import TraceSettings
 from plugins.tracing import core as tracing
 
-__all__ = ["PROCESS_KINDS", "dropped", "setup"]
+__all__ = ["PROCESS_KINDS", "dropped", "flush", "setup"]
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,10 @@ def _count(n: int, report: Report | None, loop: asyncio.AbstractEventLoop | None
     """Count lost spans here, and report them to the deployment's counter on the event loop."""
     global _dropped
     with _LOCK:
+        first = _dropped == 0
         _dropped += n
+    if first:  # then counted, not logged: a dead collector must not flood the log
+        log.warning("trace spans are being dropped (svc_trace_spans_dropped_total counts them)")
     if report is None or loop is None or loop.is_closed():
         return
 
@@ -213,6 +216,10 @@ def setup(
     except Exception as exc:  # tracing must never keep a process (or a run) from working
         log.warning("traces are off in this process: set-up failed (%s)", type(exc).__name__)
         return _nothing
+    # The SDK logs every span its full queue drops, and the exporter every retry of a batch: a
+    # collector that is down would flood the log. Lost spans are counted instead (`_count`).
+    logging.getLogger("opentelemetry.sdk._shared_internal").setLevel(logging.ERROR)
+    logging.getLogger("opentelemetry.exporter").setLevel(logging.ERROR)
     installed = _Installed(settings, process, provider)
     with _LOCK:
         _installed = installed
@@ -245,6 +252,13 @@ def _provider(
     )
     provider.add_span_processor(_BoundedBatch(_CountingExporter(otlp, lost), lost))
     return provider
+
+
+def flush() -> None:
+    """Export what this process has queued now (blocking; the bench and tests)."""
+    current = _installed
+    if current is not None:
+        current.provider.force_flush()
 
 
 def _nothing() -> None:
