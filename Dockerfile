@@ -11,6 +11,10 @@ COPY actors ./actors
 COPY plugins ./plugins
 COPY config ./config
 RUN pip install --no-cache-dir -c constraints.txt .
+# Every process (the API, the Ray nodes, their actors) runs as an unprivileged user of its own;
+# /data (the API's volume) is its.
+RUN useradd --create-home --uid 10001 --user-group svc && mkdir -p /data && chown svc:svc /data
+USER 10001:10001
 ENV SVC_DATA_DIR=/data
 EXPOSE 8080
 CMD ["svc", "serve", "--host", "0.0.0.0", "--port", "8080"]

@@ -1,11 +1,12 @@
 """The capacity model: what an install actor reserves on a Ray node, and waiting for placement.
 
 An install actor declares the memory it needs (`SVC_ACTOR_MEMORY_MB`, Ray's logical `memory`
-resource) and no CPU: it spends its life waiting on model providers and the database, so a CPU
-reservation would cap a 2-core node at two installs while the node sits idle. Memory is what
-runs out first (an actor is a Python process of roughly 100 MB), so that is what Ray counts:
-it places an actor on a node with that much unreserved, spreads actors over the nodes, and
-keeps the creation of an actor that fits nowhere pending until an idle actor exits or a node
+resource), asks to be spread over the nodes (`SPREAD`) and reserves no CPU: it spends its life
+waiting on model providers and the database, so a CPU reservation would cap a 2-core node at two
+installs while the node sits idle. Memory is what runs out first (an actor is a Python process of
+roughly 100 MB), so that is what Ray counts: it places an actor on a node with that much
+unreserved, spreads actors over the nodes (only because it is told to: its default packs them),
+and keeps the creation of an actor that fits nowhere pending until an idle actor exits or a node
 joins. Nothing overcommits a node, and Ray's OOM killer is not the admission control.
 
 A pending actor is the queue: the runtime waits for it up to a bound
@@ -39,9 +40,12 @@ class NoRoom(RuntimeFailure):
         super().__init__(NO_ROOM)
 
 
-def actor_resources(settings: Settings) -> dict[str, Any]:
-    """The `.options(...)` an install actor is created with: its memory, and no CPU."""
-    return {"num_cpus": 0, "memory": settings.actor_memory_mb * MB}
+def actor_options(settings: Settings) -> dict[str, Any]:
+    """The `.options(...)` an install actor is created with: its memory, no CPU, and spread over
+    the nodes. Ray's default scheduler packs actors onto the local node until it is half full
+    (measured: every install actor of a 3-node cluster on its head node); SPREAD places each new
+    actor on the node with the fewest, among those with room for its memory."""
+    return {"num_cpus": 0, "memory": settings.actor_memory_mb * MB, "scheduling_strategy": "SPREAD"}
 
 
 def placement_deadline(settings: Settings | None) -> float:

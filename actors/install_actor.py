@@ -1,16 +1,17 @@
-"""InstallActor: one Ray actor per install with work, the single authority over its runs.
+"""InstallActor: one Ray actor per install with work, the home of the install's runs.
 
 Named `install:<id>` in the `svc` namespace and detached, so any API process finds the same
-actor. Every command that changes a run of its install comes here (start, run, continue,
-cancel) and is applied through the run ledger, stamped with this copy's incarnation.
+actor. It is a thin Ray wrapper around an `InstallHost` (svc/runtime/host.py), which holds the
+runs in memory and applies every command through the run ledger: Ray calls stay here, the state
+logic stays testable without Ray (Ray Serve's `ActorReplicaWrapper` pattern).
 
-Its constructor reads the deployment's current configuration from Ray's key-value store
-(actors/deployment.py), claims the install's incarnation record, recovers (runs an earlier
-copy had claimed end failed; queued runs are started; paused pipelines are held) and starts
-its clock: a restarted actor settles its runs and idles out without being called. Between
-runs, an actor whose configuration is older than the published one, or that a newer copy
-superseded, leaves with `ray.actor.exit_actor()` (never `ray.kill` on its own handle, which
-after a node crash names the healthy new copy).
+Its constructor reads the deployment's current configuration (actors/deployment.py), builds the
+host from the composition root, and starts recovery and the clock: a restarted actor takes the
+install over, resumes the runs its predecessor was running from their journals, and idles out
+without being called. Between runs, an actor whose configuration is older than the published one,
+or that a newer copy superseded, leaves with `ray.actor.exit_actor()` (never `ray.kill` on its
+own handle, which after a node crash names the healthy new copy); it marks itself leaving first,
+so a command that arrives meanwhile is told to ask the next copy instead of being lost.
 """
 
 from __future__ import annotations
@@ -19,201 +20,208 @@ import asyncio
 import logging
 import os
 import time
+from datetime import timedelta
 from typing import Any
 
 import ray
 
 from actors import deployment
-from plugins import tracing
 from plugins.tracing import sdk as tracing_sdk
-from svc.core import Document, Store, Vault, counters
-from svc.runtime import CANCELLED, InstallRunner, failed_outcome, ledger
-from svc.wiring import build_install_runner
+from svc.core import (
+    Accepted,
+    AskAgain,
+    Cancel,
+    Cancelled,
+    Continue,
+    Continued,
+    RunOutcome,
+    StartRun,
+    Store,
+    Vault,
+    Watched,
+    WatchEvents,
+    counters,
+)
+from svc.runtime import InstallHost, incarnations, pool
+from svc.wiring import build_host
 
 log = logging.getLogger(__name__)
 
 BEAT_S = 5.0
-DATABASE_DOWN = "Database unavailable during the run"
-NO_PENDING_GATE = "No pending gate found for this install"
-NO_AGENTS_LEFT = "No agents remaining after gate"
+# A holder whose beat is this old is gone (svc/jobs.py's ACTOR_GONE_AFTER): a spare may adopt.
+ACTOR_GONE_AFTER_S = 30.0
+APP_NAME = "svc-actor"  # how the database names this process kind's connections
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class InstallActor:
-    """Owns one install's runs."""
+    """Owns one install's runs (see the module docstring). Created for an install (`install:<id>`),
+    or as a spare of the warm pool (`install_id` None, actors/pool.py) that adopts one later."""
 
-    def __init__(self, install_id: str, deployment_id: str) -> None:
+    def __init__(self, install_id: str | None, deployment_id: str) -> None:
         config = deployment.current(deployment_id)
         if config is None:
             raise RuntimeError(f"no configuration published for deployment {deployment_id}")
-        self.install_id = install_id
         self.deployment_id = deployment_id
         self.config_version = config.version
         self.settings = config.settings
-        self.store = Store.connect(config.mongodb_uri, self.settings.db_timeout_seconds)
+        self.vault = Vault(list(config.vault_keys))
+        self.store = Store.connect(config.mongodb_uri, self.settings.db_timeout_seconds, appname=APP_NAME)
+        context = ray.get_runtime_context()
+        self.name: str = context.get_actor_name() or ""
+        self.node: str = context.get_node_id()
         tracing_sdk.setup(  # this process's traces (tracing, #33)
             self.settings.tracing,
             "install_actor",
-            node=ray.get_runtime_context().get_node_id(),
+            node=self.node,
             on_dropped=counters.dropped_spans(self.store, "install_actor"),
         )
-        self.runner: InstallRunner = build_install_runner(
-            self.settings, self.store, Vault(list(config.vault_keys))
-        )
-        self.active: dict[str, asyncio.Task[dict[str, Any]]] = {}
-        self.paused: dict[str, Document] = {}
-        self.last_used = time.monotonic()
+        self.install_id: str | None = None
+        self.host: InstallHost | None = None
+        if install_id is not None:
+            self._serve(install_id)
         self.leaving = False
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
-        self._recovered = loop.create_task(self._recover())
+        self._recovered = loop.create_task(self._recover() if install_id else self._wait_as_spare())
         self._watcher = loop.create_task(self._watch())
+
+    def _serve(self, install_id: str) -> InstallHost:
+        self.install_id = install_id
+        self.host = build_host(self.settings, self.store, self.vault, install_id)
+        return self.host
+
+    async def _wait_as_spare(self) -> None:
+        """A spare registers in the pool; one Ray restarted after it had adopted an install serves
+        that install again (its pool record says which)."""
+        entry = await pool.entry(self.store, self.name)
+        if entry is not None and entry.get("state") == "adopted" and entry.get("install"):
+            self._serve(entry["install"])
+            await self._recover()
+            return
+        await pool.register(self.store, self.name, self.deployment_id, self.node)
+
+    async def adopt(self, install_id: str) -> str | None:
+        """Become the actor of `install_id` (a spare's one job); None when it did (or already had),
+        else the name of the actor that holds the install ("" when this spare was taken)."""
+        await self._recovered
+        if self.install_id is not None:
+            return None if self.install_id == install_id else ""
+        if not await pool.claim(self.store, self.name, install_id):
+            return ""
+        host = self._serve(install_id)
+        stale = timedelta(seconds=ACTOR_GONE_AFTER_S)
+        if not await host.recover(self.name, only_if_free=stale):
+            self.install_id, self.host = None, None
+            await pool.release(self.store, self.name)
+            holder = await incarnations.holder(self.store, install_id)
+            return str((holder or {}).get("actor") or "")
+        self._wake.set()
+        return None
 
     # ---- commands ------------------------------------------------------------------------------
 
     async def ready(self) -> bool:
-        """True once recovered and current; False while this copy is leaving (ask again later)."""
+        """True once recovered and current; False while this copy is leaving, or a spare that serves
+        no install yet (ask again later)."""
         await self._recovered
-        return not await self._should_leave()
+        return self.host is not None and not await self._should_leave()
 
-    async def run(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Start a queued run (idempotent by run id) and wait for its outcome."""
+    async def run(self, command: StartRun, wait_s: float) -> RunOutcome | AskAgain:
+        """Start a queued run (idempotent by run id) and wait up to `wait_s` for its end or gate."""
         if not await self.ready():
-            return {"retry": True}
-        with tracing.attached(payload.get("trace")):  # the run joins the caller's trace (#33)
-            task = self._spawn(payload["runId"])
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.cancelled():  # cancel-run stopped it before its team ran
-                return failed_outcome(payload["runId"], CANCELLED)
-            raise
+            return AskAgain()
+        assert self.host is not None
+        return await self.host.run(command, wait_s)
 
-    async def start(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Start a queued run without waiting (webhook, schedule, retry, wait:false)."""
+    async def start(self, command: StartRun) -> Accepted | AskAgain:
+        """Start a queued run without waiting (webhook, schedule, retry, wait: false)."""
         if not await self.ready():
-            return {"retry": True}
-        with tracing.attached(payload.get("trace")):  # the run joins the caller's trace (#33)
-            self._spawn(payload["runId"])
-        return {"ok": True}
+            return AskAgain()
+        assert self.host is not None
+        return await self.host.start(command)
 
-    async def cancel(self, run_id: str) -> dict[str, Any]:
-        """Cancel a run of this install, decided from the ledger: {cancelled, step}."""
+    async def cancel(self, command: Cancel) -> Cancelled | AskAgain:
+        """Cancel a run of this install."""
         await self._recovered
-        task = self.active.get(run_id)
-        if task is not None:
-            step = self.runner.cancel_step(run_id) or ""
-            task.cancel()
-            return {"cancelled": True, "step": step}
-        # Not running here: a queued run simply never starts.
-        cancelled = await self.runner.abort(self.install_id, run_id, CANCELLED)
-        return {"cancelled": cancelled, "step": None}
+        if self.host is None:
+            return AskAgain()
+        return await self.host.cancel(command)
 
-    async def resume(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Continue a paused pipeline (the oldest, or `runId`) from the step after its gate."""
+    async def resume(self, command: Continue) -> Continued | AskAgain:
+        """Continue a paused run from its gate."""
         if not await self.ready():
-            return {"retry": True}
-        wanted = payload.get("runId")
-        candidates = sorted(
-            (run for run in self.paused.values() if wanted in (None, run["_id"])),
-            key=lambda run: (run.get("pausedAt") or run["createdAt"], run["_id"]),
-        )
-        if not candidates:
-            return {"conflict": NO_PENDING_GATE}
-        paused = candidates[0]
-        install = await self.store.installs.find_one({"_id": self.install_id}, {"definition": 1})
-        if install is None or paused["state"]["fromStep"] >= len(install["definition"]["agents"]):
-            return {"conflict": NO_AGENTS_LEFT}
-        run = await ledger.resume(
-            self.store, paused["_id"], self.runner.incarnation, bool(payload.get("bypassGates"))
-        )
-        self.paused.pop(paused["_id"], None)
-        if run is None:
-            return {"conflict": NO_PENDING_GATE}
-        actor = payload.get("actor") or {}
-        await self.runner.events.emit(
-            self.install_id,
-            "gate_approved",
-            gate_name=run["state"]["gate"],
-            meta={"runId": run["_id"]},
-            **actor,
-        )
-        with tracing.attached(payload.get("trace")):  # linked from the resumed run's span (#33)
-            self._spawn(run["_id"], resumed=run)
-        return {"ok": True, "runId": run["_id"], "gate": run["state"]["gate"]}
+            return AskAgain()
+        assert self.host is not None
+        return await self.host.resume(command)
+
+    async def events(self, command: WatchEvents) -> Watched:
+        """A run's events from memory while this actor holds it (a long poll)."""
+        await self._recovered
+        if self.host is None:
+            return Watched([], live=False)
+        return await self.host.events(command)
 
     async def status(self) -> dict[str, Any]:
         """Active and paused runs, idle time, incarnation and pid (tests and operators)."""
         await self._recovered
+        host = self.host
         return {
-            "active": sorted(self.active),
-            "paused": sorted(self.paused),
-            "idleSeconds": time.monotonic() - self.last_used,
-            "incarnation": self.runner.incarnation,
+            "install": self.install_id,
+            "name": self.name,
+            "node": self.node,
+            "active": sorted(run_id for run_id, live in host.live.items() if live.outcome is None)
+            if host
+            else [],
+            "paused": sorted(host.paused) if host else [],
+            "idleSeconds": time.monotonic() - host.last_used if host else 0.0,
+            "incarnation": host.incarnation if host else None,
             "configVersion": self.config_version,
             "pid": os.getpid(),
+            "leaving": self.leaving,
         }
 
-    # ---- inside --------------------------------------------------------------------------------
-
-    def _spawn(self, run_id: str, resumed: Document | None = None) -> asyncio.Task[dict[str, Any]]:
-        """The task running `run_id` here (one per run: a repeated start joins it)."""
-        task = self.active.get(run_id)
-        if task is None:
-            self.last_used = time.monotonic()
-            task = asyncio.get_running_loop().create_task(self._execute(run_id, resumed))
-            self.active[run_id] = task
-        return task
-
-    async def _execute(self, run_id: str, resumed: Document | None) -> dict[str, Any]:
-        try:
-            outcome = await self.runner.execute(self.install_id, run_id, resumed)
-        except asyncio.CancelledError:
-            await self.runner.abort(self.install_id, run_id, CANCELLED)
-            raise
-        except Exception as exc:  # the database failed outside a step: settle what can be settled
-            log.error("run could not be carried out: %s", type(exc).__name__)
-            outcome = failed_outcome(run_id, DATABASE_DOWN)
-            try:
-                await self.runner.abort(self.install_id, run_id, DATABASE_DOWN)
-            except Exception:  # still down: the sweeper settles it once this copy is gone
-                log.warning("run %s left for the sweeper", run_id)
-        finally:
-            self.active.pop(run_id, None)
-            self.last_used = time.monotonic()
-            self._wake.set()
-        if outcome.get("pausedAtGate"):
-            paused = await self.store[ledger.RUNS].find_one({"_id": run_id, "status": "paused"})
-            if paused is not None:
-                self.paused[run_id] = paused
-        return outcome
+    # ---- the clock -----------------------------------------------------------------------------
 
     async def _recover(self) -> None:
-        queued, paused = await self.runner.recover(self.install_id)
-        self.paused = paused
-        for run_id in queued:
-            self._spawn(run_id)
-        if queued:
-            log.info("starting %s run(s) queued for this install", len(queued))
+        """Recover until it succeeds: a database that does not answer yet delays the actor's first
+        command, it does not leave a copy that fails every command for its whole life."""
+        assert self.host is not None
+        delay = 0.1
+        while True:
+            try:
+                await self.host.recover(self.name)
+                return
+            except Exception as exc:
+                log.warning("install actor recovery failed, trying again: %s", type(exc).__name__)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BEAT_S)
 
     async def _should_leave(self) -> bool:
         """Leave when leaving already, or idle with an older configuration than the published one."""
         if self.leaving:
             return True
-        if self.active:
+        if self.host is not None and self.host.busy:
             return False
         # One read of the cluster's key-value store per command (about a millisecond): a command
-        # right after a new configuration was published already meets a fresh actor.
-        published = await asyncio.to_thread(deployment.current, self.deployment_id)
-        if published is not None and published.version != self.config_version:
+        # right after a new configuration was published already meets a fresh actor. A read that
+        # fails leaves this copy as it is (it is current as far as anyone can tell).
+        try:
+            published = await asyncio.to_thread(deployment.current, self.deployment_id)
+        except Exception as exc:
+            log.warning("the published configuration could not be read: %s", type(exc).__name__)
+            return self.leaving
+        busy = self.host is not None and self.host.busy
+        if published is not None and published.version != self.config_version and not busy:
             log.info("configuration changed; this install actor leaves for a fresh one")
             self.leaving = True
             self._wake.set()
         return self.leaving
 
     async def _watch(self) -> None:
-        """The clock, from the constructor: beat the incarnation record, leave when superseded,
-        idle, or older than the configuration, and only between runs."""
+        """The clock, from the constructor: beat, leave when superseded, idle, or older than the
+        configuration, and only between runs. No single failure stops it: each beat and each check
+        is guarded and logged, and the loop goes on."""
         idle_limit = self.settings.actor_idle_seconds
         period = max(0.05, min(BEAT_S, idle_limit / 4))
         while True:
@@ -222,18 +230,43 @@ class InstallActor:
             except TimeoutError:
                 pass
             self._wake.clear()
+            if self.host is None:  # a spare: it only leaves when its configuration is old
+                try:
+                    if await self._should_leave():
+                        await self._leave(idle=False)
+                except Exception as exc:
+                    log.warning("spare actor could not check its configuration: %s", type(exc).__name__)
+                continue
             try:
-                current = await ledger.beat(self.store, self.install_id, self.runner.incarnation)
+                await self._recovered
+                current = await self.host.tick()
             except Exception as exc:  # a database blip must not stop the clock
-                log.warning("incarnation beat failed: %s", type(exc).__name__)
+                log.warning("install actor beat failed: %s", type(exc).__name__)
                 continue
             if not current:
                 log.warning("a newer copy of this install's actor took over; this copy stops")
-                for task in list(self.active.values()):
-                    task.cancel()
+                self.leaving = True
+                self.host.stop_all()
                 ray.actor.exit_actor()
-            idle = time.monotonic() - self.last_used >= idle_limit
-            if not self.active and (idle or await self._should_leave()):
-                await ledger.leave(self.store, self.install_id, self.runner.incarnation)
-                log.info("install actor leaving (idle: %s)", idle)
-                ray.actor.exit_actor()
+            try:
+                idle = time.monotonic() - self.host.last_used >= idle_limit
+                if not self.host.busy and (idle or await self._should_leave()):
+                    await self._leave(idle)
+            except Exception as exc:
+                log.warning("install actor could not decide whether to leave: %s", type(exc).__name__)
+
+    async def _leave(self, idle: bool) -> None:
+        """Leave between runs: marked leaving first, so a command that arrives now asks the next copy."""
+        self.leaving = True
+        await asyncio.sleep(0)  # a command already past `ready` has its run spawned by now
+        if self.host is not None and self.host.busy:  # one did: stay for it
+            self.leaving = False
+            return
+        try:  # said, so the sweeper need not wait for this copy's beat to age
+            if self.host is not None and self.install_id is not None:
+                await incarnations.leave(self.store, self.install_id, self.host.incarnation)
+            await pool.forget(self.store, self.name)
+        except Exception as exc:
+            log.warning("could not record the actor's leaving: %s", type(exc).__name__)
+        log.info("install actor leaving (idle: %s)", idle)
+        ray.actor.exit_actor()

@@ -2,11 +2,11 @@
 
 Every `ray.*` call of the API process goes through `RayRuntime`, so the rest of
 the code sees only the `svc.ports.Runtime` protocol. Connecting publishes the
-deployment's configuration (settings, database URI, vault keys) in Ray's key-value
+deployment's configuration (its settings without a secret) in Ray's key-value
 store; install actors are created with `(install_id, deployment_id)` only and read it
-from there (actors/deployment.py). Every command for a run goes to the install's
-actor; an actor that cannot be started or reached is a `RuntimeFailure` (503 on the
-sync route, a retried hand-over for queued runs), never a hang.
+from there, and the secrets from their node (actors/deployment.py). Every command for
+a run goes to the install's actor; an actor that cannot be started or reached is a
+`RuntimeFailure` (503 on the sync route, a retried hand-over for queued runs), never a hang.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -26,9 +27,24 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 
 from actors import capacity, deployment
 from actors.install_actor import InstallActor
+from actors.pool import Finder
 from config.settings import Settings
 from plugins import tracing
-from svc.core import Reaper, RuntimeFailure
+from svc.core import (
+    Accepted,
+    AskAgain,
+    Cancel,
+    Cancelled,
+    Continue,
+    Continued,
+    Reaper,
+    RunOutcome,
+    RuntimeFailure,
+    StartRun,
+    Store,
+    Watched,
+    WatchEvents,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +87,7 @@ class RayRuntime:
         mongodb_uri: str,
         settings: Settings | None = None,
         vault_keys: list[str] | None = None,
+        store: Store | None = None,
     ) -> None:
         self.address = address
         self.mongodb_uri = mongodb_uri
@@ -81,13 +98,20 @@ class RayRuntime:
         # Handles of actors that answered recently, so a warm run skips the readiness round trip.
         self._warm: dict[str, tuple[Any, float]] = {}
         self.deployment_id = deployment.deployment_id(settings, mongodb_uri) if settings is not None else ""
+        # A Ray on this machine: its actors read the secrets from a file this process writes.
+        self.local = deployment.on_this_machine(address or os.environ.get("RAY_ADDRESS"))
+        spares = settings is not None and settings.actor_spares > 0
+        # How an install's actor is found: by name, by its incarnation record, a spare, or new.
+        self.finder = Finder(store, self.deployment_id, spares, self._actor)
 
     def publish(self) -> None:
         """Make this process's configuration the deployment's current one (actors follow it)."""
         if self.settings is not None:
-            deployment.publish(
-                deployment.DeploymentConfig(self.settings, self.mongodb_uri, tuple(self.vault_keys))
-            )
+            deployment.publish(self._config(), local=self.local)
+
+    def _config(self) -> deployment.DeploymentConfig:
+        assert self.settings is not None
+        return deployment.DeploymentConfig(self.settings, self.mongodb_uri, tuple(self.vault_keys))
 
     def start(self) -> None:
         """Connect (joining a Ray this process already has, if any).
@@ -110,7 +134,6 @@ class RayRuntime:
                     include_dashboard=False,
                     log_to_driver=False,
                     configure_logging=False,
-                    runtime_env={"env_vars": {"SVC_MONGODB_URI": self.mongodb_uri}},
                 )
         except BaseException:
             if ray.is_initialized():
@@ -155,7 +178,7 @@ class RayRuntime:
             namespace=NAMESPACE,
             get_if_exists=True,
             lifetime="detached",
-            **capacity.actor_resources(self.settings),
+            **capacity.actor_options(self.settings),
         ).remote(install_id, self.deployment_id)
 
     async def _ready_actor(self, install_id: str, trust_warm: bool = True) -> Any:
@@ -170,7 +193,7 @@ class RayRuntime:
         delay = 0.05
         while time.monotonic() < deadline:
             try:
-                actor = await asyncio.to_thread(self._actor, install_id)
+                actor = await self.finder.find(install_id)
                 if await capacity.ready_by(actor.ready.remote(), deadline):
                     self._warm[install_id] = (actor, time.monotonic())
                     return actor
@@ -193,31 +216,34 @@ class RayRuntime:
             raise capacity.NoRoom
         raise RuntimeFailure(NOT_STARTED)
 
-    async def _command(
-        self, install_id: str, method: str, payload: Any, trust_warm: bool = True
-    ) -> dict[str, Any]:
-        """Send one command to the install's actor, as a client span whose trace context the
-        command carries (`trace`: the actor's run joins the caller's trace; tracing, #33)."""
+    async def _command(self, install_id: str, method: str, *args: Any, trust_warm: bool = True) -> Any:
+        """Send one typed command to the install's actor, as a client span whose trace context a
+        command that starts work (StartRun, Continue) carries in its `trace`: the actor's run joins
+        the caller's trace (tracing, #33)."""
         with tracing.handover_span(method, install_id) as carrier:
-            if carrier and isinstance(payload, dict):
-                payload = {**payload, "trace": carrier}
-            return await self._send(install_id, method, payload, trust_warm)
+            if carrier:
+                args = tuple(
+                    replace(arg, trace=carrier) if isinstance(arg, StartRun | Continue) else arg
+                    for arg in args
+                )
+            return await self._send(install_id, method, *args, trust_warm=trust_warm)
 
-    async def _send(self, install_id: str, method: str, payload: Any, trust_warm: bool) -> dict[str, Any]:
-        """Send one command to the install's actor; a copy that is leaving is asked again once
-        a fresh one answers. RuntimeFailure when the actor cannot be started or dies."""
+    async def _send(self, install_id: str, method: str, *args: Any, trust_warm: bool = True) -> Any:
+        """Send one typed command to the install's actor; a copy that is leaving (`AskAgain`) is
+        asked again once a fresh one answers. RuntimeFailure when the actor cannot be started or
+        dies."""
         deadline = capacity.placement_deadline(self.settings)
         while True:
             warm = self._warm.get(install_id)
             actor = await self._ready_actor(install_id, trust_warm)
             unverified = warm is not None and warm[0] is actor
             try:
-                answer: dict[str, Any] = await getattr(actor, method).remote(payload)
+                answer = await getattr(actor, method).remote(*args)
             except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
                 self._warm.pop(install_id, None)
                 if unverified and trust_warm:
                     # A remembered handle of a copy that has died since: commands are idempotent
-                    # by run id, so ask the live copy (whose recovery settled what died with it).
+                    # by run id, so ask the live copy (whose recovery resumed what died with it).
                     trust_warm = False
                     continue
                 log.warning("install actor failed during %s: %s", method, type(exc).__name__)
@@ -226,38 +252,60 @@ class RayRuntime:
                 self._warm.pop(install_id, None)
                 log.warning("install actor could not carry out %s: %s", method, type(exc).__name__)
                 raise RuntimeFailure(NOT_STARTED) from None
-            if not answer.get("retry"):
+            if not isinstance(answer, AskAgain):
                 self._warm[install_id] = (actor, time.monotonic())
                 return answer
             self._warm.pop(install_id, None)
             trust_warm = False
             if time.monotonic() >= deadline:
                 raise RuntimeFailure(NOT_STARTED)
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.05)
 
-    async def run(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """Start a queued run in the install's actor and wait; RuntimeFailure if it cannot start
-        or dies (its restarted copy settles the run)."""
-        return await self._command(install_id, "run", payload)
+    async def run(self, install_id: str, command: StartRun, wait_s: float) -> RunOutcome:
+        """Start a queued run in the install's actor and wait up to `wait_s`; RuntimeFailure if it
+        cannot start or dies (its restarted copy resumes the run)."""
+        answer: RunOutcome = await self._command(install_id, "run", command, wait_s)
+        return answer
 
     def _warm_ttl(self) -> float:
         """How long a handle counts as warm: well within the actor's idle exit."""
         idle = self.settings.actor_idle_seconds if self.settings is not None else 300.0
         return min(30.0, idle / 2)
 
-    async def submit(self, install_id: str, payload: dict[str, Any]) -> None:
+    async def submit(self, install_id: str, command: StartRun) -> Accepted:
         """Hand a queued run to the install's actor without waiting for it to finish (checked
         live: nobody waits on the outcome to notice a dead actor); RuntimeFailure when it
         cannot be handed over (the job runner tries again)."""
-        await self._command(install_id, "start", payload, trust_warm=False)
+        answer: Accepted = await self._command(install_id, "start", command, trust_warm=False)
+        return answer
 
-    async def cancel(self, install_id: str, run_id: str) -> dict[str, Any]:
-        """Ask the install's actor to cancel a run: {cancelled, step}."""
-        return await self._command(install_id, "cancel", run_id)
+    async def cancel(self, install_id: str, command: Cancel) -> Cancelled:
+        """Ask the install's actor to cancel a run."""
+        answer: Cancelled = await self._command(install_id, "cancel", command)
+        return answer
 
-    async def resume(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """Ask the install's actor to continue a paused pipeline: {ok, runId} or {conflict}."""
-        return await self._command(install_id, "resume", payload)
+    async def resume(self, install_id: str, command: Continue) -> Continued:
+        """Ask the install's actor to continue a paused run."""
+        answer: Continued = await self._command(install_id, "resume", command)
+        return answer
+
+    async def wake(self, install_id: str) -> None:
+        """Make sure the install's actor lives (its recovery adopts what a dead copy left)."""
+        await self._ready_actor(install_id, trust_warm=False)
+
+    async def events(self, install_id: str, command: WatchEvents) -> Watched:
+        """A run's events from the actor holding it; `live` False when no actor of the install
+        lives (never starts one just to watch)."""
+        warm = self._warm.get(install_id)
+        actor = warm[0] if warm is not None else await self.finder.existing(install_id)
+        if actor is None:
+            return Watched([], live=False)
+        try:
+            answer: Watched = await actor.events.remote(command)
+        except RayError:
+            self._warm.pop(install_id, None)
+            return Watched([], live=False)
+        return answer
 
     def actor_handle(self, install_id: str) -> Any:
         """The install's actor if it exists (tests and operators), else None."""
@@ -272,6 +320,8 @@ class RayRuntime:
             started = time.monotonic()
             ray.shutdown()
             log.debug("Ray disconnected in %.2fs", time.monotonic() - started)
+            if self._reaper is not None and self.settings is not None:
+                deployment.forget(self._config())  # the Ray this process started is gone, its actors too
         self._owned = False
         if self._reaper is not None:
             started = time.monotonic()

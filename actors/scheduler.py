@@ -19,8 +19,8 @@ without waiting to be called.
   so the stop of one API never stops the schedules another relies on. It ends with the
   Ray cluster (a local Ray ends with the API that started it).
 
-The periodic jobs (the monthly billing cycle, the run poller) run in a task of their own,
-so a long billing cycle never delays a schedule.
+The periodic jobs (the monthly billing cycle, the run poller, mail and callback retries, the run
+sweeper) run in a task each, so a long billing cycle delays neither a schedule nor another job.
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ from typing import Any
 import ray
 
 from actors.deployment import DeploymentConfig, current, deployment_id
+from actors.pool import PoolKeeper
 from actors.runtime import NAMESPACE, RayRuntime
 from plugins.tracing import sdk as tracing_sdk
 from svc.core import Lease, Store, Vault, counters
+from svc.jobs import NAMES as JOB_NAMES
 from svc.jobs import Jobs
 from svc.runtime import SchedulerCore
 from svc.wiring import build_services
@@ -63,6 +65,7 @@ class Built:
     lease: Lease
     core: SchedulerCore
     jobs: Jobs
+    pool: PoolKeeper
     stop_traces: Callable[[], None]  # undoes this version's tracing set-up (tracing, #33)
 
 
@@ -75,7 +78,7 @@ class SchedulerActor:
         # This copy's identity in the lease: a restarted or orphaned copy is another holder.
         self.holder = uuid.uuid4().hex
         self._loop_task: asyncio.Task[None] | None = None
-        self._jobs_task: asyncio.Task[None] | None = None
+        self._job_tasks: dict[str, asyncio.Task[None]] = {}
         self._built: Built | None = None
         self.ticks = 0
         self.fires = 0
@@ -123,16 +126,14 @@ class SchedulerActor:
         if not self.leading:
             return
         self.fires += await built.core.tick()
-        if self._jobs_task is None or self._jobs_task.done():
-            self._jobs_task = asyncio.create_task(self._jobs(built.jobs))
-
-    @staticmethod
-    async def _jobs(jobs: Jobs) -> None:
-        """One round of the periodic jobs; a failing round is logged and retried next tick."""
         try:
-            await jobs.tick()
+            await built.pool.tick()  # spare install actors on every node (the warm pool)
         except Exception as exc:
-            log.warning("scheduler jobs failed: %s", type(exc).__name__)
+            log.warning("warm pool not topped up: %s", type(exc).__name__)
+        for name in JOB_NAMES:  # one task per job: a long charge cycle never holds up the sweeper
+            task = self._job_tasks.get(name)
+            if task is None or task.done():
+                self._job_tasks[name] = asyncio.create_task(built.jobs.run(name))
 
     async def _services(self, config: DeploymentConfig) -> Built:
         """The services of the published configuration, rebuilt when its version changed."""
@@ -146,8 +147,9 @@ class SchedulerActor:
                 config.version,
                 built.version,
             )
-            if self._jobs_task is not None and not self._jobs_task.done():
-                await asyncio.wait([self._jobs_task])  # a job in progress finishes on its store
+            running = [task for task in self._job_tasks.values() if not task.done()]
+            if running:
+                await asyncio.wait(running)  # jobs in progress finish on their store
             await built.store.close()
             await asyncio.to_thread(built.stop_traces)  # the previous configuration's traces
         settings = config.settings
@@ -159,7 +161,7 @@ class SchedulerActor:
             node=ray.get_runtime_context().get_node_id(),
             on_dropped=counters.dropped_spans(store, "scheduler"),
         )
-        runtime = RayRuntime(settings.ray_address, config.mongodb_uri, settings, keys)
+        runtime = RayRuntime(settings.ray_address, config.mongodb_uri, settings, keys, store)
         services = build_services(settings, store, Vault(keys), runtime)
         lease = Lease(store, scheduler_name(self.deployment), self.holder, LEASE_TTL_S)
         self._built = Built(
@@ -168,6 +170,7 @@ class SchedulerActor:
             lease,
             SchedulerCore(store, runtime),
             Jobs.for_services(services),
+            PoolKeeper(store, settings, self.deployment),
             stop_traces,
         )
         return self._built

@@ -27,6 +27,7 @@ from api.handlers import (
     console,
     health,
     installs,
+    mcp,
     openapi,
     orgs,
     run_watch,
@@ -66,6 +67,7 @@ ROUTES: tuple[Route, ...] = (
     *runs.routes,
     *run_watch.routes,
     *caps.routes,
+    *mcp.routes,
     *openapi.routes,
 )
 STORE = web.AppKey("store", Store)
@@ -179,10 +181,10 @@ async def traces(app: web.Application) -> AsyncIterator[None]:
 
 
 async def ray_runtime(app: web.Application) -> AsyncIterator[None]:
-    """Join or start Ray; workers learn the database URI through their environment."""
+    """Join or start Ray; publish the configuration its actors read (actors/deployment.py)."""
     settings = app[SETTINGS]
     vault = app[VAULT] = Vault.from_settings(settings.secret_keys, settings.data_dir)
-    runtime = RayRuntime(settings.ray_address, app[STORE].uri, settings, vault.keys)
+    runtime = RayRuntime(settings.ray_address, app[STORE].uri, settings, vault.keys, app[STORE])
     runtime.start()  # publishes what the deployment's actors read (actors/deployment.py)
     app[RUNTIME] = runtime
     try:

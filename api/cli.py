@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from importlib import metadata
 from typing import Any, TypeVar
 
-from api import cli_templates
+from api import cli_keys, cli_templates, metrics
 from api.app import create_app
 from api.lifecycle import ListenError, listen_socket, serve
 from api.logs import configure_logging
@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor", help="check the database, Ray, LLM providers, SMTP and the payment provider; print a table"
     )
     cli_templates.add_parser(commands)
+    cli_keys.add_parser(commands)
     return parser
 
 
@@ -116,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(result))
-    return 0
+    return cli_keys.outcome(result) if args.command == "keys" else 0
 
 
 def serve_command(args: argparse.Namespace, settings: Settings) -> int:
@@ -126,6 +127,11 @@ def serve_command(args: argparse.Namespace, settings: Settings) -> int:
     except ListenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    refused = metrics.open_to_network(settings, sock.getsockname()[0])
+    if refused is not None:
+        sock.close()
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     try:
         asyncio.run(serve(create_app(settings), sock, settings.shutdown_grace_seconds))
     except Exception as exc:  # start-up failed; everything started so far has been stopped
@@ -155,6 +161,8 @@ async def command(args: argparse.Namespace, settings: Settings, store: Store) ->
         vault = Vault.from_settings(settings.secret_keys, settings.data_dir)
         services = build_services(settings, store, vault, runtime=None)
         return await services.org_plans.set_plan(args.slug, args.plan)
+    if args.command == "keys":
+        return await cli_keys.rotate(args, settings, store)
     if args.command == "runs":
         match = {"templateId": args.template} if args.template else {}
         return {"buckets": await run_stats.rebuild(store, match)}

@@ -5,7 +5,8 @@ the database (pinged; the embedded one is joined, or started and stopped for
 the check), Ray (joined or started, then asked for its resources), each LLM
 provider with a key (its authenticated list-models call, which costs no
 tokens), the SMTP server (connect, STARTTLS when offered, login, NOOP) and the
-payment provider (an authenticated balance read). A dependency that is not
+payment provider (an authenticated balance read), and each server of the MCP catalogue (started,
+and asked for its tools). A dependency that is not
 configured is reported as such, not as a failure. Nothing secret is printed:
 no key, no password, no upstream error body. The exit code is 1 when any check
 failed.
@@ -26,6 +27,7 @@ import httpx
 import stripe
 
 from actors.runtime import RayRuntime
+from api.doctor_mcp import check_mcp
 from config.settings import ProviderSettings, Settings
 from svc.core import EmbeddedMongo, Store
 
@@ -84,7 +86,9 @@ async def check_database(settings: Settings) -> tuple[Check, str | None]:
 
 async def check_ray(settings: Settings, mongodb_uri: str | None) -> Check:
     """Join SVC_RAY_ADDRESS (or start a local Ray, as `svc serve` would) and ask for its resources."""
-    runtime = RayRuntime(settings.ray_address, mongodb_uri or "mongodb://unused", settings)
+    # No settings: the check only asks Ray for its resources and publishes nothing, so it never
+    # replaces (or, stopping its own local Ray, removes) what a running service's actors read.
+    runtime = RayRuntime(settings.ray_address, mongodb_uri or "mongodb://unused")
     where = f"cluster at {settings.ray_address}" if settings.ray_address else "local, started and stopped"
     try:
         runtime.start()  # on the main thread, as a local Ray requires
@@ -206,5 +210,6 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
         check_payments(settings),
     ]
     checks += await asyncio.gather(*others)
+    checks += [Check(*row) for row in await check_mcp(settings)]  # the MCP catalogue (docs/mcp.md)
     print(render(checks), file=out, flush=True)
     return 1 if any(check.status == FAILED for check in checks) else 0

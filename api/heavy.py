@@ -46,6 +46,7 @@ HEAVY_ROUTES: frozenset[tuple[str, str]] = frozenset(
     }
 )
 
+
 class HeavyGate:
     """The slots heavy requests share in one API process."""
 

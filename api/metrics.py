@@ -13,12 +13,15 @@ Two kinds of metric (docs/operations.md):
   same values.
 
 With SVC_METRICS_TOKEN set, a scrape must send `Authorization: Bearer <token>`
-(401 otherwise).
+(401 otherwise). `svc serve` refuses to start on any address but a loopback one
+without it (`open_to_network`): the metrics name routes, platforms and volumes, and
+several API processes behind a proxy must share one token, so none is made up.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import time
 from collections.abc import Iterator
@@ -32,6 +35,7 @@ from prometheus_client.registry import Collector
 from actors.runtime import RayRuntime
 from api.context import SERVICES, SETTINGS
 from api.errors import error_response
+from config.settings import Settings
 from svc.core import Store, counters
 
 log = logging.getLogger(__name__)
@@ -47,6 +51,7 @@ STORED_COUNTERS = {
     "llm_tokens": ("svc_llm_tokens", "Tokens used by agent and judge model calls, by provider and kind."),
     "judge_decisions": ("svc_judge_decisions", "Decisions of the access-policy judge (allow or block)."),
     "egress_blocks": ("svc_egress_blocks", "Agent HTTP requests refused, by what refused them."),
+    "mcp_tool_calls": ("svc_mcp_tool_calls", "Agents' MCP tool calls, by verdict and outcome (docs/mcp.md)."),
     "payment_failures": ("svc_payment_failures", "Failed charges (declined, or failed per provider event)."),
     "mail_failures": ("svc_mail_failures", "Failed mail delivery attempts (final: no retry left)."),
     "trace_spans_dropped": (
@@ -118,6 +123,18 @@ async def measure(request: web.Request, handler: web.Handler) -> web.StreamRespo
         request.app[HTTP_METRICS].observe(
             request.method, route_template(request), status, time.perf_counter() - started
         )
+
+
+def open_to_network(settings: Settings, listening: str) -> str | None:
+    """Why `svc serve` must not start on the address `listening` (the bound socket's), or None:
+    `/metrics` would answer anyone who reaches a non-loopback address without a token."""
+    if settings.metrics_token is not None or ipaddress.ip_address(listening.split("%")[0]).is_loopback:
+        return None
+    return (
+        f"SVC_METRICS_TOKEN is required when svc serve listens on {listening}, not a loopback address "
+        "(GET /metrics would be open); set it to a random token, for example "
+        "python3 -c 'import secrets; print(secrets.token_hex(32))', and scrape with it (docs/operations.md)"
+    )
 
 
 def setup(app: web.Application) -> None:

@@ -65,7 +65,7 @@ SERVE_ENV = {
     "SVC_SCHEDULER": "off",
     "SVC_PROVIDERA_API_KEY": DEFAULT_KEY,
     "SVC_ACTOR_IDLE_SECONDS": "600",
-    # Measure a cold burst to the end instead of answering 503 (docs/deploy.md, "Capacity").
+    # Measure a cold burst to the end instead of answering 503 (docs/deploy.md, "Sizing").
     "SVC_ACTOR_PLACEMENT_SECONDS": "600",
 }
 OP_MSG_HEADER = struct.Struct("<iiii")  # messageLength, requestID, responseTo, opCode

@@ -4,6 +4,7 @@ raises `SettingsError` with a one-line message naming the accepted form (config/
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -29,8 +30,51 @@ class AppKey(BaseModel):
 
 
 def parse_directory(raw: str) -> Path:
-    """A directory path made absolute once, at start-up."""
-    return Path(raw).expanduser().absolute()
+    """A directory path made absolute once, at start-up (it may not exist yet; a file is refused)."""
+    path = Path(raw).expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        raise ValueError("names a file, not a directory")
+    return path
+
+
+def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
+    """A parser of a whole number from `low` (to `high`, when given)."""
+
+    def parse(raw: str) -> int:
+        try:
+            number = int(raw)
+        except ValueError:
+            raise ValueError("not a whole number") from None
+        if number < low:
+            raise ValueError(f"below {low}")
+        if high is not None and number > high:
+            raise ValueError(f"above {high}")
+        return number
+
+    return parse
+
+
+def parse_token(raw: str) -> str:
+    """A key, token or id: printable, no space inside (a value pasted with a line break in it)."""
+    if any(char.isspace() or not char.isprintable() for char in raw):
+        raise ValueError("contains a space or a control character")
+    return raw
+
+
+def parse_ray_address(raw: str) -> str:
+    """`auto` (the cluster this machine belongs to), `host:port` (a GCS) or `ray://host[:port]`."""
+    if raw == "auto":
+        return raw
+    parts = urlsplit(raw if "://" in raw else f"gcs://{raw}")
+    if parts.scheme not in {"gcs", "ray"} or not parts.hostname or parts.path not in {"", "/"}:
+        raise ValueError("not auto, host:port or ray://host:port")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("the port is not a number from 1 to 65535") from None
+    if parts.scheme == "gcs" and port is None:
+        raise ValueError("a GCS address needs its port (host:6379)")
+    return raw
 
 
 def positive_seconds(raw: str) -> float:
@@ -118,9 +162,13 @@ def parse_http_url(raw: str) -> str:
 
 
 def parse_mongodb_uri(raw: str) -> str:
-    """A MongoDB connection string."""
-    if urlsplit(raw).scheme not in {"mongodb", "mongodb+srv"}:
+    """A MongoDB connection string with at least one host (an SRV name is resolved at connect)."""
+    parts = urlsplit(raw)
+    if parts.scheme not in {"mongodb", "mongodb+srv"}:
         raise ValueError("not a mongodb:// or mongodb+srv:// URI")
+    hosts = parts.netloc.rpartition("@")[2]
+    if not hosts or any(not host for host in hosts.split(",")):
+        raise ValueError("no host in it")
     return raw
 
 
@@ -166,15 +214,8 @@ def parse_model_id(raw: str) -> str:
     return raw
 
 
-def parse_price_cents(raw: str) -> int:
-    """A whole number of cents, at least 50 (the provider's minimum charge)."""
-    try:
-        cents = int(raw)
-    except ValueError:
-        raise ValueError("not a whole number") from None
-    if cents < 50:
-        raise ValueError("below 50")
-    return cents
+# A whole number of cents, at least 50 (the provider's minimum charge).
+parse_price_cents = whole_number(50)
 
 
 def parse_cron(raw: str) -> str:

@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config import catalogue
 from config import tracing as trace_config
+from config.mcp_catalogue import McpCatalogueEntry, McpServersFileError, load_mcp_servers_file
 from config.parsing import (
     AppKey,
     IPNetwork,
@@ -40,14 +41,18 @@ from config.parsing import (
     parse_on_off,
     parse_price_cents,
     parse_rate_limits,
+    parse_ray_address,
     parse_sender,
     parse_smtp_url,
     parse_strict_bool,
+    parse_token,
     positive_seconds,
+    whole_number,
 )
 from config.tracing import TraceSettings
 
 ENV_FILE_VARIABLE = "SVC_ENV_FILE"
+SECRETS_DIR_VARIABLE = "SVC_SECRETS_DIR"
 DEFAULT_SENDER = "svc <no-reply@localhost>"
 
 
@@ -62,6 +67,10 @@ class Variable:
 # Every variable the service reads, in the order of docs/settings.md.
 VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_ENV_FILE", "a path to a dotenv file (default `.env` in the current directory)"),
+    Variable(
+        "SVC_SECRETS_DIR",
+        "a directory with one file per variable, named after it (a mounted Kubernetes Secret)",
+    ),
     Variable("SVC_MONGODB_URI", "a mongodb:// or mongodb+srv:// connection string"),
     Variable("SVC_DB_TIMEOUT_SECONDS", "a positive number of seconds"),
     Variable("SVC_DATA_DIR", "a directory path (relative paths are taken from the current directory)"),
@@ -77,6 +86,7 @@ VARIABLES: tuple[Variable, ...] = (
         "SVC_MODELS_FILE", "a JSON or TOML file of `upstream`, `bedrock` and `orchA` names (docs/models.md)"
     ),
     Variable("SVC_JUDGE_MODEL", "a catalogue model id such as `providerA:small`"),
+    Variable("SVC_MCP_SERVERS_FILE", "a JSON or TOML file with a `servers` table (docs/mcp.md)"),
     Variable("SVC_RATE_LIMITS", "`on`, `off` or a positive multiplier such as `10`"),
     Variable("SVC_TRUSTED_PROXIES", "comma-separated CIDRs or addresses, e.g. `10.0.0.0/8,192.0.2.1`"),
     Variable("SVC_EGRESS_ALLOW_PRIVATE", "`true` or `false` (also 1/0, yes/no, on/off)"),
@@ -91,7 +101,11 @@ VARIABLES: tuple[Variable, ...] = (
         "or `smtps://user:pass@host:465` (implicit TLS); `?cafile=/path/ca.pem` for a private CA",
     ),
     Variable("SVC_MAIL_FROM", "an address, optionally with a name: `svc <no-reply@example.com>`"),
-    Variable("SVC_METRICS_TOKEN", "any string; GET /metrics then needs `Authorization: Bearer <token>`"),
+    Variable(
+        "SVC_METRICS_TOKEN",
+        "a token without spaces; GET /metrics then needs `Authorization: Bearer <token>` "
+        "(required off loopback)",
+    ),
     Variable("APP_API_KEYS", "comma-separated `<installId>:<key>` pairs or bare `<key>`s"),
     Variable("BILLING_CRON_SCHEDULE", "a 5-field cron expression (UTC), e.g. `0 0 1 * *`"),
     Variable("SVC_ACTOR_IDLE_SECONDS", "a positive number of seconds"),
@@ -102,6 +116,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_RUN_HANDOFF_SECONDS", "a positive number of seconds"),
     Variable("SVC_SHUTDOWN_GRACE_SECONDS", "a positive number of seconds"),
     Variable("SVC_CALLBACK_MAX_ATTEMPTS", "a whole number from 1 to 1000"),
+    Variable("SVC_RUN_WAIT_SECONDS", "a positive number of seconds"),
+    Variable("SVC_ACTOR_MAX_RUNS", "a whole number from 1 to 1000"),
+    Variable("SVC_ACTOR_SPARES", "a whole number from 0 to 100"),
+    Variable("SVC_RUN_MAX_RESUMES", "a whole number from 0 to 100"),
+    Variable("SVC_RUN_STALL_SECONDS", "a positive number of seconds"),
+    Variable("SVC_CRASH_POINTS", "a test hook: comma-separated crash points of a run's end; leave unset"),
     Variable("SVC_DISABLED_PLUGINS", "comma-separated plugin names"),
     Variable("SVC_ORCHB_BASE_URL", "an http(s) URL (read by the orchB driver at call time)"),
     Variable("SVC_ORCHC_ENDPOINT_URL", "an http(s) URL (read by the orchC driver at call time)"),
@@ -111,6 +131,37 @@ ACCEPTED = {variable.name: variable.accepted for variable in VARIABLES}
 # Read from the process environment by the platform drivers at call time: a value from `.env`
 # is exported to the environment so that the file can set them too.
 EXPORTED = ("SVC_ORCHB_BASE_URL", "SVC_ORCHC_ENDPOINT_URL")
+# Variables whose values are secrets (or carry one): never echoed in an error, never published
+# where the Ray cluster can read them (actors/deployment.py reads them on each node).
+SECRET_VARIABLES = frozenset(
+    {
+        "SVC_MONGODB_URI",
+        "SVC_SECRET_KEYS",
+        "SVC_STRIPE_API_KEY",
+        "SVC_STRIPE_WEBHOOK_SECRET",
+        "SVC_SMTP_URL",
+        "SVC_METRICS_TOKEN",
+        "APP_API_KEYS",
+        *(f"SVC_PROVIDER{letter}_API_KEY" for letter in "ABC"),
+        # The trace collector's credentials travel in the export headers (tracing, #33).
+        *trace_config.SECRET,
+    }
+)
+# Secret URLs: an error shows them with the password masked.
+SECRET_URLS = frozenset({"SVC_MONGODB_URI", "SVC_SMTP_URL", *trace_config.URLS})
+# Fields whose variable is not `SVC_<FIELD>` (the rest are; `variable_of`).
+FIELD_VARIABLES = {
+    "billing_cron_schedule": "BILLING_CRON_SCHEDULE",
+    "app_api_keys": "APP_API_KEYS",
+    "rate_limit_multiplier": "SVC_RATE_LIMITS",
+    "scheduler_enabled": "SVC_SCHEDULER",
+}
+
+
+def variable_of(field: str) -> str | None:
+    """The environment variable a settings field is read from (None for an internal field)."""
+    name = FIELD_VARIABLES.get(field, f"SVC_{field.upper()}")
+    return name if name in ACCEPTED else None
 
 
 class ProviderSettings(BaseModel):
@@ -129,7 +180,8 @@ class Environment(BaseSettings):
 
     @classmethod
     def read(cls, env_file: str | None = None) -> dict[str, str]:
-        """Every known variable that is set, as a string."""
+        """Every known variable that is set, as a string: the environment wins over a file in
+        SVC_SECRETS_DIR, which wins over the dotenv file."""
         named = env_file or os.environ.get(ENV_FILE_VARIABLE, "").strip() or None
         path = named or ".env"
         if named is not None:
@@ -140,6 +192,7 @@ class Environment(BaseSettings):
         values = {name: str(value) for name, value in (from_file.model_extra or {}).items()}
         known = {variable.name for variable in VARIABLES}
         found = {name: value for name, value in values.items() if name in known}
+        found.update(secret_files(os.environ.get(SECRETS_DIR_VARIABLE) or found.get(SECRETS_DIR_VARIABLE)))
         for name in known:
             if os.environ.get(name, "").strip():
                 found[name] = os.environ[name]
@@ -147,6 +200,24 @@ class Environment(BaseSettings):
             if name in found and not os.environ.get(name):
                 os.environ[name] = found[name]
         return found
+
+
+def secret_files(directory: str | None) -> dict[str, str]:
+    """The variables a secrets directory holds: a file named after each (trailing newline cut)."""
+    if not directory or not directory.strip():
+        return {}
+    path = Path(directory.strip())
+    if not path.is_dir():
+        accepted = ACCEPTED[SECRETS_DIR_VARIABLE]
+        raise SettingsError(f"{SECRETS_DIR_VARIABLE}={directory}: no such directory; accepted: {accepted}")
+    found = {}
+    for variable in VARIABLES:
+        candidate = path / variable.name
+        if candidate.is_file():
+            value = candidate.read_text().rstrip("\r\n")
+            if value.strip():
+                found[variable.name] = value
+    return found
 
 
 def _default_data_dir() -> Path:
@@ -180,6 +251,9 @@ class Settings(BaseModel):
     bedrock_models: dict[str, str] = Field(default_factory=lambda: dict(catalogue.DEFAULT_BEDROCK))
     orch_a_models: dict[str, str] = Field(default_factory=lambda: dict(catalogue.DEFAULT_ORCH_A))
     judge_model: str = "providerA:small"
+    # The operator's MCP catalogue (docs/mcp.md): servers templates may name, never commands.
+    mcp_servers_file: Path | None = None
+    mcp_servers: dict[str, McpCatalogueEntry] = Field(default_factory=dict)
     # None means rate limiting is off; otherwise the spec's limits are multiplied by it.
     rate_limit_multiplier: float | None = 1.0
     trusted_proxies: tuple[IPNetwork, ...] = ()
@@ -198,7 +272,7 @@ class Settings(BaseModel):
     max_body_bytes: int = 2 * 1024 * 1024
     disabled_plugins: tuple[str, ...] = ()
     actor_idle_seconds: float = 300.0
-    actor_memory_mb: int = Field(default=128, ge=32)  # docs/deploy.md, "Capacity"
+    actor_memory_mb: int = Field(default=128, ge=32)  # docs/deploy.md, "Sizing"
     actor_placement_seconds: float = Field(default=60.0, gt=0)
     scheduler_enabled: bool = True
     # How often the run poller asks pull-only platforms (orchB) for finished runs (spec: 5 minutes).
@@ -208,6 +282,18 @@ class Settings(BaseModel):
     shutdown_grace_seconds: float = Field(default=5.0, gt=0)
     # How many times a webhook run's callback is tried (within 24 hours) before it is failed.
     callback_max_attempts: int = Field(default=30, ge=1, le=1000)
+    # A synchronous run's caller waits this long at most, then gets the run's state (it goes on).
+    run_wait_seconds: float = Field(default=300.0, gt=0)
+    # Runs an install's actor runs at once; more wait, queued, in order (docs/runtime.md).
+    actor_max_runs: int = Field(default=8, ge=1, le=1000)
+    # Install actors started ahead on each node, each adopting an install at its first run (the warm pool).
+    actor_spares: int = Field(default=2, ge=0, le=100)
+    # How often a run is resumed after its actor died before it ends failed.
+    run_max_resumes: int = Field(default=2, ge=0, le=100)
+    # A running run with no step for this long is ended by the sweeper, whatever its actor.
+    run_stall_seconds: float = Field(default=900.0, gt=0)
+    # A test hook (svc/runtime/faults.py): points of a run's end where install actors die once.
+    crash_points: frozenset[str] = frozenset()
     # Traces: the OTEL_* variables and SVC_TRACE_* (config/tracing.py); off without an endpoint.
     tracing: TraceSettings = Field(default_factory=TraceSettings)
 
@@ -246,7 +332,7 @@ class Settings(BaseModel):
                 return parse(value)
             except (ValueError, TypeError) as exc:
                 problem = str(exc) or "not a valid value"
-                if isinstance(exc, catalogue.ModelsFileError):
+                if isinstance(exc, catalogue.ModelsFileError | McpServersFileError):
                     raise SettingsError(f"{name}: {problem}") from None
                 shown = _shown(name, value)
                 raise SettingsError(f"{name}={shown}: {problem}; accepted: {ACCEPTED[name]}") from None
@@ -261,12 +347,12 @@ class Settings(BaseModel):
             "mongodb_uri": parsed("SVC_MONGODB_URI", parse_mongodb_uri, None),
             "db_timeout_seconds": parsed("SVC_DB_TIMEOUT_SECONDS", positive_seconds, 10.0),
             "data_dir": parsed("SVC_DATA_DIR", parse_directory, DEFAULT_DATA_DIR),
-            "ray_address": get("SVC_RAY_ADDRESS"),
+            "ray_address": parsed("SVC_RAY_ADDRESS", parse_ray_address, None),
             "secret_keys": parsed("SVC_SECRET_KEYS", parse_fernet_keys, ()),
             "public_url": parsed("SVC_PUBLIC_URL", parse_http_url, "http://127.0.0.1:8080"),
             "providers": {
                 name: ProviderSettings(
-                    api_key=get(f"SVC_PROVIDER{name[-1]}_API_KEY"),
+                    api_key=parsed(f"SVC_PROVIDER{name[-1]}_API_KEY", parse_token, None),
                     base_url=parsed(f"SVC_PROVIDER{name[-1]}_BASE_URL", parse_http_url, None),
                 )
                 for name in ("providerA", "providerB", "providerC")
@@ -276,27 +362,37 @@ class Settings(BaseModel):
             "bedrock_models": names["bedrock"],
             "orch_a_models": names["orchA"],
             "judge_model": parsed("SVC_JUDGE_MODEL", parse_model_id, "providerA:small"),
+            "mcp_servers_file": parsed("SVC_MCP_SERVERS_FILE", Path, None),
+            "mcp_servers": parsed(
+                "SVC_MCP_SERVERS_FILE", lambda value: load_mcp_servers_file(Path(value)), {}
+            ),
             "rate_limit_multiplier": parsed("SVC_RATE_LIMITS", parse_rate_limits, 1.0),
             "trusted_proxies": parsed("SVC_TRUSTED_PROXIES", parse_networks, ()),
             "egress_allow_private": parsed("SVC_EGRESS_ALLOW_PRIVATE", parse_strict_bool, False),
-            "stripe_api_key": get("SVC_STRIPE_API_KEY"),
+            "stripe_api_key": parsed("SVC_STRIPE_API_KEY", parse_token, None),
             "stripe_api_base": parsed("SVC_STRIPE_API_BASE", parse_http_url, None),
-            "stripe_webhook_secret": get("SVC_STRIPE_WEBHOOK_SECRET"),
-            "stripe_pro_price_id": get("SVC_STRIPE_PRO_PRICE_ID"),
+            "stripe_webhook_secret": parsed("SVC_STRIPE_WEBHOOK_SECRET", parse_token, None),
+            "stripe_pro_price_id": parsed("SVC_STRIPE_PRO_PRICE_ID", parse_token, None),
             "pro_price_cents": parsed("SVC_PRO_PRICE_CENTS", parse_price_cents, 4900),
             "smtp_url": parsed("SVC_SMTP_URL", parse_smtp_url, None),
             "mail_from": parsed("SVC_MAIL_FROM", parse_sender, DEFAULT_SENDER),
-            "metrics_token": get("SVC_METRICS_TOKEN"),
+            "metrics_token": parsed("SVC_METRICS_TOKEN", parse_token, None),
             "app_api_keys": parsed("APP_API_KEYS", parse_app_keys, ()),
             "billing_cron_schedule": parsed("BILLING_CRON_SCHEDULE", parse_cron, "0 0 1 * *"),
             "actor_idle_seconds": parsed("SVC_ACTOR_IDLE_SECONDS", positive_seconds, 300.0),
-            "actor_memory_mb": parsed("SVC_ACTOR_MEMORY_MB", int, 128),
+            "actor_memory_mb": parsed("SVC_ACTOR_MEMORY_MB", whole_number(32), 128),
             "actor_placement_seconds": parsed("SVC_ACTOR_PLACEMENT_SECONDS", positive_seconds, 60.0),
             "scheduler_enabled": parsed("SVC_SCHEDULER", parse_on_off, True),
             "run_poll_seconds": parsed("SVC_RUN_POLL_SECONDS", positive_seconds, 300.0),
             "run_handoff_seconds": parsed("SVC_RUN_HANDOFF_SECONDS", positive_seconds, 600.0),
             "shutdown_grace_seconds": parsed("SVC_SHUTDOWN_GRACE_SECONDS", positive_seconds, 5.0),
-            "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", int, 30),
+            "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", whole_number(1, 1000), 30),
+            "run_wait_seconds": parsed("SVC_RUN_WAIT_SECONDS", positive_seconds, 300.0),
+            "actor_max_runs": parsed("SVC_ACTOR_MAX_RUNS", whole_number(1, 1000), 8),
+            "actor_spares": parsed("SVC_ACTOR_SPARES", whole_number(0, 100), 2),
+            "run_max_resumes": parsed("SVC_RUN_MAX_RESUMES", whole_number(0, 100), 2),
+            "run_stall_seconds": parsed("SVC_RUN_STALL_SECONDS", positive_seconds, 900.0),
+            "crash_points": frozenset(parsed("SVC_CRASH_POINTS", parse_names, ())),
             "disabled_plugins": parsed("SVC_DISABLED_PLUGINS", parse_names, ()),
         }
         for name in EXPORTED:
@@ -308,7 +404,13 @@ class Settings(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(part) for part in first["loc"])
-            raise SettingsError(f"setting {field}: {first['msg']}") from None
+            variable = variable_of(field)
+            if variable is None:
+                raise SettingsError(f"setting {field}: {first['msg']}") from None
+            shown = _shown(variable, str(first.get("input", "")))
+            raise SettingsError(
+                f"{variable}={shown}: {first['msg']}; accepted: {ACCEPTED[variable]}"
+            ) from None
 
 
 def _trace_settings(get: Callable[[str], str | None], parsed: Callable[..., Any]) -> TraceSettings:
@@ -348,19 +450,10 @@ def _exit(message: str) -> NoReturn:
 
 def _shown(name: str, value: str) -> str:
     """The value as an error may show it: never a secret."""
-    secret = ("KEY" in name and "PROVIDER" in name) or name in {
-        "SVC_SECRET_KEYS",
-        "SVC_STRIPE_API_KEY",
-        "SVC_STRIPE_WEBHOOK_SECRET",
-        "SVC_METRICS_TOKEN",
-        "APP_API_KEYS",
-        *trace_config.SECRET,
-    }
-    if secret:
+    if name in SECRET_VARIABLES and name not in SECRET_URLS:
         return "<hidden>"
-    if name in {"SVC_MONGODB_URI", "SVC_SMTP_URL", *trace_config.URLS}:
+    if name in SECRET_URLS:
         parts = urlsplit(value)
         if parts.password:
             return repr(value.replace(parts.password, "***"))
     return repr(value)
-

@@ -96,6 +96,9 @@ class PlatformTraits:
     flattens_hierarchy: bool = False
     """A team deeper than `capabilities.maxHierarchyDepth` is flattened by the driver (with a
     warning) instead of being refused at install time."""
+    runs_mcp: bool = False
+    """The team's MCP servers reach its agents there; when false the install answer warns which
+    agents' MCP servers will not be available (docs/mcp.md)."""
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,11 @@ REVIEWED: dict[tuple[str, str], Reviewed] = {
         "Its metadata gives only the generic `BSD License` classifier; its LICENSE.txt is the 3-clause BSD"
         " text (redistribution conditions 1-2 and the no-endorsement clause 3), copyright Pallets",
     ),
+    ("kubernetes-validate", "1.37.0"): Reviewed(
+        "Apache-2.0",
+        "Its metadata says only `Apache`; its LICENSE file is the Apache License, Version 2.0 notice"
+        " (copyright Will Thames). A test-only dependency: never in the image",
+    ),
 }
 
 

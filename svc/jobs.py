@@ -1,8 +1,12 @@
 """Periodic service jobs: the monthly billing cycle, the run poller, mail and callback retries and
-the run sweeper (runs whose actor is gone are settled; queued runs not yet taken are handed over again).
+the run sweeper (runs whose actor is gone are handed to a new copy, stalled runs are ended, what
+ended runs still owe is paid, queued runs not yet taken are handed over again).
 
-Each job is one document in `jobs`. A fire is claimed with a conditional update of
-`nextRunAt` (as schedules are), so any number of schedulers run it once. The billing
+The jobs are independent: `tick` runs the due ones side by side, and the scheduler actor keeps
+one task per job (`NAMES`), so a month-end charge cycle (a provider call per install) never holds
+up the sweeper or the callback retries. Each job is one document in `jobs`. A fire is claimed
+with a conditional update of `nextRunAt` (as schedules are), so any number of schedulers run it
+once. The billing
 job also records the cycle it is running with a lease: a scheduler that dies mid-cycle
 leaves the lease to expire, and the next tick takes the same cycle over and finishes
 it (the invoices make that safe: nobody is charged twice).
@@ -10,20 +14,22 @@ it (the invoices make that safe: nobody is charged twice).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
 from svc.billing import Charges
-from svc.core import Document, Mailer, Runtime, RuntimeFailure, Store, aware, iso, tokens, utcnow
-from svc.runtime import CallbackDelivery, InstallRunner, ledger, next_fire
+from svc.core import Document, Mailer, Runtime, RuntimeFailure, StartRun, Store, aware, iso, tokens, utcnow
+from svc.runtime import INTERRUPTED, OWED, STALLED, CallbackDelivery, InstallRunner, ledger, next_fire
 
 if TYPE_CHECKING:
-    from svc.services import Services
+    from config.settings import Settings
+    from svc.installs import Installs, RunPoller
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +42,38 @@ SWEEP_EVERY = timedelta(seconds=2)
 ACTOR_GONE_AFTER = timedelta(seconds=30)
 HANDOFF_FIRST_RETRY_S = 2.0
 HANDOFF_MAX_BACKOFF_S = 60.0
-INTERRUPTED = "Interrupted: the install's worker stopped during the run; start it again"
+# The actor that ended a run pays what it owes at once; the sweeper steps in after this.
+OWED_GRACE = timedelta(seconds=10)
+# Hand-overs and settlements one sweep makes at once.
+SWEEP_CONCURRENCY = 8
+SWEEP_BATCH = 200
+NAMES = ("billing", "poll", "mail", "callbacks", "sweep")
 
 Poll = Callable[[datetime], Awaitable[int]]
+
+
+class JobServices(Protocol):
+    """What the jobs need of a process's services (`svc.wiring.Services` has it all; the two
+    modules sit side by side in the layers, so neither imports the other)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def charges(self) -> Charges: ...
+    @property
+    def run_poller(self) -> RunPoller: ...
+    @property
+    def installs(self) -> Installs: ...
+    @property
+    def mailer(self) -> Mailer: ...
+    @property
+    def callbacks(self) -> CallbackDelivery: ...
+    @property
+    def install_runner(self) -> InstallRunner: ...
+    @property
+    def runtime(self) -> Runtime | None: ...
 
 
 class LeaseLost(Exception):
@@ -70,7 +105,7 @@ class Jobs:
         self.poll_seconds = poll_seconds
 
     @classmethod
-    def for_services(cls, services: Services) -> Jobs:
+    def for_services(cls, services: JobServices) -> Jobs:
         """The jobs of a process's services (the scheduler actor builds its own)."""
 
         async def poll_and_sweep(now: datetime) -> int:
@@ -92,6 +127,7 @@ class Jobs:
                 services.install_runner,
                 services.runtime,
                 services.settings.run_handoff_seconds,
+                services.settings.run_stall_seconds,
             ),
         )
 
@@ -100,33 +136,27 @@ class Jobs:
         return self.store["jobs"]
 
     async def tick(self, now: datetime | None = None) -> None:
-        """Run what is due (each job guards its own failures)."""
+        """Run every due job, side by side (each guards its own failures)."""
+        await asyncio.gather(*(self.run(name, now) for name in NAMES))
+
+    async def run(self, name: str, now: datetime | None = None) -> None:
+        """Run one job if it is due (the scheduler actor keeps a task per job name)."""
         now = now or utcnow()
-        if self.charges is not None and self.charges.provider is not None:
-            try:
-                await self._billing(now)
-            except Exception:
-                log.exception("billing job failed")
-        if self.poll is not None:
-            try:
-                await self._run_poll(now)
-            except Exception:
-                log.exception("run poll failed")
-        if self.mailer is not None:
-            try:
-                await self.mailer.retry_due(now)
-            except Exception:
-                log.exception("mail retry failed")
-        if self.callbacks is not None:  # durable webhook callbacks (svc/runtime/callbacks.py)
-            try:
-                await self.callbacks.retry_due(now)
-            except Exception:
-                log.exception("callback retry failed")
-        if self.sweeper is not None:
-            try:
-                await self._sweep(now)
-            except Exception:
-                log.exception("run sweep failed")
+        job = {
+            "billing": self._billing
+            if self.charges is not None and self.charges.provider is not None
+            else None,
+            "poll": self._run_poll if self.poll is not None else None,
+            "mail": self.mailer.retry_due if self.mailer is not None else None,
+            "callbacks": self.callbacks.retry_due if self.callbacks is not None else None,
+            "sweep": self._sweep if self.sweeper is not None else None,
+        }[name]
+        if job is None:
+            return
+        try:
+            await job(now)
+        except Exception:
+            log.exception("%s job failed", name)
 
     async def _ensure(self, name: str, first_run: datetime) -> Document:
         doc = await self._jobs.find_one({"_id": name})
@@ -222,55 +252,93 @@ class Jobs:
 
 
 class RunSweeper:
-    """Nothing stays queued, starting or running forever.
+    """Nothing stays queued, running or owing forever.
 
     - A claimed run whose actor is gone (its incarnation is not the install's current one, or
-      the current one left or stopped beating) ends failed as interrupted, with its run record,
-      step event and callback (a restarted actor does the same for its own install at once).
+      the current one left or stopped beating) is handed to a new copy of its install's actor,
+      whose recovery resumes it from its journal (Ray restarts a crashed actor at once; this
+      covers a node that left); oldest first.
+    - A running run with no step for `stall_seconds` ends failed, whatever its actor.
+    - A run that ended (or paused) and still owes side effects after OWED_GRACE has them paid.
     - A queued run handed over but not taken is handed over again with backoff (the actor's
       start is idempotent by run id), and after `handoff_seconds` ends failed with a clear message.
+    Hand-overs and settlements run SWEEP_CONCURRENCY at a time.
     """
 
     def __init__(
-        self, store: Store, runner: InstallRunner, runtime: Runtime | None, handoff_seconds: float
+        self,
+        store: Store,
+        runner: InstallRunner,
+        runtime: Runtime | None,
+        handoff_seconds: float,
+        stall_seconds: float = 900.0,
     ) -> None:
         self.store = store
         self.runner = runner
         self.runtime = runtime
         self.handoff = timedelta(seconds=handoff_seconds)
+        self.stall = timedelta(seconds=stall_seconds)
+        self._bound = asyncio.Semaphore(SWEEP_CONCURRENCY)
 
     async def sweep(self, now: datetime) -> dict[str, int]:
-        """One round; how many runs were settled, handed over again and expired."""
-        counts = {"settled": 0, "handedOver": 0, "expired": 0}
-        for run in await ledger.orphaned(self.store, now, ACTOR_GONE_AFTER):
-            install = await self.store.installs.find_one({"_id": run["installId"]})
-            counts["settled"] += await self.runner.settle_failed(install, run, INTERRUPTED)
-        waiting = (
-            await self.store[ledger.RUNS]
-            .find({"status": "queued", "handoffAt": {"$ne": None, "$lte": now - timedelta(seconds=1)}})
-            .sort("handoffAt", 1)
-            .to_list(200)
+        """One round; how many runs were woken, settled, paid, handed over again and expired."""
+        counts = {"woken": 0, "settled": 0, "paid": 0, "handedOver": 0, "expired": 0}
+        orphans = await ledger.orphaned(self.store, now, ACTOR_GONE_AFTER, SWEEP_BATCH)
+        stalled = await ledger.stalled(self.store, now - self.stall, SWEEP_BATCH)
+        owing = await ledger.owing(self.store, OWED, now - OWED_GRACE, SWEEP_BATCH)
+        waiting = await ledger.waiting(self.store, now - timedelta(seconds=1), SWEEP_BATCH)
+        stalled_ids = {run["_id"] for run in stalled}
+        await asyncio.gather(
+            *(self._bounded(self._wake(run, counts)) for run in orphans if run["_id"] not in stalled_ids),
+            *(self._bounded(self._settle(run, STALLED, counts)) for run in stalled),
+            *(self._bounded(self._pay(run, counts)) for run in owing),
+            *(self._bounded(self._hand_over(run, now, counts)) for run in waiting),
         )
-        for run in waiting:
-            if aware(run["createdAt"]) <= now - self.handoff:
-                message = (
-                    f"The install's worker could not be started within {int(self.handoff.total_seconds())} s"
-                )
-                counts["expired"] += await self.runner.expire(run, message)
-                continue
-            attempts = int(run.get("handoffs") or 0)
-            backoff = min(HANDOFF_FIRST_RETRY_S * 2**attempts, HANDOFF_MAX_BACKOFF_S)
-            if aware(run["handoffAt"]) > now - timedelta(seconds=backoff):
-                continue
-            taken = await self.store[ledger.RUNS].update_one(
-                {"_id": run["_id"], "status": "queued", "handoffAt": run["handoffAt"]},
-                {"$set": {"handoffAt": now}, "$inc": {"handoffs": 1}},
-            )
-            if not taken.modified_count or self.runtime is None:
-                continue
-            try:
-                await self.runtime.submit(run["installId"], {"runId": run["_id"]})
-                counts["handedOver"] += 1
-            except RuntimeFailure as exc:
-                log.warning("queued run still not handed over (attempt %s): %s", attempts + 1, exc)
         return counts
+
+    async def _bounded(self, job: Any) -> None:
+        async with self._bound:
+            try:
+                await job
+            except Exception as exc:  # one run's trouble must not stop the others
+                log.warning("sweep step failed: %s", type(exc).__name__)
+
+    async def _wake(self, run: Document, counts: dict[str, int]) -> None:
+        """Have a live copy of the run's install actor (its recovery resumes the run); a run of a
+        vanished install, or with no runtime at all, ends failed."""
+        install = await self.store.installs.find_one({"_id": run["installId"]}, {"_id": 1})
+        if install is None or self.runtime is None:
+            await self._settle(run, INTERRUPTED, counts)
+            return
+        try:
+            await self.runtime.wake(run["installId"])
+            counts["woken"] += 1
+        except RuntimeFailure as exc:
+            log.warning("orphaned run's install actor not started yet: %s", exc)
+
+    async def _settle(self, run: Document, message: str, counts: dict[str, int]) -> None:
+        full = await ledger.get(self.store, run["_id"], heavy=True)
+        if full is not None:
+            counts["settled"] += await self.runner.settle_gone(full, message)
+
+    async def _pay(self, run: Document, counts: dict[str, int]) -> None:
+        counts["paid"] += await self.runner.settlement.finish(run["_id"])
+
+    async def _hand_over(self, run: Document, now: datetime, counts: dict[str, int]) -> None:
+        if aware(run["createdAt"]) <= now - self.handoff:
+            message = (
+                f"The install's worker could not be started within {int(self.handoff.total_seconds())} s"
+            )
+            counts["expired"] += await self.runner.stop(run["_id"], message)
+            return
+        attempts = int(run.get("handoffs") or 0)
+        backoff = min(HANDOFF_FIRST_RETRY_S * 2**attempts, HANDOFF_MAX_BACKOFF_S)
+        if aware(run["handoffAt"]) > now - timedelta(seconds=backoff):
+            return
+        if not await ledger.note_handoff(self.store, run, now) or self.runtime is None:
+            return
+        try:
+            await self.runtime.submit(run["installId"], StartRun(run))
+            counts["handedOver"] += 1
+        except RuntimeFailure as exc:
+            log.warning("queued run still not handed over (attempt %s): %s", attempts + 1, exc)

@@ -8,14 +8,19 @@ installs (with the org governance gate), runtime, orgs, billing.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
-from svc.core import Mailer, Runtime, Store, Vault
-from svc.runtime import LLM, InstallRunner
+from svc.core import Document, Mailer, Runtime, Store, Vault, counters
+from svc.runtime import LLM, CallbackDelivery, CrashPoints, InstallHost, InstallRunner, RunLimits, Settlement
+
+# Spend caps' admission (svc/billing/spend_caps.py): asked before a run is queued (the install), and
+# before each model call (the install, and the tokens of the install's other runs in flight).
+Admission = Callable[[Document, Sequence[int]], Awaitable[None]]
 
 if TYPE_CHECKING:
     # The rest of the graph is imported where `build_services` builds it, not at module level:
@@ -37,7 +42,7 @@ if TYPE_CHECKING:
     )
     from svc.runs import RunAnalytics, Runs
     from svc.runtime import (
-        CallbackDelivery,
+        McpService,
         Outreach,
         RunDetail,
         RunService,
@@ -92,6 +97,8 @@ class Services:
     run_watch: RunWatch
     callbacks: CallbackDelivery
     spend_caps: SpendCaps
+    # MCP (issue 32): the catalogue, consent and approvals; test chats' connections.
+    mcp: McpService
 
     async def delete_user(self, who: str) -> dict[str, Any]:
         """`svc users delete`: end the account (409 while it owns an org), cancel its personal
@@ -106,6 +113,7 @@ class Services:
     async def close(self) -> None:
         """Write out what is held in memory (rate-limit counts) before shut-down."""
         await self.run_service.close()
+        await self.install_runner.settlement.close()
         if self.rate_limiter is not None:
             await self.rate_limiter.close()
         await self.run_watch.close()
@@ -125,16 +133,7 @@ def build_services(
 ) -> Services:
     """Wire every service for one process (the API, the scheduler actor, the CLI, tests)."""
     from svc.authoring import Authoring
-    from svc.billing import (
-        Charges,
-        OrgBilling,
-        PaymentProvider,
-        Payouts,
-        SpendCaps,
-        UsageReport,
-        run_charge,
-        run_cost,
-    )
+    from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, SpendCaps, UsageReport, run_cost
     from svc.core import TTLCache
     from svc.identity import Accounts, ApiKeys, Credentials, RateLimiter, UserAdmin
     from svc.installs import Installs, RunPoller
@@ -151,9 +150,7 @@ def build_services(
     )
     from svc.runs import RunAnalytics, Runs
     from svc.runtime import (
-        LLM,
-        CallbackDelivery,
-        InstallRunner,
+        McpService,
         Outreach,
         RunDetail,
         RunService,
@@ -170,14 +167,17 @@ def build_services(
     credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
     templates = Templates(store, mailer)
     tokenless = frozenset(p.id for p in plugins.platforms() if not p.traits.reports_tokens)
-    runs = Runs(store, tokenless)
+    managed = frozenset(p.id for p in plugins.platforms() if p.traits.managed)
+    runs = Runs(store, tokenless, managed)
     audit = AuditLog(store)
     org_access = OrgAccess(store, accounts)
     governance = Governance(store, org_access, audit, mailer, settings.public_url)
     installs = Installs(store, vault, plugins, credentials, settings, runs, governance)
     outreach = Outreach(store, installs)
     api_keys = ApiKeys(store, vault, key_cache, installs.deployer_may_reach)
-    llm = LLM(plugins, settings, store)
+    llm = LLM(plugins, settings, partial(counters.write, store))
+    # MCP (issue 32): the catalogue, consent, approvals and test chats' connections.
+    mcp = McpService(store, llm, settings.judge_model, settings.mcp_servers, settings.egress_allow_private)
     invitations = Invitations(store, org_access, audit, mailer, settings.public_url)
     approvals = Approvals(store, org_access, audit, mailer, governance, installs)
     org_secrets = OrgSecrets(store, org_access, audit, vault)
@@ -191,6 +191,7 @@ def build_services(
     org_billing = OrgBilling(store, org_access, audit, plans, provider, settings)
     multiplier = settings.rate_limit_multiplier
     spend_caps = SpendCaps(store, mailer)
+    callbacks = CallbackDelivery(store, vault, settings.egress_allow_private, settings.callback_max_attempts)
     return Services(
         settings=settings,
         store=store,
@@ -210,21 +211,14 @@ def build_services(
         run_poller=RunPoller(store, vault, plugins, runs, settings),
         installs=installs,
         llm=llm,
-        run_service=RunService(store, installs, runtime, outreach, admission=spend_caps.admit),
-        install_runner=InstallRunner(
-            store,
-            vault,
-            llm,
-            settings.judge_model,
-            settings.egress_allow_private,
-            mailer,
-            spend_caps.admit,
-            partial(run_charge, store),  # the billed amount on a run's span (tracing, #33)
+        run_service=RunService(
+            store, installs, runtime, outreach, admission=spend_caps.admit, wait_s=settings.run_wait_seconds
         ),
+        install_runner=install_runner(settings, store, vault, llm, mailer, callbacks, spend_caps.admit, mcp),
         security_log=SecurityLog(store),
         schedules=Schedules(store, installs, runtime),
         outreach=outreach,
-        authoring=Authoring(llm),
+        authoring=Authoring(llm, mcp),
         org_access=org_access,
         orgs=Orgs(
             store, org_access, audit, api_keys, invitations, approvals, org_secrets, templates, installs
@@ -238,29 +232,58 @@ def build_services(
         charges=charges,
         payouts=Payouts(store, accounts, charges, provider, org_billing.handle_event),
         org_billing=org_billing,
-        run_detail=RunDetail(store, run_cost, settings.tracing.viewer_url),
-        run_watch=RunWatch(store),
-        callbacks=CallbackDelivery(
-            store, vault, settings.egress_allow_private, settings.callback_max_attempts
-        ),
+        run_detail=RunDetail(store, run_cost, settings.tracing.viewer_url),  # the trace link (tracing, #33)
+        run_watch=RunWatch(store, runtime),
+        callbacks=callbacks,
         spend_caps=spend_caps,
+        mcp=mcp,
     )
 
 
-def build_install_runner(settings: Settings, store: Store, vault: Vault) -> InstallRunner:
-    """What an install's actor needs to run its install: models (no platform drivers, whose
-    imports an actor need not pay for), the store, the vault, mail and the spend caps."""
-    from svc.billing import SpendCaps, run_charge
+def install_runner(
+    settings: Settings,
+    store: Store,
+    vault: Vault,
+    llm: LLM,
+    mailer: Mailer,
+    callbacks: CallbackDelivery,
+    admission: Admission | None,
+    mcp: McpService | None = None,
+) -> InstallRunner:
+    """What runs and settles an install's runs, with the deployment's settings (the same for an
+    install's actor, the API's sweeper and the tests)."""
+    from svc.billing import run_charge
 
-    plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
-    mailer = Mailer(store, settings.smtp_url, settings.mail_from)
+    crash = CrashPoints(settings.crash_points, settings.data_dir / "crash-points")  # a test hook
+    limits = RunLimits(settings.judge_model, settings.egress_allow_private, settings.run_max_resumes, crash)
     return InstallRunner(
         store,
         vault,
-        LLM(plugins, settings, store),
-        settings.judge_model,
-        settings.egress_allow_private,
+        llm,
+        Settlement(store, callbacks),
+        limits,
         mailer,
-        SpendCaps(store, mailer).admit,  # spend caps, before any model call
-        partial(run_charge, store),  # the billed amount on a run's span (tracing, #33)
+        admission,
+        mcp,
+        costing=partial(run_charge, store),  # the billed amount on a run's span (tracing, #33)
+    )
+
+
+def build_host(settings: Settings, store: Store, vault: Vault, install_id: str) -> InstallHost:
+    """The home of one install's runs, for its actor: models only (no platform drivers, whose
+    imports an actor need not pay for), the store, the vault, mail and the spend caps."""
+    from svc.billing import SpendCaps
+    from svc.runtime import McpService
+
+    plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
+    mailer = Mailer(store, settings.smtp_url, settings.mail_from)
+    callbacks = CallbackDelivery(store, vault, settings.egress_allow_private, settings.callback_max_attempts)
+    llm = LLM(plugins, settings, counters.Buffered(store))  # metrics once a second, not per call
+    # MCP (issue 32): tools of the team's MCP servers, connections pooled per actor.
+    mcp = McpService(store, llm, settings.judge_model, settings.mcp_servers, settings.egress_allow_private)
+    runner = install_runner(
+        settings, store, vault, llm, mailer, callbacks, SpendCaps(store, mailer).admit, mcp
+    )
+    return InstallHost(
+        install_id, store, runner, max_runs=settings.actor_max_runs, max_resumes=settings.run_max_resumes
     )

@@ -42,7 +42,7 @@ def mongo_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     tests/support/shared_db.py)."""
     shared = os.environ.get(shared_db.VARIABLE)
     directory = shared_db.joined(shared, os.getpid()) if shared else tmp_path_factory.mktemp("mongo")
-    server = EmbeddedMongo(directory)
+    server = EmbeddedMongo(directory, test_commands=True)  # fault injection (tests/support/faults.py)
     asyncio.run(server.start())
     assert server.port is not None
     yield server.port
@@ -77,12 +77,13 @@ async def store(db_uri: str) -> AsyncIterator[Store]:
 
 
 def stop_schedulers(database: str) -> None:
-    """Kill the scheduler actors of the deployments on `database` (named `scheduler:<database>-<hash>`)."""
+    """Kill the scheduler actors of the deployments on `database` (named `scheduler:<database>-<hash>`)
+    and the spare install actors they started (`spare:<database>-<hash>:<id>`)."""
     if not ray.is_initialized():
         return
-    prefix = f"scheduler:{database}-"
+    prefixes = (f"scheduler:{database}-", f"spare:{database}-")
     for entry in ray.util.list_named_actors(all_namespaces=True):
-        if entry.get("namespace") == NAMESPACE and entry.get("name", "").startswith(prefix):
+        if entry.get("namespace") == NAMESPACE and entry.get("name", "").startswith(prefixes):
             ray.kill(ray.get_actor(entry["name"], namespace=NAMESPACE), no_restart=True)
 
 
@@ -103,6 +104,7 @@ def make_settings(db_uri: str, tmp_path: Path, secret_key: str) -> Callable[...,
             "secret_keys": (secret_key,),
             "egress_allow_private": True,
             "scheduler_enabled": False,  # tests of schedules turn it on
+            "actor_spares": 0,  # tests of the warm pool turn it on
         }
         values.update(overrides)
         return Settings.from_env({}, **values)

@@ -35,17 +35,29 @@ OWNERS = {
         "actor_incarnations",
     },
     "orgs": {
-        "orgs", "org_members", "org_invitations", "org_secrets", "org_approvals", "org_audit",
+        "orgs",
+        "org_members",
+        "org_invitations",
+        "org_secrets",
+        "org_approvals",
+        "org_audit",
         "org_secret_slots",
     },
     "billing": {"invoices", "payment_events", "pay_customers", "payouts", "spend_alerts"},
-    "core": {"outbox", "timeline", "metric_counters", "leases"},
+    "core": {"outbox", "timeline", "metric_counters", "leases", "key_rotations"},
+    "mcp": {"mcp_consents", "mcp_approvals"},
 }
 WRITES = (
     "insert_one|insert_many|update_one|update_many|delete_one|delete_many|find_one_and_update"
     "|find_one_and_delete|find_one_and_replace|replace_one|bulk_write"
 )
-WRITE = re.compile(rf"store(?:\.(\w+)|\[\"(\w+)\"\])\.({WRITES})\(")
+# A collection named as `store.name`, `store["name"]` or `store[CONSTANT]` (`store[ledger.RUNS]`),
+# written directly, or named as the first argument of a batch operation (svc/core/bulk.py).
+NAMED = r'(?:\.(\w+)|\[\s*(?:"(\w+)"|([\w.]+))\s*\])'
+WRITE = re.compile(rf"store{NAMED}\s*\.\s*(?:{WRITES})\(")
+BATCHED = re.compile(r'\b\w+\.(?:put|update)\(\s*(?:"(\w+)"|([A-Z_][\w.]*))\s*,')
+# The only writer of a managed run (docs/runtime.md, "Who may write what").
+RUN_WRITER = "svc/runtime/ledger.py"
 
 
 def product_files() -> list[Path]:
@@ -100,16 +112,82 @@ def test_each_surface_exports_exactly_its_all(package: str) -> None:
     assert imported == exported
 
 
+def module_constants(path: Path) -> dict[str, str]:
+    """A module's own `NAME = "literal"` assignments."""
+    found: dict[str, str] = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            if isinstance(node.value.value, str):
+                found.update({t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)})
+    return found
+
+
+def constants() -> dict[str, str]:
+    """Every product module's constants as `module.NAME` (how other modules spell them)."""
+    return {
+        f"{path.stem}.{name}": value
+        for path in product_files()
+        for name, value in module_constants(path).items()
+    }
+
+
+def writes(path: Path, named: dict[str, str]) -> list[str]:
+    """The collections a module writes, in every spelling (direct, by constant, in a batch)."""
+    text = path.read_text()
+    named = {**named, **module_constants(path)}
+    out = []
+    for match in WRITE.finditer(text):
+        out.append(match.group(1) or match.group(2) or named.get(match.group(3), match.group(3)))
+    for match in BATCHED.finditer(text):
+        out.append(match.group(1) or named.get(match.group(2), match.group(2)))
+    return out
+
+
 def test_each_package_writes_only_its_own_collections() -> None:
     owner = {collection: package for package, names in OWNERS.items() for collection in names}
+    named = constants()
     offences = []
     for path in (ROOT / "svc").rglob("*.py"):
         mine = package_of(path)
-        for match in WRITE.finditer(path.read_text()):
-            collection = match.group(1) or match.group(2)
+        for collection in writes(path, named):
             if collection in owner and owner[collection] != mine:
                 offences.append(f"{path.relative_to(ROOT)} writes {collection} ({owner[collection]}'s)")
     assert offences == []
+
+
+def test_only_the_ledger_writes_runs() -> None:
+    """Every write to the run collection goes through svc/runtime/ledger.py: the API's and the
+    scheduler's inserts, the job runner's hand-overs, the actor's transitions, the settlement."""
+    named = constants()
+    offences = [
+        str(path.relative_to(ROOT))
+        for path in product_files()
+        if str(path.relative_to(ROOT)) != RUN_WRITER and "pipeline_runs" in writes(path, named)
+    ]
+    assert offences == []
+
+
+def test_the_write_finder_sees_every_spelling(tmp_path: Path) -> None:
+    """The checks above would pass vacuously if the finder missed a spelling."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        'RUNS = "pipeline_runs"\n'
+        'await store["pipeline_runs"].insert_one(run)\n'
+        "await store[RUNS].update_one(q, c)\n"
+        "await store[ledger.RUNS].update_many(q, c)\n"
+        "await store.installs.find_one_and_update(q, c)\n"
+        'batch.update("installs", q, c)\n'
+        "batch.put(RUNS, doc)\n"
+    )
+    named = {"RUNS": "pipeline_runs", "ledger.RUNS": "pipeline_runs"}
+    assert writes(sample, named) == [
+        "pipeline_runs",
+        "pipeline_runs",
+        "pipeline_runs",
+        "installs",
+        "installs",
+        "pipeline_runs",
+    ]
 
 
 def test_the_domain_names_no_platform_but_the_managed_runtime() -> None:

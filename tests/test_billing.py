@@ -1,20 +1,26 @@
-"""GET /api/billing over HTTP (the maths' invariants: tests/test_billing_maths.py)."""
+"""GET /api/billing over HTTP (the maths' invariants: tests/test_billing_maths.py).
+
+Runs come from orchA installs reporting through their install token, as Paperclip's reporter
+does: billing is the same on every platform, and reports are refused for `svc` installs.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tests.support.accounts import create_key, signup
-from tests.support.billing import billing, paid_install, payment_settings, self_report
+from tests.support.billing import billing, paid_install, payment_settings, report
+from tests.support.runs import start_paperclip
 
 # ---- GET /api/billing ----------------------------------------------------------------------
 
 
-async def test_per_run_billing_counts_only_completed_runs(make_client: Any) -> None:
+async def test_per_run_billing_counts_only_completed_runs(make_client: Any, aiohttp_server: Any) -> None:
     client = await make_client(**payment_settings(None))
-    deal = await paid_install(client, None, model="per_run", price=25)
+    paperclip = await start_paperclip(aiohttp_server)
+    deal = await paid_install(client, None, model="per_run", price=25, platform="orchA", upstream=paperclip)
     for status in ("completed", "completed", "completed", "failed"):
-        await self_report(client, deal, status=status, input_tokens=100, output_tokens=50)
+        await report(client, deal, status=status, input_tokens=100, output_tokens=50)
     response = await billing(client, deal.builder_key, templateId=deal.template["id"])
     assert response.status == 200, await response.text()
     body = await response.json()
@@ -39,15 +45,17 @@ async def test_per_run_billing_counts_only_completed_runs(make_client: Any) -> N
     assert body["byInstall"] == [{"installId": deal.install_id, "runs": 4, "tokens": 600, "amountCents": 75}]
 
 
-async def test_per_k_tokens_billing_rounds_up_per_install(make_client: Any) -> None:
+async def test_per_k_tokens_billing_rounds_up_per_install(make_client: Any, aiohttp_server: Any) -> None:
     client = await make_client(**payment_settings(None))
-    first = await paid_install(client, None, model="per_k_tokens", price=3)
+    paperclip = await start_paperclip(aiohttp_server)
+    on_orch_a: dict[str, Any] = {"platform": "orchA", "upstream": paperclip}
+    first = await paid_install(client, None, model="per_k_tokens", price=3, **on_orch_a)
     second = await paid_install(
-        client, None, builder=(first.builder, first.builder_key), template=first.template
+        client, None, builder=(first.builder, first.builder_key), template=first.template, **on_orch_a
     )
-    await self_report(client, first, input_tokens=1000, output_tokens=1)  # 1001 tokens: 3.003 -> 4 cents
-    await self_report(client, first, status="failed", input_tokens=5000, output_tokens=0)  # not billed
-    await self_report(client, second, input_tokens=2000, output_tokens=0)  # 6 cents exactly
+    await report(client, first, input_tokens=1000, output_tokens=1)  # 1001 tokens: 3.003 -> 4 cents
+    await report(client, first, status="failed", input_tokens=5000, output_tokens=0)  # not billed
+    await report(client, second, input_tokens=2000, output_tokens=0)  # 6 cents exactly
     body = await (await billing(client, first.builder_key, templateSlug=first.template["slug"])).json()
     assert body["usage"] == {"totalRuns": 3, "completedRuns": 2, "totalTokens": 8001, "billedTokens": 3001}
     amounts = {row["installId"]: row["amountCents"] for row in body["byInstall"]}
@@ -57,10 +65,13 @@ async def test_per_k_tokens_billing_rounds_up_per_install(make_client: Any) -> N
     assert body["pricing"]["priceDisplay"] == "$0.03 per 1K tokens"
 
 
-async def test_period_days_scales_the_projection_and_is_bounded(make_client: Any) -> None:
+async def test_period_days_scales_the_projection_and_is_bounded(
+    make_client: Any, aiohttp_server: Any
+) -> None:
     client = await make_client(**payment_settings(None))
-    deal = await paid_install(client, None, model="per_run", price=100)
-    await self_report(client, deal)
+    paperclip = await start_paperclip(aiohttp_server)
+    deal = await paid_install(client, None, model="per_run", price=100, platform="orchA", upstream=paperclip)
+    await report(client, deal)
     body = await (
         await billing(client, deal.builder_key, templateId=deal.template["id"], periodDays=7)
     ).json()
@@ -89,13 +100,17 @@ async def test_billing_needs_a_template_and_hides_others_templates(make_client: 
     assert response.status == 404
 
 
-async def test_a_deployer_sees_their_own_install_only(make_client: Any) -> None:
+async def test_a_deployer_sees_their_own_install_only(make_client: Any, aiohttp_server: Any) -> None:
     client = await make_client(**payment_settings(None))
-    deal = await paid_install(client, None, model="per_run", price=10)
-    other = await paid_install(client, None, builder=(deal.builder, deal.builder_key), template=deal.template)
-    await self_report(client, deal)
-    await self_report(client, other)
-    await self_report(client, other)
+    paperclip = await start_paperclip(aiohttp_server)
+    on_orch_a: dict[str, Any] = {"platform": "orchA", "upstream": paperclip}
+    deal = await paid_install(client, None, model="per_run", price=10, **on_orch_a)
+    other = await paid_install(
+        client, None, builder=(deal.builder, deal.builder_key), template=deal.template, **on_orch_a
+    )
+    await report(client, deal)
+    await report(client, other)
+    await report(client, other)
     # A key created scoped to the install (the pipeline's key): that install only.
     scoped = await create_key(client, deal.deployer, installId=deal.install_id)
     response = await billing(client, scoped, templateId=deal.template["id"])

@@ -1,7 +1,9 @@
 """The monthly billing job: charges every active paid install once per cycle, even across a crash.
 
 The job's tick is driven directly with explicit times (the scheduler actor calls the same
-`Jobs.tick` every second), against the app's store and the fake payment provider.
+`Jobs.tick` every second), against the app's store and the fake payment provider. The usage comes
+from orchA installs reporting their runs through the install token, as Paperclip's reporter does
+(billing is the same on every platform; `svc` installs take no reports).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from tests.support.billing import (
     Deal,
     paid_install,
     payment_settings,
-    self_report,
+    report,
     start_fake_stripe,
 )
+from tests.support.runs import start_paperclip
 from tests.support.waiting import eventually
 
 
@@ -52,17 +55,19 @@ def jobs_of(client: Any, cron: str = "0 0 1 * *") -> Jobs:
     return Jobs(services.store, billing_cron=cron, charges=services.charges, poll=None, poll_seconds=300)
 
 
-async def deals_with_usage(client: Any, fake: Any, count: int) -> list[Deal]:
-    first = await paid_install(client, fake, model="per_run", price=100)
+async def deals_with_usage(client: Any, fake: Any, paperclip: Any, count: int) -> list[Deal]:
+    """`count` orchA installs of one per-run template at $1, with a saved card and one run each."""
+    on_orch_a: dict[str, Any] = {"platform": "orchA", "upstream": paperclip}
+    first = await paid_install(client, fake, model="per_run", price=100, **on_orch_a)
     deals = [first]
     for _ in range(count - 1):
         deals.append(
             await paid_install(
-                client, fake, builder=(first.builder, first.builder_key), template=first.template
+                client, fake, builder=(first.builder, first.builder_key), template=first.template, **on_orch_a
             )
         )
     for deal in deals:
-        await self_report(client, deal)
+        await report(client, deal)
     return deals
 
 
@@ -76,11 +81,13 @@ async def arm(jobs: Jobs) -> None:
 async def test_monthly_cycle_charges_each_paid_install_once(make_client: Any, aiohttp_server: Any) -> None:
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
-    deals = await deals_with_usage(client, fake, 3)
-    unpaid = await paid_install(client, fake, card=None)  # no saved payment method: left alone
-    await self_report(client, unpaid)
-    free = await paid_install(client, fake, model="free", price=None)
-    await self_report(client, free)
+    paperclip = await start_paperclip(aiohttp_server)
+    deals = await deals_with_usage(client, fake, paperclip, 3)
+    on_orch_a: dict[str, Any] = {"platform": "orchA", "upstream": paperclip}
+    unpaid = await paid_install(client, fake, card=None, **on_orch_a)  # no saved payment method: left alone
+    await report(client, unpaid)
+    free = await paid_install(client, fake, model="free", price=None, **on_orch_a)
+    await report(client, free)
     jobs = jobs_of(client)
     await arm(jobs)
     await jobs.tick(CYCLE_END - timedelta(seconds=1))
@@ -101,7 +108,8 @@ async def test_monthly_cycle_charges_each_paid_install_once(make_client: Any, ai
 async def test_racing_schedulers_run_the_cycle_once(make_client: Any, aiohttp_server: Any) -> None:
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
-    await deals_with_usage(client, fake, 2)
+    paperclip = await start_paperclip(aiohttp_server)
+    await deals_with_usage(client, fake, paperclip, 2)
     first, second = jobs_of(client), jobs_of(client)
     await arm(first)
     due = CYCLE_END + timedelta(seconds=1)
@@ -115,7 +123,8 @@ async def test_a_crash_mid_cycle_is_resumed_without_charging_twice(
 ) -> None:
     fake = await start_fake_stripe(aiohttp_server, hang_on_charge=2)
     client = await make_client(**payment_settings(fake))
-    deals = await deals_with_usage(client, fake, 3)
+    paperclip = await start_paperclip(aiohttp_server)
+    deals = await deals_with_usage(client, fake, paperclip, 3)
     jobs = jobs_of(client)
     await arm(jobs)
     started = CYCLE_END + timedelta(seconds=30)
@@ -149,13 +158,14 @@ async def test_a_crash_mid_cycle_is_resumed_without_charging_twice(
 async def test_small_amounts_carry_over_to_the_next_cycle(make_client: Any, aiohttp_server: Any) -> None:
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
-    deal = await paid_install(client, fake, model="per_run", price=30)
-    await self_report(client, deal)  # 30 cents: under the 50-cent minimum
+    paperclip = await start_paperclip(aiohttp_server)
+    deal = await paid_install(client, fake, model="per_run", price=30, platform="orchA", upstream=paperclip)
+    await report(client, deal)  # 30 cents: under the 50-cent minimum
     jobs = jobs_of(client)
     await arm(jobs)
     await jobs.tick(CYCLE_END + timedelta(seconds=1))
     assert fake.succeeded_charges() == []
-    await self_report(client, deal)  # another 30 cents, still before the next cycle end
+    await report(client, deal)  # another 30 cents, still before the next cycle end
     await app_store(client)["jobs"].update_one({"_id": BILLING}, {"$set": {"nextRunAt": CYCLE_END}})
     await jobs.tick(CYCLE_END + timedelta(seconds=2))
     [intent] = fake.succeeded_charges()
@@ -178,7 +188,8 @@ async def test_an_install_deleted_without_cancel_billing_still_pays_its_usage(
 ) -> None:
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
-    [deal] = await deals_with_usage(client, fake, 1)
+    paperclip = await start_paperclip(aiohttp_server)
+    [deal] = await deals_with_usage(client, fake, paperclip, 1)
     response = await client.delete(f"/api/installs/{deal.install_id}", headers=bearer(deal.deployer_key))
     assert response.status == 200
     jobs = jobs_of(client)
@@ -196,7 +207,8 @@ async def test_the_monthly_job_does_not_rebill_what_charge_cycle_billed(
 ) -> None:
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
-    [deal] = await deals_with_usage(client, fake, 1)
+    paperclip = await start_paperclip(aiohttp_server)
+    [deal] = await deals_with_usage(client, fake, paperclip, 1)
     now = datetime.now(UTC)
     period = {"installId": deal.install_id, "amountCents": 100, "periodStart": "2020-01-01T00:00:00Z"}
     response = await client.post(

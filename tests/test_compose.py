@@ -1,17 +1,20 @@
-"""docker-compose.yml deploys: valid Compose, every setting reachable through .env, Ray locked.
+"""The compose files deploy: valid Compose, every setting reachable through compose.env, Ray
+locked, several API processes behind a proxy, MongoDB as a replica set, Ray across machines.
 
-`docker compose` cannot run here, so the file is checked against the Compose
-Specification's JSON Schema (tests/data/compose-spec.json, see tests/data/README.md) and
-its interpolation is evaluated the way Compose does it, with `.env.example` as the `.env`.
+`docker compose` cannot run here, so each file is checked against the Compose Specification's
+JSON Schema (tests/data/compose-spec.json, see tests/data/README.md) and its interpolation is
+evaluated the way Compose does it, with `.env.example` as the `compose.env`.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import ipaddress
 import json
 import re
 from collections.abc import Iterator, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,8 @@ from config.settings import Settings
 ROOT = Path(__file__).resolve().parents[1]
 CODE_DIRS = ("svc", "api", "actors", "plugins", "config")
 APP_SERVICES = ("api", "ray-head", "ray-worker")
+FILES = ("docker-compose.yml", "docker-compose.multi-host.yml", "docker-compose.ray-node.yml")
+ENV_FILE = "compose.env"
 SETTING_NAME = re.compile(r"^(?:SVC|APP|BILLING)_[A-Z0-9_]+$")
 # Names the code writes into the environment of agents it provisions (orchA); it never reads them.
 SET_FOR_AGENTS = {"SVC_INSTALL_TOKEN", "SVC_INGEST_URL"}
@@ -34,9 +39,9 @@ NOT_SERVICE_SETTINGS = {"SVC_PROCESS_MARKER", "SVC_RAY_TOKEN", "SVC_URL", "SVC_A
 SECRET = re.compile(r"_API_KEY$|SECRET|PASSWORD|TOKEN|^SVC_SMTP_URL$|^APP_API_KEYS$|^SVC_MONGODB_URI$")
 
 
-def compose() -> dict[str, Any]:
-    """docker-compose.yml as Compose reads it (YAML merge keys resolved)."""
-    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+def compose(name: str = "docker-compose.yml") -> dict[str, Any]:
+    """A compose file as Compose reads it (YAML merge keys resolved)."""
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / name).read_text())
     return loaded
 
 
@@ -85,6 +90,7 @@ class Recorder(Mapping[str, str]):
         return 0
 
 
+@cache
 def code_variables() -> tuple[set[str], list[re.Pattern[str]]]:
     """Every environment variable the code reads: exact names, and patterns from f-strings."""
     names: set[str] = set()
@@ -190,8 +196,8 @@ def expand(body: str, env: Mapping[str, str]) -> str:
     return value or ""
 
 
-def rendered(env: Mapping[str, str]) -> dict[str, Any]:
-    """docker-compose.yml with every string interpolated from `env`."""
+def rendered(env: Mapping[str, str], name: str = "docker-compose.yml") -> dict[str, Any]:
+    """A compose file with every string interpolated from `env`."""
 
     def walk(node: Any) -> Any:
         if isinstance(node, str):
@@ -202,27 +208,55 @@ def rendered(env: Mapping[str, str]) -> dict[str, Any]:
             return {k: walk(v) for k, v in node.items()}
         return node
 
-    result: dict[str, Any] = walk(compose())
+    result: dict[str, Any] = walk(compose(name))
     return result
 
 
 def filled() -> dict[str, str]:
     """.env.example with the required secrets filled in, as an operator's .env."""
     env = example()
-    env.update(MONGO_PASSWORD="s3cretpw", RAY_AUTH_TOKEN="tok" * 10, SVC_SECRET_KEYS="fernet-key")
+    env.update(
+        MONGO_PASSWORD="s3cretpw",
+        MONGO_REPLICA_KEY="replica-key-" * 4,
+        RAY_AUTH_TOKEN="tok" * 10,
+        SVC_SECRET_KEYS="fernet-key",
+        SVC_METRICS_TOKEN="scrape-token",
+    )
     return env
+
+
+def multi_host() -> dict[str, str]:
+    """An operator's compose.env for Ray across machines (docs/deploy.md, "Another machine")."""
+    uri = "mongodb://svc:s3cretpw@10.0.0.1:27017/svc?authSource=admin&directConnection=true"
+    return filled() | {"RAY_HEAD_ADDRESS": "10.0.0.1", "RAY_NODE_ADDRESS": "10.0.0.2", "SVC_MONGODB_URI": uri}
+
+
+def merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Compose's merge of an override file: mappings merged, sequences and scalars replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = (
+            merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
 
 
 # ---- the file is Compose ----
 
 
-def test_the_compose_file_follows_the_compose_specification():
+@pytest.mark.parametrize("name", FILES)
+def test_the_compose_files_follow_the_compose_specification(name: str):
     schema = json.loads((ROOT / "tests" / "data" / "compose-spec.json").read_text())
     validator = jsonschema.Draft7Validator(schema)
-    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(compose())]
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(compose(name))
+    ]
     assert errors == []
     # The same file after interpolation still is (ports, images, URIs are strings Compose accepts).
-    assert list(validator.iter_errors(rendered(filled()))) == []
+    assert list(validator.iter_errors(rendered(multi_host(), name))) == []
+    if name == "docker-compose.multi-host.yml":  # and so is the merge it is meant for
+        both = merged(rendered(multi_host()), rendered(multi_host(), name))
+        assert list(validator.iter_errors(both)) == []
 
 
 def test_the_schema_catches_a_broken_file():
@@ -250,7 +284,7 @@ def test_every_variable_the_code_reads_is_in_env_example():
 
 def test_env_example_lists_nothing_unknown():
     names, patterns = code_variables()
-    text = (ROOT / "docker-compose.yml").read_text()
+    text = "\n".join((ROOT / name).read_text() for name in FILES)
     used_by_compose = set(REF.findall(text))
     unknown = [
         name
@@ -271,7 +305,7 @@ def test_the_app_services_read_env_and_nothing_overrides_it():
     for name in APP_SERVICES:
         service = services[name]
         env_files = service["env_file"] if isinstance(service["env_file"], list) else [service["env_file"]]
-        assert ".env" in [f if isinstance(f, str) else f["path"] for f in env_files], name
+        assert ENV_FILE in [f if isinstance(f, str) else f["path"] for f in env_files], name
         for key, value in (service.get("environment") or {}).items():
             if key in names:
                 # Set here only as a default that .env can replace: ${KEY} or ${KEY:-...} / ${KEY:?...}.
@@ -289,23 +323,41 @@ def test_one_image_built_once_for_the_api_and_the_ray_nodes():
     assert rendered(filled())["services"]["api"]["image"] == filled()["IMAGE"]
 
 
-def test_the_database_is_mongodb_with_auth_and_pinned():
+def test_the_database_is_a_replica_set_with_a_key_file_auth_and_pinned():
     mongo = compose()["services"]["mongo"]
     assert re.fullmatch(r"mongo:\d+\.\d+\.\d+", mongo["image"])
-    assert "--auth" in mongo["command"]
+    started = " ".join(mongo["command"])
+    assert "--replSet rs0" in started and "--keyFile /data/replica.key" in started  # a key file implies auth
+    assert "MONGO_REPLICA_KEY" in started and "umask 077" in started
+    assert "rs.initiate" in " ".join(mongo["healthcheck"]["test"])
     env = rendered(filled())["services"]
     assert env["mongo"]["environment"]["MONGO_INITDB_ROOT_PASSWORD"] == "s3cretpw"
     uri = env["api"]["environment"]["SVC_MONGODB_URI"]
-    assert uri == "mongodb://svc:s3cretpw@mongo:27017/svc?authSource=admin"
+    assert uri == "mongodb://svc:s3cretpw@mongo:27017/svc?authSource=admin&replicaSet=rs0"
+    assert Settings.from_env({"SVC_MONGODB_URI": uri}).mongodb_uri == uri
     # An operator's own URI in .env wins over the compose default.
     own = filled() | {"SVC_MONGODB_URI": "mongodb://u:p@db.example:27017/svc"}
     assert rendered(own)["services"]["api"]["environment"]["SVC_MONGODB_URI"] == own["SVC_MONGODB_URI"]
 
 
-@pytest.mark.parametrize("secret", ["MONGO_PASSWORD", "RAY_AUTH_TOKEN", "SVC_SECRET_KEYS"])
-def test_a_missing_secret_stops_compose(secret: str):
-    with pytest.raises(Unset, match=secret):
-        rendered(filled() | {secret: ""})
+REQUIRED = {
+    "docker-compose.yml": (
+        "MONGO_PASSWORD MONGO_REPLICA_KEY RAY_AUTH_TOKEN SVC_SECRET_KEYS SVC_METRICS_TOKEN".split()
+    ),
+    "docker-compose.multi-host.yml": ["RAY_HEAD_ADDRESS"],
+    "docker-compose.ray-node.yml": (
+        "RAY_AUTH_TOKEN SVC_SECRET_KEYS SVC_MONGODB_URI RAY_HEAD_ADDRESS RAY_NODE_ADDRESS".split()
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"), [(name, secret) for name, names in REQUIRED.items() for secret in names]
+)
+def test_a_missing_secret_stops_compose_naming_it(name: str, secret: str):
+    with pytest.raises(Unset, match=rf"^{secret}: set {secret} in {ENV_FILE}"):
+        rendered(multi_host() | {secret: ""}, name)
+    rendered(multi_host(), name)  # and with it set, the file renders
 
 
 def test_the_api_data_volume_is_where_the_service_writes():
@@ -317,10 +369,15 @@ def test_the_api_data_volume_is_where_the_service_writes():
 # ---- health, order, Ray ----
 
 
-def test_healthchecks_and_start_order():
+def test_healthchecks_limits_and_start_order():
+    for name in FILES:
+        for service, spec in compose(name)["services"].items():
+            if name == "docker-compose.multi-host.yml":
+                continue  # an override: the base file's checks apply
+            assert spec["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL"), (name, service)
+            limits = spec["deploy"]["resources"]["limits"]
+            assert limits["cpus"] and limits["memory"], (name, service)
     services = compose()["services"]
-    for name in ("mongo", "ray-head", "api"):
-        assert services[name]["healthcheck"]["test"][0] == "CMD", name
     assert services["api"]["depends_on"]["ray-head"]["condition"] == "service_healthy"
     assert services["api"]["depends_on"]["mongo"]["condition"] == "service_healthy"
     assert services["ray-worker"]["depends_on"]["ray-head"]["condition"] == "service_healthy"
@@ -346,3 +403,83 @@ def test_interpolation_follows_compose():
     assert interpolate("${SET:+alt}${EMPTY:+alt}", env) == "alt"
     with pytest.raises(Unset):
         interpolate("${EMPTY:?needed}", env)
+
+
+# ---- several API processes behind a proxy ----
+
+
+def test_the_proxy_is_the_only_way_in_so_the_api_scales():
+    services = rendered(filled())["services"]
+    published = {name for name, spec in services.items() if spec.get("ports") and name != "mongo"}
+    assert published == {"proxy"}, "`--scale api=N` collides on any fixed host port of the API"
+    assert services["mongo"]["ports"] == ["127.0.0.1:27017:27017"], "MongoDB on loopback unless told"
+    caddyfile = (ROOT / "deploy" / "Caddyfile").read_text()
+    exposed = re.search(r"^EXPOSE (\d+)$", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+    assert exposed and services["api"]["expose"] == [exposed.group(1)]
+    upstream = re.search(r"dynamic a \{\s*name (\S+)\s*port (\d+)", caddyfile)
+    assert upstream and upstream.groups() == ("api", exposed.group(1)), "every replica of the api service"
+    assert "flush_interval -1" in caddyfile, "event streams pass unbuffered"
+    assert "./deploy/Caddyfile:/etc/caddy/Caddyfile:ro" in services["proxy"]["volumes"]
+    # The API believes the proxy's X-Forwarded-For, and the proxy's address is on the network.
+    proxy_ip = services["proxy"]["networks"]["default"]["ipv4_address"]
+    assert services["api"]["environment"]["SVC_TRUSTED_PROXIES"] == f"{proxy_ip}/32"
+    subnet = rendered(filled())["networks"]["default"]["ipam"]["config"][0]["subnet"]
+    assert ipaddress.ip_address(proxy_ip) in ipaddress.ip_network(subnet)
+    assert services["proxy"]["depends_on"]["api"]["condition"] == "service_healthy"
+
+
+def test_the_image_runs_as_an_unprivileged_user():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    users = re.findall(r"^USER (\S+)$", dockerfile, re.MULTILINE)
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    assert dockerfile.rindex("USER") > dockerfile.rindex("RUN"), "nothing runs as root after it"
+
+
+# ---- secrets on the Ray nodes, Ray across machines ----
+
+
+def test_every_ray_node_gets_the_secrets_its_actors_read():
+    """Install actors read SVC_MONGODB_URI and SVC_SECRET_KEYS on their node (actors/deployment.py)."""
+    nodes = {
+        "ray-head": rendered(filled())["services"]["ray-head"],
+        "ray-worker": rendered(filled())["services"]["ray-worker"],
+        "ray-node": rendered(multi_host(), "docker-compose.ray-node.yml")["services"]["ray-node"],
+    }
+    for name, node in nodes.items():
+        assert node["environment"]["SVC_SECRET_KEYS"] == "fernet-key", name
+        assert node["environment"]["SVC_MONGODB_URI"].startswith("mongodb://svc:s3cretpw@"), name
+
+
+def ray_flags(command: list[str]) -> dict[str, str]:
+    return dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
+
+
+def test_ray_across_machines_uses_fixed_ports_and_advertised_addresses():
+    head = compose()["services"]["ray-head"]
+    spread = compose("docker-compose.multi-host.yml")["services"]
+    node = compose("docker-compose.ray-node.yml")["services"]["ray-node"]
+    assert "networks" not in head, "the override can put the head on the host's network"
+    assert spread["ray-head"]["network_mode"] == node["network_mode"] == "host"
+    assert spread["ray-worker"]["deploy"]["replicas"] == 0, "bridged workers are unreachable from elsewhere"
+    env = multi_host()
+    head_flags = ray_flags(rendered(env, "docker-compose.multi-host.yml")["services"]["ray-head"]["command"])
+    node_flags = ray_flags(rendered(env, "docker-compose.ray-node.yml")["services"]["ray-node"]["command"])
+    assert head_flags["node-ip-address"] == env["RAY_HEAD_ADDRESS"]
+    assert node_flags["node-ip-address"] == env["RAY_NODE_ADDRESS"]
+    assert node_flags["address"] == f"{env['RAY_HEAD_ADDRESS']}:{head_flags['port']}"
+    fixed = (
+        "node-manager-port object-manager-port runtime-env-agent-port dashboard-agent-grpc-port "
+        "dashboard-agent-listen-port metrics-export-port min-worker-port max-worker-port"
+    ).split()
+    assert {k: head_flags[k] for k in fixed} == {k: node_flags[k] for k in fixed}
+    # The single-machine head has the same fixed ports, so moving to several machines changes no port.
+    assert {k: ray_flags(head["command"])[k] for k in fixed} == {k: head_flags[k] for k in fixed}
+
+
+def test_compose_reads_its_own_env_file_not_the_tours():
+    """`.env` is what `make serve` reads (the README's tour); the deployment's is compose.env."""
+    assert "compose.env" in (ROOT / ".gitignore").read_text().split()
+    for name in FILES:
+        text = (ROOT / name).read_text()
+        assert "in .env" not in text and "- .env" not in text, name
+        assert f"--env-file {ENV_FILE}" in text, f"{name} shows the command that uses it"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import ray
 
+from actors.deployment import SECRETS_DIR
 from tests.fakes.llm import FakeLLM
 from tests.fakes.smtp import SmtpSink
 from tests.fakes.stripe import WEBHOOK_SECRET
@@ -63,6 +64,8 @@ def base_env(db_uri: str, tmp_path: Path) -> dict[str, str]:
 async def test_nothing_configured_but_the_database_and_ray(db_uri, tmp_path, ray_session):
     code, rows, _ = await run_doctor(base_env(db_uri, tmp_path))
     assert code == 0
+    # The check publishes nothing: a running service's actors keep their configuration and secrets.
+    assert not (tmp_path / "data" / SECRETS_DIR).exists()
     assert rows["database"][0] == "ok" and "MongoDB at 127.0.0.1:" in rows["database"][1]
     assert rows["ray"][0] == "ok"
     for name in ("providerA", "providerB", "providerC", "smtp", "payments"):

@@ -71,6 +71,31 @@ async def test_racing_secret_merges_cannot_pass_the_cap_together(make_client, st
     assert len(doc["secretsEncrypted"]) == MAX_INSTALL_SECRETS
 
 
+@pytest.mark.parametrize("field", ["secrets", "variables"])
+async def test_ten_valid_merges_at_once_all_land(make_client, store, field):
+    """Valid merges never conflict with each other: each of ten at once answers 200 and every
+    value is stored (several rounds, since a race that loses now and then must show)."""
+    client = await make_client(rate_limit_multiplier=None)
+    _owner, key = await user_with_key(client)
+    template = await published_team(client, key)
+    install_id = (await svc_install(client, key, template["id"]))["installId"]
+    names = ["company", "tone"] if field == "variables" else [f"S_{i}" for i in range(10)]
+    for round_ in range(4):
+        bodies = [{names[i % len(names)]: f"r{round_}-{i}"} for i in range(10)]
+        answers = await asyncio.gather(
+            *(
+                client.patch(f"/api/installs/{install_id}/{field}", json=body, headers=bearer(key))
+                for body in bodies
+            )
+        )
+        assert [response.status for response in answers] == [200] * 10, [await r.text() for r in answers]
+        doc = await store.installs.find_one({"_id": install_id})
+        stored = doc["secretsEncrypted" if field == "secrets" else "variables"]
+        assert set(names) <= set(stored)
+        if field == "variables":  # each name holds the value of one of the merges that set it
+            assert all(stored[name] in {b[name] for b in bodies if name in b} for name in names)
+
+
 async def test_the_secrets_body_is_capped(make_client):
     client = await make_client(rate_limit_multiplier=None)
     _owner, key = await user_with_key(client)

@@ -1,4 +1,5 @@
-"""orchC installs over HTTP: flattening warning, invoke proxy, self-reported runs, delete and 502."""
+"""orchC installs over HTTP: flattening warning, invoke proxy, self-reported runs (deduplicated, and
+under the token rule), delete and 502."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 from plugins.builtin import orch_c_bedrock
 from tests.fakes.orch_c import FakeBedrockAgents, create_app
 from tests.support.accounts import bearer, create_key, signup
-from tests.support.templates import agent, definition, publish_template
+from tests.support.runs import paid_template
+from tests.support.templates import agent, definition, publish_template, user_with_key
 
 
 @pytest.fixture
@@ -92,6 +94,37 @@ async def test_self_reported_runs_are_deduplicated(setup, store):
     assert unknown.status == 400
     bad = await client.post(url, json={"agentKey": "writer", "status": "done"}, headers=key)
     assert bad.status == 400 and "status" in (await bad.json())["error"]
+
+
+async def test_self_report_follows_the_token_rule(setup, fake, store):
+    # The self-report is for orchC runs made directly on Bedrock (spec): on a template priced
+    # per 1K tokens it must carry both counts, as the ingest must (tests/test_runs_ingest.py).
+    client = setup[0]
+    _, key = await user_with_key(client)
+    template = await paid_template(client, key, "per_k_tokens")
+    body = {"templateId": template["id"], "platform": "orchC", "credentials": fake.credentials()}
+    response = await client.post("/api/installs", json=body, headers=bearer(key))
+    assert response.status == 201, await response.text()
+    install_id = (await response.json())["installId"]
+    url = f"/api/installs/{install_id}/runs"
+
+    refused = await client.post(url, json={"agentKey": "lead", "status": "completed"}, headers=bearer(key))
+    assert refused.status == 400 and "per_k_tokens" in (await refused.json())["error"]
+    half = await client.post(
+        url, json={"agentKey": "lead", "status": "completed", "inputTokens": 5}, headers=bearer(key)
+    )
+    assert half.status == 400 and "outputTokens" in (await half.json())["error"]
+    body = {"agentKey": "lead", "status": "completed", "inputTokens": 5, "outputTokens": 6, "runId": "s-1"}
+    first = await client.post(url, json=body, headers=bearer(key))
+    again = await client.post(url, json=body, headers=bearer(key))
+    assert first.status == again.status == 200
+    assert await first.json() == await again.json() == {"ok": True, "runId": "s-1"}
+    runs = await store["runs"].find({"installId": install_id}).to_list(None)  # stored once
+    assert [(r["agentKey"], r["status"], r["inputTokens"], r["outputTokens"], r["source"]) for r in runs] == [
+        ("lead", "completed", 5, 6, "self_report")
+    ]
+    negative = await client.post(url, json={**body, "inputTokens": -1}, headers=bearer(key))
+    assert negative.status == 400
 
 
 async def test_delete_removes_agents_aliases_and_credentials(setup, fake, store):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.deployment import SECRETS_DIR
 from svc.core.embedded import STATE_FILE, EmbeddedMongo
 from svc.core.embedded_child import SERVER_LOCK
 from svc.core.processes import alive, marked_processes
@@ -67,6 +68,7 @@ async def test_nothing_outlives_the_service(tmp_path, secret_key, ray_session, h
         before = marked_processes(service.marker)
         if local_ray:
             assert any("raylet" in info.command for info in before), "a local Ray was started"
+        assert len(list((data_dir / SECRETS_DIR).glob("*.json"))) == 1, "the actors' secrets, for this Ray"
         if not keep_dir:
             shutil.rmtree(data_dir)
         code = await service.stop(how)
@@ -84,6 +86,8 @@ async def test_nothing_outlives_the_service(tmp_path, secret_key, ray_session, h
         assert logged.index("shut-down: Ray") < logged.index("shut-down: database")
         if keep_dir:
             assert not (data_dir / STATE_FILE).exists(), "the database's state file is removed"
+            # The actors' secret file goes with the local Ray it was for (actors/deployment.py).
+            assert not list((data_dir / SECRETS_DIR).glob("*.json"))
     finally:
         service.kill()
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from api.metrics import open_to_network
+from config.settings import Settings
 from svc.core import counters
 from tests.support.accounts import bearer
+from tests.support.cli import run_cli
 from tests.support.runtime import member, provider_settings, start_llm, start_target, svc_install
 from tests.test_runtime_runs import http_call, run
 
@@ -58,6 +62,43 @@ async def test_the_scrape_token(make_client):
         assert set(body) == {"error"} and "scrape-secret" not in body["error"]
     samples = await scrape(client, Authorization="Bearer scrape-secret")
     assert value(samples, "svc_http_requests_total", method="GET", route="/metrics", status="401") == 3
+
+
+@pytest.mark.parametrize(
+    ("listening", "token", "refused"),
+    [
+        ("127.0.0.1", None, False),
+        ("127.0.0.2", None, False),
+        ("::1", None, False),
+        ("0.0.0.0", None, True),
+        ("::", None, True),
+        ("10.1.2.3", None, True),
+        ("fe80::1%eth0", None, True),
+        ("0.0.0.0", "scrape-secret", False),
+    ],
+)
+def test_the_token_is_required_off_loopback(listening, token, refused):
+    reason = open_to_network(Settings.from_env({}, metrics_token=token), listening)
+    assert (reason is not None) == refused
+    if refused:
+        assert reason.startswith("SVC_METRICS_TOKEN is required") and listening in reason
+
+
+def test_serve_on_every_interface_without_a_token_stops_with_one_line(
+    tmp_path, secret_key, monkeypatch, capsys
+):
+    """`svc serve --host 0.0.0.0` as an operator runs it (in this process: tests/support/cli.py);
+    it stops before starting the database or Ray."""
+    monkeypatch.chdir(tmp_path)  # no .env of the checkout
+    monkeypatch.setenv("SVC_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("SVC_SECRET_KEYS", secret_key)
+    for name in ("SVC_MONGODB_URI", "SVC_METRICS_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    assert run_cli(["serve", "--host", "0.0.0.0", "--port", "0"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("error: SVC_METRICS_TOKEN is required when svc serve listens on 0.0.0.0,")
+    assert not (tmp_path / "data").exists(), "neither the database nor the vault was started"
 
 
 async def test_rate_limit_refusals_are_counted(make_client):

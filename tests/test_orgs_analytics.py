@@ -2,34 +2,67 @@
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from svc.core.clock import iso, utcnow
 from svc.runs.runs import Runs
 from tests.support.accounts import app_store, bearer
+from tests.support.installs import install_ok
 from tests.support.orgs import make_pro, ok, org_key, send, world
-from tests.support.runtime import member
+from tests.support.runs import ingest, ingest_body, orch_a_install, start_paperclip
+from tests.support.runtime import managed_client, member
 from tests.support.templates import publish_template
+from tests.support.waiting import wait_settled
 
 
 def parse(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-async def org_install(client: Any, key: str, name: str, **definition: Any) -> tuple[str, str]:
+async def org_template(client: Any, key: str, name: str, **definition: Any) -> dict[str, Any]:
     team = {"version": "v1", "agents": [member("a"), member("b")], **definition}
-    template = await publish_template(client, key, name=name, visibility="team", definition=team)
-    response = await client.post(
-        "/api/installs", json={"templateId": template["id"], "platform": "svc"}, headers=bearer(key)
+    return await publish_template(client, key, name=name, visibility="team", definition=team)
+
+
+@dataclass
+class Reporting:
+    """An orchA install of a team template, and what its agents report with."""
+
+    install_id: str
+    template_id: str
+    token: str
+    agent_a: str  # agent a's Paperclip id
+
+
+async def reporting_install(client: Any, key: str, paperclip: Any, name: str) -> Reporting:
+    template = await org_template(client, key, name)
+    install, token = await orch_a_install(client, key, paperclip, template["id"])
+    agent_a = next(a["externalId"] for a in install["deployedAgents"] if a["key"] == "a")
+    return Reporting(install["installId"], template["id"], token, agent_a)
+
+
+async def report(client: Any, install: Reporting, status: str) -> None:
+    """A run recorded through the API (stamped now), as Paperclip's reporter posts it."""
+    body = ingest_body(install.agent_a, runId=uuid.uuid4().hex, status=status, inputTokens=1, outputTokens=1)
+    await ok(await ingest(client, install.token, body))
+
+
+async def pipeline_run(client: Any, key: str, llm: Any, name: str) -> str:
+    """A pipeline (a team with a gate) on the managed runtime, and one real run of it to its end,
+    recorded by the runtime (it takes no reports); the install id."""
+    template = await org_template(client, key, name, gates=[{"name": "review", "after": "a"}])
+    install_id = (await install_ok(client, key, templateId=template["id"], platform="svc"))["installId"]
+    llm.script(text="drafted").script(text="sent")
+    run = await ok(
+        await client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=bearer(key))
     )
-    return (await ok(response, 201))["installId"], template["id"]
-
-
-async def report(client: Any, key: str, install_id: str, status: str) -> None:
-    """A run recorded through the API (stamped now)."""
-    body = {"agentKey": "a", "status": status, "inputTokens": 1, "outputTokens": 1}
-    await ok(await client.post(f"/api/installs/{install_id}/runs", json=body, headers=bearer(key)))
+    assert run["pausedAtGate"] == "review", run
+    await ok(await client.post(f"/api/installs/{install_id}/continue", json={}, headers=bearer(key)))
+    await wait_settled(app_store(client), run["runId"])
+    return str(install_id)
 
 
 async def backdate(client: Any, install_id: str, days: int, status: str = "completed") -> None:
@@ -40,22 +73,24 @@ async def backdate(client: Any, install_id: str, days: int, status: str = "compl
     )
 
 
-async def test_free_org_defaults_zero_fill_and_clamping(make_client):
-    client = await make_client(rate_limit_multiplier=None)
+async def test_free_org_defaults_zero_fill_and_clamping(make_client, aiohttp_server):
+    # Team runs come from orchA installs (reported through the install token); the pipeline's
+    # run is a real run of the managed runtime, which records it itself.
+    client, llm = await managed_client(make_client, aiohttp_server)
+    paperclip = await start_paperclip(aiohttp_server)
     w = await world(client)
     key = await org_key(client, w.owner, w.slug)
-    team_id, template_id = await org_install(client, key, "Support Team")
-    pipeline_id, _ = await org_install(client, key, "Outreach", gates=[{"name": "review", "after": "a"}])
-    await report(client, key, team_id, "completed")
-    await report(client, key, team_id, "failed")
-    await report(client, key, pipeline_id, "completed")
-    await backdate(client, team_id, 3)
-    await backdate(client, team_id, 60)  # outside what a free org may see
+    team = await reporting_install(client, key, paperclip, "Support Team")
+    template_id = team.template_id
+    pipeline_id = await pipeline_run(client, key, llm, "Outreach")
+    await report(client, team, "completed")
+    await report(client, team, "failed")
+    await backdate(client, team.install_id, 3)
+    await backdate(client, team.install_id, 60)  # outside what a free org may see
     # Runs of someone else's install never count.
     other = await world(client)
     other_key = await org_key(client, other.owner, other.slug)
-    other_install, _ = await org_install(client, other_key, "Theirs")
-    await report(client, other_key, other_install, "completed")
+    await report(client, await reporting_install(client, other_key, paperclip, "Theirs"), "completed")
 
     body = await ok(await send(client, w.member, "GET", f"{w.base}/analytics"))
     assert (body["isPro"], body["maxDays"], body["totalRuns"], body["successRate"]) == (False, 30, 4, 75.0)

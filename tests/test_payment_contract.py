@@ -16,8 +16,10 @@ from tests.support.billing import (
     charge_cycle,
     paid_install,
     payment_settings,
+    report,
     start_fake_stripe,
 )
+from tests.support.runs import start_paperclip
 
 SEPTEMBER = {"periodStart": "2026-09-01T00:00:00Z", "periodEnd": "2026-10-01T00:00:00Z"}
 
@@ -151,11 +153,11 @@ async def test_a_refused_charge_releases_its_claim_and_leaves_the_period_billabl
 async def test_cancel_after_a_refused_charge_still_bills_that_usage(
     make_client: Any, aiohttp_server: Any
 ) -> None:
-    from tests.support.billing import self_report as report
-
     fake = await start_fake_stripe(aiohttp_server, charge_error="invalid_request")
     client = await make_client(**payment_settings(fake))
-    deal = await paid_install(client, fake, model="per_run", price=100)
+    # The usage: a run an orchA install reports through its install token (`svc` takes no reports).
+    paperclip = await start_paperclip(aiohttp_server)
+    deal = await paid_install(client, fake, model="per_run", price=100, platform="orchA", upstream=paperclip)
     await report(client, deal)
     now = datetime.now(UTC).isoformat()
     period = {"periodStart": "2026-01-01T00:00:00Z", "periodEnd": now}

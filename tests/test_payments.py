@@ -15,10 +15,11 @@ from tests.support.billing import (
     paid_install,
     payment_settings,
     post_event,
-    self_report,
+    report,
     setup_intent,
     start_fake_stripe,
 )
+from tests.support.runs import ingest, ingest_body, start_paperclip
 
 # ---- not configured ----------------------------------------------------------------------------
 
@@ -292,15 +293,18 @@ async def test_install_without_payment_method_cannot_be_charged(
 
 
 # ---- cancel billing ----------------------------------------------------------------------------
+# The usage comes from orchA installs reporting through their install token, as Paperclip's
+# reporter does (billing is the same on every platform; `svc` installs take no reports).
 
 
 async def test_cancel_bills_usage_since_the_last_paid_period(make_client: Any, aiohttp_server: Any) -> None:
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
-    deal = await paid_install(client, fake, model="per_run", price=30)
+    paperclip = await start_paperclip(aiohttp_server)
+    deal = await paid_install(client, fake, model="per_run", price=30, platform="orchA", upstream=paperclip)
     for _ in range(2):
-        await self_report(client, deal)
-    await self_report(client, deal, status="failed")
+        await report(client, deal)
+    await report(client, deal, status="failed")
     response = await client.patch(
         f"/api/stripe/installs/{deal.install_id}/cancel", headers=deal.deployer.cookie
     )
@@ -316,9 +320,12 @@ async def test_cancel_bills_usage_since_the_last_paid_period(make_client: Any, a
         f"/api/stripe/installs/{deal.install_id}/cancel", headers=deal.deployer.cookie
     )
     assert response.status == 409
-    # The webhook trigger no longer reaches a cancelled install.
+    # Its install token stops working: the platform can no longer report runs for it.
     tokens = await store.install_tokens.count_documents({"installId": deal.install_id})
     assert tokens == 0
+    assert deal.install_token is not None
+    late = await ingest(client, deal.install_token, ingest_body(deal.agents["lead"], runId="after-cancel"))
+    assert late.status == 401
 
 
 async def test_cancel_under_fifty_cents_is_free_but_sends_a_receipt(
@@ -326,9 +333,10 @@ async def test_cancel_under_fifty_cents_is_free_but_sends_a_receipt(
 ) -> None:
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
-    deal = await paid_install(client, fake, model="per_run", price=20)
-    await self_report(client, deal)
-    await self_report(client, deal)
+    paperclip = await start_paperclip(aiohttp_server)
+    deal = await paid_install(client, fake, model="per_run", price=20, platform="orchA", upstream=paperclip)
+    await report(client, deal)
+    await report(client, deal)
     response = await client.patch(
         f"/api/stripe/installs/{deal.install_id}/cancel", headers=deal.deployer.cookie
     )
@@ -345,15 +353,16 @@ async def test_cancel_counts_only_runs_after_the_last_paid_invoice(
 ) -> None:
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
-    deal = await paid_install(client, fake, model="per_run", price=40)
+    paperclip = await start_paperclip(aiohttp_server)
+    deal = await paid_install(client, fake, model="per_run", price=40, platform="orchA", upstream=paperclip)
     for _ in range(3):
-        await self_report(client, deal)
+        await report(client, deal)
     now = datetime.now(UTC)
     period = {"periodStart": "2026-01-01T00:00:00Z", "periodEnd": now.isoformat()}
     paid = await charge_cycle(client, installId=deal.install_id, amountCents=120, **period)
     assert (await paid.json())["status"] == "succeeded"
-    await self_report(client, deal)
-    await self_report(client, deal)
+    await report(client, deal)
+    await report(client, deal)
     response = await client.patch(
         f"/api/stripe/installs/{deal.install_id}/cancel", headers=deal.deployer.cookie
     )
@@ -497,8 +506,9 @@ async def test_webhook_settles_an_invoice_left_processing(make_client: Any, aioh
 async def test_a_double_cancel_bills_and_mails_once(make_client: Any, aiohttp_server: Any) -> None:
     fake = await start_fake_stripe(aiohttp_server)
     client = await make_client(**payment_settings(fake))
-    deal = await paid_install(client, fake, model="per_run", price=100)
-    await self_report(client, deal)
+    paperclip = await start_paperclip(aiohttp_server)
+    deal = await paid_install(client, fake, model="per_run", price=100, platform="orchA", upstream=paperclip)
+    await report(client, deal)
     path = f"/api/stripe/installs/{deal.install_id}/cancel"
     first, second = await asyncio.gather(
         client.patch(path, headers=deal.deployer.cookie), client.patch(path, headers=deal.deployer.cookie)

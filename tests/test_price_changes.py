@@ -1,6 +1,9 @@
 """A builder's price change of a published template: deployers are mailed, usage already made (and
 the rest of the current period) keeps the price in force, the new price applies from the next
-billing period. A draft's price changes at once (nobody installed it)."""
+billing period. A draft's price changes at once (nobody installed it).
+
+The usage comes from an orchA install reporting its runs through the install token, as
+Paperclip's reporter does (billing is the same on every platform; `svc` installs take no reports)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ from svc.billing.usage import price_segments
 from svc.core import aware, utcnow
 from svc.templates import next_period_start
 from tests.support.accounts import bearer
-from tests.support.billing import billing, paid_install, payment_settings, self_report
+from tests.support.billing import billing, paid_install, payment_settings, report
+from tests.support.runs import start_paperclip
 from tests.support.templates import create_template
 
 
@@ -26,12 +30,15 @@ async def total(client: Any, key: str, template_id: str) -> int:
     return int((await response.json())["billing"]["totalAmountCents"])
 
 
-async def test_a_price_change_waits_for_the_next_period_and_deployers_are_told(make_client, store):
+async def test_a_price_change_waits_for_the_next_period_and_deployers_are_told(
+    make_client, aiohttp_server, store
+):
     client = await make_client(**payment_settings(None))
-    deal = await paid_install(client, None, model="per_run", price=25)
+    paperclip = await start_paperclip(aiohttp_server)
+    deal = await paid_install(client, None, model="per_run", price=25, platform="orchA", upstream=paperclip)
     template_id = deal.template["id"]
     for _ in range(2):
-        await self_report(client, deal, status="completed")
+        await report(client, deal, status="completed")
     assert await total(client, deal.builder_key, template_id) == 50
 
     response = await set_price(client, deal.builder_key, template_id, "per_run", 100)
@@ -47,7 +54,7 @@ async def test_a_price_change_waits_for_the_next_period_and_deployers_are_told(m
 
     # Usage already made, and usage made later in this period, keep the old price.
     assert await total(client, deal.builder_key, template_id) == 50
-    await self_report(client, deal, status="completed")
+    await report(client, deal, status="completed")
     assert await total(client, deal.builder_key, template_id) == 75
     limits = await client.patch(
         f"/api/installs/{deal.install_id}/limits",

@@ -18,6 +18,7 @@ from api.heavy import BUSY, HEAVY_GATE, HEAVY_SLOTS
 from tests.support.accounts import bearer, create_key, signup
 from tests.support.installs import managed_install as svc_install
 from tests.support.orgs import create_org, join, ok, org_key, send
+from tests.support.runs import ingest_body, orch_a_install, start_paperclip
 from tests.support.runtime import member, provider_settings, start_llm
 from tests.support.templates import (
     create_template,
@@ -251,24 +252,21 @@ async def test_install_cancellation_and_a_run_starting(make_client, store, aioht
         assert late.status == 409, await late.text()
 
 
-async def test_repeated_reports_count_once_everywhere(make_client, store):
+async def test_repeated_reports_count_once_everywhere(make_client, aiohttp_server, store):
     client = await make_client(rate_limit_multiplier=None)
+    paperclip = await start_paperclip(aiohttp_server)
     caller, key = await user_with_key(client)
     template = await publish_template(
         client, key, visibility="public", pricingModel="per_run", priceUsdCents=5
     )
     installer = await create_key(client, caller)
-    install_id = (await svc_install(client, installer, template["id"]))["installId"]
+    # An orchA install: Paperclip's reporter posts each run, and retries, with the install token.
+    install, token = await orch_a_install(client, installer, paperclip, template["id"])
+    lead = install["deployedAgents"][0]["externalId"]
 
     def report(n: int) -> Any:
-        body = {
-            "agentKey": "lead",
-            "status": "completed",
-            "inputTokens": 10,
-            "outputTokens": 5,
-            "runId": f"r{n}",
-        }
-        return client.post(f"/api/installs/{install_id}/runs", json=body, headers=bearer(installer))
+        body = ingest_body(lead, runId=f"r{n}", inputTokens=10, outputTokens=5)
+        return client.post("/api/runs/ingest", json=body, headers=bearer(token))
 
     codes = await statuses(*await asyncio.gather(*(report(n % ROUNDS) for n in range(3 * ROUNDS))))
     assert set(codes) == {200}, codes
@@ -303,12 +301,18 @@ async def test_a_deleted_draft_and_its_publish_have_one_winner(make_client, stor
         assert await active_installs(store, tid) == (1 if installed == 201 else 0)
 
 
-async def test_heavy_routes_answer_503_when_busy_and_never_hold_up_the_light_ones(make_client, store):
+async def test_heavy_routes_answer_503_when_busy_and_never_hold_up_the_light_ones(
+    make_client, aiohttp_server, store
+):
     client = await make_client(rate_limit_multiplier=None)
+    paperclip = await start_paperclip(aiohttp_server)
     caller, key = await user_with_key(client)
     template = await publish_template(client, key, visibility="public")
     installer = await create_key(client, caller)
-    install_id = (await svc_install(client, installer, template["id"]))["installId"]
+    # An orchA install, whose runs are reported (through its install token); a key scoped to it.
+    install, token = await orch_a_install(client, installer, paperclip, template["id"])
+    lead = install["deployedAgents"][0]["externalId"]
+    scoped = await create_key(client, caller, installId=install["installId"])
     runs = f"/api/runs?templateId={template['id']}"
     gate = client.server.app[HEAVY_GATE]
     gate.wait_s = 0.05
@@ -320,9 +324,9 @@ async def test_heavy_routes_answer_503_when_busy_and_never_hold_up_the_light_one
         assert (await busy.json())["error"] == BUSY
         # Health, identity and run reports do not wait for a slot.
         assert (await client.get("/api/health")).status == 200
-        assert (await client.get("/api/installs/whoami", headers=bearer(installer))).status == 200
-        body = {"agentKey": "lead", "status": "completed", "inputTokens": 1, "outputTokens": 1, "runId": "x"}
-        reported = await client.post(f"/api/installs/{install_id}/runs", json=body, headers=bearer(installer))
+        assert (await client.get("/api/installs/whoami", headers=bearer(scoped))).status == 200
+        body = ingest_body(lead, runId="x", inputTokens=1, outputTokens=1)
+        reported = await client.post("/api/runs/ingest", json=body, headers=bearer(token))
         assert reported.status == 200, await reported.text()
     finally:
         for _ in range(HEAVY_SLOTS):

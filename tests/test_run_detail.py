@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from api.schemas.run_watch import RunDetailReply
 from tests.support.accounts import bearer, create_key, signup
 from tests.support.installs import install_ok
+from tests.support.runs import TEAM, ingest, ingest_body, orch_a_install, start_paperclip
 from tests.support.runtime import managed_client, member, start_target
 from tests.support.templates import publish_template
 
@@ -145,13 +146,24 @@ async def test_unknown_runs_and_other_tenants_get_404(make_client, aiohttp_serve
 
 
 async def test_a_reported_run_has_nulls_where_its_platform_cannot_say(make_client, aiohttp_server):
+    """A run another platform reported (orchA, through its install token) has its record only."""
     client, _ = await managed_client(make_client, aiohttp_server)
-    _builder_key, key, install_id = await deal(client)
+    paperclip = await start_paperclip(aiohttp_server)
+    builder = await signup(client)
+    builder_key = await create_key(client, builder)
+    template = await publish_template(
+        client, builder_key, definition=TEAM, pricingModel="per_run", priceUsdCents=25
+    )
+    deployer = await signup(client)
+    key = await create_key(client, deployer)
+    install, token = await orch_a_install(client, key, paperclip, template["id"])
+    install_id = install["installId"]
+    agent = next(a["externalId"] for a in install["deployedAgents"] if a["key"] == "lead")
     run_id = uuid.uuid4().hex
-    report = {"agentKey": "lead", "status": "completed", "runId": run_id, "inputTokens": 7, "outputTokens": 3}
-    response = await client.post(f"/api/installs/{install_id}/runs", json=report, headers=key)
+    report = ingest_body(agent, runId=run_id, inputTokens=7, outputTokens=3)
+    response = await ingest(client, token, report)
     assert response.status == 200, await response.text()
-    body = await detail(client, key, install_id, run_id)
+    body = await detail(client, bearer(key), install_id, run_id)
     assert body["status"] == "completed" and body["agent"] == "lead"
     assert body["startedAt"] is None and body["durationMs"] is None and body["task"] is None
     [step] = body["steps"]

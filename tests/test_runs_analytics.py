@@ -10,10 +10,11 @@ import pytest
 
 from svc.runs import run_stats
 from svc.runs.run_analytics import RunsReport
-from svc.runtime.security_log import RequestRecord, SecurityLog
 from tests.support.accounts import bearer
 from tests.support.runs import ingest, ingest_body, orch_a_install, paid_template, start_paperclip
+from tests.support.runtime import managed_client, member, start_target, svc_install
 from tests.support.templates import user_with_key
+from tests.support.waiting import wait_settled
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -256,41 +257,36 @@ async def test_needs_an_api_key(client):
     assert invalid.status == 401 and (await invalid.json())["error"] == "Invalid API key"
 
 
-async def test_tool_calls_are_counted_as_the_security_log_is_written(client, store):
-    _, key = await user_with_key(client)
-    template = await paid_template(client, key)
-    other = await paid_template(client, key)
-    for template_id, install_id in ((template["id"], "i-1"), (template["id"], "i-2"), (other["id"], "i-3")):
-        await store.installs.insert_one({"_id": install_id, "templateId": template_id, "status": "completed"})
-    entries = [
-        ("i-1", "ALLOW", 200),
-        ("i-1", "PASSTHROUGH", 201),
-        ("i-1", "BLOCK", None),
-        ("i-2", "ALLOW", 500),
-        ("i-2", "JUDGE", 204),
-        ("i-2", "JUDGE", None),
-        ("i-3", "BLOCK", None),  # another template's install
-    ]
-    log = SecurityLog(store)  # the agent loop's write path
-    for install, decision, status in entries:
-        await log.record(
-            RequestRecord(
-                installId=install,
-                agentKey="lead",
-                agentName="Lead",
-                runId="r1",
-                method="GET",
-                url="https://api.example.com/x",
-                hostname="api.example.com",
-                path="/x",
-                decision=decision,
-                decisionSource="rule",
-                reason=None,
-                judgeReasoning=None,
-                judgeConfidence=None,
-                statusCode=status,
-                latencyMs=5,
-            )
+async def test_tool_calls_are_counted_once_each_run_is_settled(make_client, aiohttp_server, store):
+    """An agent's outbound calls count as tool calls of its template once the run's settlement
+    stores them; a call that got no answer (blocked, unreachable) or a 400+ status failed."""
+    client, llm = await managed_client(make_client, aiohttp_server)
+    target = await start_target(aiohttp_server)
+    policy = {
+        "accessPolicyVersion": "1",
+        "rules": [{"match": {"host": "blocked.example.com"}, "action": "deny"}],
+    }
+    _, key, install_id = await svc_install(client, [member("lead", accessPolicy=policy)])
+    _, other_key, other_install = await svc_install(client, [member("lead")])
+
+    def calls(*urls: str) -> None:
+        llm.script(
+            tool_calls=[{"name": "http_request", "arguments": {"method": "GET", "url": u}} for u in urls]
         )
-    summary = (await runs_ok(client, key, templateId=template["id"]))["summary"]
-    assert (summary["totalToolCalls"], summary["failedToolCalls"]) == (6, 3)
+        llm.script(text="done")
+
+    calls(f"{target.base}/ok", "http://blocked.example.com/x", "http://127.0.0.1:9/closed")
+    first = await (
+        await client.post(f"/api/installs/{install_id}/run", json={"task": "a"}, headers=key)
+    ).json()
+    calls(f"{target.base}/again")
+    second = await (
+        await client.post(f"/api/installs/{install_id}/run", json={"task": "b"}, headers=key)
+    ).json()
+    calls(f"{target.base}/elsewhere")  # another template's install
+    await client.post(f"/api/installs/{other_install}/run", json={"task": "c"}, headers=other_key)
+    for run in (first, second):
+        await wait_settled(store, run["runId"])
+    template_id = (await store.installs.find_one({"_id": install_id}))["templateId"]
+    summary = (await runs_ok(client, key["Authorization"][7:], templateId=template_id))["summary"]
+    assert (summary["totalToolCalls"], summary["failedToolCalls"]) == (4, 2)

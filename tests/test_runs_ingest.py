@@ -1,11 +1,13 @@
-"""POST /api/runs/ingest (install token) and the token rule shared with the self-report, over HTTP."""
+"""POST /api/runs/ingest (install token) and its token rule, over HTTP; reports (ingest and the
+self-report) refused where the managed runtime records the runs itself."""
 
 from __future__ import annotations
 
+import aiohttp
 import pytest
 
 from tests.support.accounts import bearer
-from tests.support.installs import start_fake_orch_b
+from tests.support.installs import managed_install, start_fake_orch_b
 from tests.support.runs import (
     ingest,
     ingest_body,
@@ -15,7 +17,9 @@ from tests.support.runs import (
     paid_template,
     start_paperclip,
 )
-from tests.support.templates import user_with_key
+from tests.support.runtime import managed_client, member
+from tests.support.templates import publish_template, user_with_key
+from tests.support.waiting import wait_settled
 
 
 @pytest.fixture
@@ -177,28 +181,112 @@ async def test_orch_b_is_exempt_from_the_token_rule(client, aiohttp_server, monk
     assert run["inputTokens"] is None and run["outputTokens"] is None
 
 
-async def test_self_report_follows_the_token_rule(client, store):
-    _, key = await user_with_key(client)
-    template = await paid_template(client, key, "per_k_tokens")
-    response = await client.post(
-        "/api/installs", json={"templateId": template["id"], "platform": "svc"}, headers=bearer(key)
-    )
-    install_id = (await response.json())["installId"]
-    url = f"/api/installs/{install_id}/runs"
+# ---- the managed runtime records its runs itself ----------------------------------------------
+# The self-report's token rule is tested where the self-report belongs, on orchC
+# (tests/test_installs_orch_c.py).
 
-    refused = await client.post(url, json={"agentKey": "lead", "status": "completed"}, headers=bearer(key))
-    assert refused.status == 400 and "per_k_tokens" in (await refused.json())["error"]
-    body = {"agentKey": "lead", "status": "completed", "inputTokens": 5, "outputTokens": 6, "runId": "s-1"}
-    first = await client.post(url, json=body, headers=bearer(key))
-    again = await client.post(url, json=body, headers=bearer(key))
-    assert first.status == again.status == 200
-    assert await first.json() == await again.json() == {"ok": True, "runId": "s-1"}
-    runs = await store["runs"].find({"installId": install_id}).to_list(None)  # stored once
-    assert [(r["agentKey"], r["status"], r["inputTokens"], r["outputTokens"]) for r in runs] == [
-        ("lead", "completed", 5, 6)
+MANAGED_REPORT = (
+    "This install runs on the managed runtime, which records every run itself; run reports are refused"
+)
+RUNTIME_RUN_ID = "This runId belongs to a run of the managed runtime, which records it itself"
+GATED = {
+    "version": "v1",
+    "agents": [member("lead"), member("writer", reportsTo="lead")],
+    "gates": [{"name": "g", "after": "lead"}],
+}
+
+
+async def test_reports_for_a_managed_install_are_refused_and_store_nothing(
+    make_client, aiohttp_server, store
+):
+    client, llm = await managed_client(make_client, aiohttp_server)
+    _, key = await user_with_key(client)
+    template = await publish_template(
+        client, key, visibility="public", pricingModel="per_run", priceUsdCents=25, definition=GATED
+    )
+    install_id = (await managed_install(client, key, template["id"]))["installId"]
+    # A run of the runtime, held at its gate: its id is known, its end not yet written.
+    llm.script(text="drafted", input_tokens=10, output_tokens=5)
+    ran = await client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=bearer(key))
+    assert ran.status == 200 and (await ran.json())["pausedAtGate"] == "g", await ran.text()
+    run_id = (await ran.json())["runId"]
+    token = await issue_token(client, install_id)
+
+    async def refused_everywhere() -> None:
+        """The deployer's self-report and an install-token ingest, naming the run or another: 409."""
+        url = f"/api/installs/{install_id}/runs"
+        for named in (run_id, "made-up", None):
+            body = {"agentKey": "lead", "status": "failed", "inputTokens": 0, "outputTokens": 0}
+            response = await client.post(url, json={**body, "runId": named}, headers=bearer(key))
+            assert response.status == 409, await response.text()
+            assert await response.json() == {"error": MANAGED_REPORT}
+            report = {**body, "platform": "svc", "runId": named or "made-up-too"}
+            response = await ingest(client, token, report)
+            assert response.status == 409, await response.text()
+            assert await response.json() == {"error": MANAGED_REPORT}
+
+    await refused_everywhere()
+    assert await store["runs"].count_documents({"installId": install_id}) == 0, "nothing stored"
+    # The run goes on to its end: its record is the runtime's, counted and billed once.
+    llm.script(text="sent", input_tokens=7, output_tokens=3)
+    go_on = await client.post(f"/api/installs/{install_id}/continue", json={}, headers=bearer(key))
+    assert go_on.status == 200, await go_on.text()
+    await wait_settled(store, run_id)
+    await refused_everywhere()
+    runs = await store["runs"].find({"installId": install_id}).to_list(None)
+    assert [(r["runId"], r["status"], r["inputTokens"], r["outputTokens"]) for r in runs] == [
+        (run_id, "completed", 17, 8)
     ]
-    negative = await client.post(url, json={**body, "inputTokens": -1}, headers=bearer(key))
-    assert negative.status == 400
+    usage = await (await client.get(f"/api/billing?templateId={template['id']}", headers=bearer(key))).json()
+    assert (usage["usage"]["completedRuns"], usage["billing"]["totalAmountCents"]) == (1, 25)
+
+
+async def test_a_report_naming_a_run_of_the_runtime_is_refused_on_an_install_that_takes_reports(
+    make_client, aiohttp_server, store
+):
+    # A mixed orchA team: `desk` is an `http` agent the runtime runs on Paperclip's heartbeats,
+    # `writer` runs on Paperclip and reports through the install token.
+    client, llm = await managed_client(make_client, aiohttp_server)
+    paperclip = await start_paperclip(aiohttp_server)
+    paperclip.deliver_to = str(client.make_url("")).rstrip("/")
+    _, key = await user_with_key(client)
+    team = {"version": "v1", "agents": [member("desk", adapterType="http"), member("writer")]}
+    template = await publish_template(client, key, visibility="public", definition=team)
+    install, token = await orch_a_install(client, key, paperclip, template["id"])
+    install_id = install["installId"]
+    agents = {a["key"]: a["externalId"] for a in install["deployedAgents"]}
+    llm.script(text="Done for today.", input_tokens=40, output_tokens=9)
+    async with aiohttp.ClientSession() as session:
+        woken = await session.post(
+            f"{paperclip.base_url}/api/agents/{agents['desk']}/wakeup",
+            json={"source": "on_demand", "reason": "manual"},
+            headers={"Authorization": f"Bearer {paperclip.api_key}"},
+        )
+        assert woken.status == 202
+    await paperclip.settled()
+    assert [beat["status"] for beat in paperclip.heartbeats] == [200]
+    [runtime_run] = await store["pipeline_runs"].find({"installId": install_id}).to_list(None)
+    await wait_settled(store, runtime_run["_id"])
+
+    # A report naming the runtime's run, for either agent: refused, the runtime's record kept.
+    for agent in ("desk", "writer"):
+        body = ingest_body(
+            agents[agent], runId=runtime_run["_id"], status="failed", inputTokens=0, outputTokens=0
+        )
+        response = await ingest(client, token, body)
+        assert response.status == 409, await response.text()
+        assert await response.json() == {"error": RUNTIME_RUN_ID}
+    [record] = await store["runs"].find({"installId": install_id}).to_list(None)
+    assert (record["runId"], record["agentKey"], record["status"]) == (
+        runtime_run["_id"],
+        "desk",
+        "completed",
+    )
+    assert (record["inputTokens"], record["outputTokens"]) == (40, 9)
+    # The install takes the writer's own runs as ever.
+    own = await ingest(client, token, ingest_body(agents["writer"], runId="writer-run-1"))
+    assert own.status == 200, await own.text()
+    assert await store["runs"].count_documents({"installId": install_id}) == 2
 
 
 async def test_cancelled_install_refuses_reports_but_repeats_still_answer(client, paperclip, store):

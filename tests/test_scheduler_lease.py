@@ -184,7 +184,7 @@ async def test_a_standby_copy_takes_over_and_a_new_configuration_is_picked_up(ma
         assert await leading(active)
 
         changed = app[SETTINGS].model_copy(update={"run_poll_seconds": 123.0})
-        version = publish(DeploymentConfig(changed, app[STORE].uri, tuple(app[VAULT].keys)))
+        version = publish(DeploymentConfig(changed, app[STORE].uri, tuple(app[VAULT].keys)), local=True)
 
         async def picked_up() -> bool:
             return all([(await stats(actor))["version"] == version for actor in (active, standby)])

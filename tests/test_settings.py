@@ -95,6 +95,16 @@ def test_bad_rate_limit_values_are_refused(raw):
         ("SVC_PROVIDERB_BASE_URL", "localhost:11434", "http"),
         ("SVC_ORCHB_BASE_URL", "ftp://x", "http"),
         ("APP_API_KEYS", "inst-1:", "empty install id or key"),
+        ("SVC_RAY_ADDRESS", "ray-head", "needs its port"),
+        ("SVC_RAY_ADDRESS", "http://ray-head:10001", "ray://host:port"),
+        ("SVC_RAY_ADDRESS", "ray://ray-head:ten", "port"),
+        ("SVC_ACTOR_MEMORY_MB", "16", "below 32"),
+        ("SVC_ACTOR_MEMORY_MB", "1.5", "whole number"),
+        ("SVC_CALLBACK_MAX_ATTEMPTS", "0", "below 1"),
+        ("SVC_CALLBACK_MAX_ATTEMPTS", "5000", "above 1000"),
+        ("SVC_MONGODB_URI", "mongodb:///svc", "no host"),
+        ("SVC_METRICS_TOKEN", "two words", "space"),
+        ("SVC_DB_TIMEOUT_SECONDS", "0", "positive"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_variable_and_the_accepted_form(name, raw, words):
@@ -103,6 +113,33 @@ def test_a_bad_value_is_one_line_naming_the_variable_and_the_accepted_form(name,
     message = str(caught.value)
     assert message.startswith(f"{name}=") and "\n" not in message
     assert words in message and "accepted:" in message
+
+
+@pytest.mark.parametrize(
+    "address", ["auto", "127.0.0.1:6379", "[::1]:6379", "ray://ray-head:10001", "ray://h"]
+)
+def test_ray_addresses_ray_accepts_are_accepted(address):
+    assert Settings.from_env({"SVC_RAY_ADDRESS": address}).ray_address == address
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "variable"),
+    [
+        ("actor_memory_mb", 8, "SVC_ACTOR_MEMORY_MB"),
+        ("callback_max_attempts", 0, "SVC_CALLBACK_MAX_ATTEMPTS"),
+    ],
+)
+def test_a_range_error_names_the_variable_not_the_field(field, value, variable):
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({}, **{field: value})
+    assert str(caught.value).startswith(f"{variable}='{value}':") and "accepted:" in str(caught.value)
+    assert field not in str(caught.value)
+
+
+def test_a_data_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SettingsError, match=r"^SVC_DATA_DIR=.*names a file"):
+        Settings.from_env({"SVC_DATA_DIR": str(tmp_path / "file")})
 
 
 def test_a_secret_value_is_never_echoed():
@@ -163,6 +200,27 @@ def test_a_dotenv_file_is_read_and_the_environment_wins(tmp_path):
     assert done.stdout.split()[0] == "None", done.stderr
     done = run_python(code, tmp_path, {"SVC_ENV_FILE": str(tmp_path / "missing.env")})
     assert done.returncode != 0 and "SVC_ENV_FILE" in done.stderr
+
+
+def test_a_secrets_directory_is_read_between_the_environment_and_the_dotenv_file(tmp_path):
+    """A mounted Kubernetes Secret: one file per variable, named after it."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "SVC_RATE_LIMITS").write_text("7\n")
+    (secrets / "SVC_PUBLIC_URL").write_text("https://from-dir.example")
+    (secrets / "SVC_METRICS_TOKEN").write_text("from-the-secret\n")
+    (secrets / "NOT_A_SETTING").write_text("ignored")
+    (tmp_path / ".env").write_text("SVC_RATE_LIMITS=5\nSVC_METRICS_TOKEN=from-dotenv\n")
+    code = (
+        "from config.settings import Settings; s = Settings.from_env(); "
+        "print(s.rate_limit_multiplier, s.public_url, s.metrics_token)"
+    )
+    env = {"SVC_SECRETS_DIR": str(secrets), "SVC_PUBLIC_URL": "https://from-env.example"}
+    done = run_python(code, tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["7.0", "https://from-env.example", "from-the-secret"]
+    done = run_python(code, tmp_path, {"SVC_SECRETS_DIR": str(tmp_path / "nowhere")})
+    assert done.returncode != 0 and "SVC_SECRETS_DIR" in done.stderr and "no such directory" in done.stderr
 
 
 # ---- docs/settings.md lists every variable the code reads ---------------------------------------

@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from tests.support.accounts import bearer, create_key, signup
-from tests.support.billing import billing, paid_install, payment_settings, self_report
+from tests.support.billing import billing, paid_install, payment_settings
 from tests.support.runtime import member, provider_settings, start_llm, svc_install
 from tests.support.templates import publish_template
-from tests.support.waiting import wait_for, wait_status
+from tests.support.waiting import wait_for, wait_settled, wait_status
 
 # Two steps with a gate between them: runs pause there, so a continue can be refused too.
 TEAM = {
@@ -77,9 +77,16 @@ async def test_a_run_past_the_monthly_cap_is_refused_before_any_model_call_for_e
     deal = await paid_install(client, None, builder=(builder, builder_key), template=template)
     key = bearer(deal.deployer_key)
     install_id = deal.install_id
-    # 4 completed runs at 25 cents: 100 of a 125-cent cap spent (80%).
+    # 4 completed runs at 25 cents: 100 of a 125-cent cap spent (80%). Real managed runs (each
+    # paused at the gate, then continued to its end), since only the runtime records them.
     for _ in range(4):
-        await self_report(client, deal, status="completed")
+        llm.script(text="first step", input_tokens=1, output_tokens=1)
+        ran = await client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=key)
+        assert ran.status == 200 and (await ran.json())["pausedAtGate"] == "g", await ran.text()
+        llm.script(text="second step", input_tokens=1, output_tokens=1)
+        go_on = await client.post(f"/api/installs/{install_id}/continue", json={}, headers=key)
+        assert go_on.status == 200, await go_on.text()
+        await wait_settled(store, (await ran.json())["runId"])
     response = await limits(client, install_id, key, monthlyCapCents=125)
     assert (await response.json())["spentCents"] == 100
 

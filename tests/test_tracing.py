@@ -27,7 +27,7 @@ from plugins.tracing import sdk as tracing_sdk
 from plugins.types import ChatMessage
 from svc.runtime import LLM
 from svc.runtime.agent_loop import RunScope, TeamRunner
-from svc.runtime.security_log import SecurityLog
+from svc.runtime.journal import scratch
 from tests.support.runtime import provider_settings, start_llm, start_target
 
 SECRET = "tok-secret-0123456789"
@@ -97,7 +97,7 @@ async def run_team(store: Any, aiohttp_server: Any) -> tuple[Any, Any, Any]:
     fake.script(text="final answer", input_tokens=60, output_tokens=9)
     scope = RunScope("inst-1", "run-1", {"TOKEN": SECRET}, True, "providerA:small")
     with tracing.run_span("run-1", "run", None):
-        result = await TeamRunner(llm, SecurityLog(store)).run_team(scope, team(target.base), TASK)
+        result = await TeamRunner(llm, scratch("run-1")).run_team(scope, team(target.base), TASK)
     return result, fake, target
 
 
@@ -255,7 +255,7 @@ async def test_the_judge_is_a_judge_chat_under_the_tool_call_with_its_reasoning(
     fake.script(text='{"decision": "block", "reasoning": "not needed for the task", "confidence": 0.9}')
     fake.script(text="gave up")
     scope = RunScope("inst-1", "run-2", {}, True, "providerA:small")
-    await TeamRunner(llm, SecurityLog(store)).run_agent(scope, agent, "task")
+    await TeamRunner(llm, scratch("run-2")).run_agent(scope, agent, "task")
     spans = exported.get_finished_spans()
     tool = one(spans, "execute_tool http_request")
     judge = [s for s in spans if s.name.startswith("chat ") and s.attributes["svc.llm.purpose"] == "judge"]

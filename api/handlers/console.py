@@ -157,7 +157,13 @@ def draft_id(request: web.Request) -> int:
 async def continue_run(request: web.Request, body: ContinueBody) -> web.Response:
     """Resume the paused pipeline from the step after its gate."""
     result = await services(request).run_service.continue_run(
-        principal(request), request.match_info["id"], body.bypassGates, await acting(request)
+        principal(request),
+        request.match_info["id"],
+        body.bypassGates,
+        await acting(request),
+        body.runId,
+        body.decision,
+        body.note,
     )
     return web.json_response(result)
 

@@ -55,14 +55,14 @@ async def run_stream(request: web.Request) -> web.StreamResponse:
             if after < 1:
                 await send(response, reported_event(run), full)
         elif run["status"] not in SETTLED:
-            await follow(request, response, run_id, after, full)
+            await follow(request, response, install_id, run_id, after, full)
         else:
             newest = await svc.run_watch.events.newest(run_id)
             if newest is None:  # ended without events (refused, cancelled while queued, older runs)
                 if after < 1:
                     await send(response, {**settled_event(run), "seq": 1}, full)
             elif not (newest["seq"] <= after and newest["type"] in TERMINAL):
-                await follow(request, response, run_id, after, full)
+                await follow(request, response, install_id, run_id, after, full)
         await response.write_eof()
     except (ConnectionResetError, asyncio.CancelledError):
         log.info("client left the run stream")
@@ -71,11 +71,11 @@ async def run_stream(request: web.Request) -> web.StreamResponse:
 
 
 async def follow(
-    request: web.Request, response: web.StreamResponse, run_id: str, after: int, full: bool
+    request: web.Request, response: web.StreamResponse, install_id: str, run_id: str, after: int, full: bool
 ) -> None:
-    """Relay the run's events from the process's shared poller until the run comes to rest."""
+    """Relay the run's events from the process's follower of the run until it comes to rest."""
     watch = services(request).run_watch
-    subscription = watch.subscribe(run_id, after)
+    subscription = watch.subscribe(install_id, run_id, after)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + MAX_STREAM_S
     try:

@@ -17,7 +17,17 @@ from api.schemas import (
     RuntimeTestReply,
     SecurityRequestList,
 )
-from svc.runtime import HeartbeatBody, RunBody, RunScope, RuntimeTestBody, TeamRunner, WebhookBody, read_back
+from svc.runtime import (
+    HeartbeatBody,
+    RunBody,
+    RunScope,
+    RuntimeTestBody,
+    TeamRunner,
+    WebhookBody,
+    read_back,
+    read_back_mcp,
+    scratch,
+)
 
 routes = RouteTable()
 HEARTBEAT_SECRET_HEADER = "X-Svc-Webhook-Secret"
@@ -30,12 +40,11 @@ async def run(request: web.Request, body: RunBody) -> web.Response:
     result = await services(request).run_service.run(
         principal(request), request.match_info["installId"], body
     )
-    return web.json_response(result, status=202 if result["status"] == "queued" else 200)
+    # 202: queued (`wait: false`), or still going when SVC_RUN_WAIT_SECONDS ran out.
+    return web.json_response(result, status=202 if result["status"] in ("queued", "running") else 200)
 
 
-@routes.post(
-    "/api/installs/{installId}/runs/{runId}/retry", auth="K/S", status=202, response=RetryQueued
-)
+@routes.post("/api/installs/{installId}/runs/{runId}/retry", auth="K/S", status=202, response=RetryQueued)
 async def retry_run(request: web.Request) -> web.Response:
     """Start a new run with a finished run's input, linked to it by `retryOf`."""
     result = await services(request).run_service.retry(
@@ -62,7 +71,7 @@ async def runtime_webhook(request: web.Request, body: HeartbeatBody) -> web.Resp
 async def runtime_webhook_test(request: web.Request, body: RuntimeTestBody) -> web.Response:
     """Run a system prompt on a task once (no install, no private addresses)."""
     svc = services(request)
-    runner = TeamRunner(svc.llm, svc.security_log)
+    runner = TeamRunner(svc.llm, scratch("runtime-test"))
     scope = RunScope("runtime-test", "runtime-test", {}, False, svc.settings.judge_model)
     agent = {"key": "test", "name": "Test agent", "model": TEST_MODEL, "prompt": body.systemPrompt}
     result = await runner.run_agent(scope, agent, body.task)
@@ -84,7 +93,12 @@ async def policies(request: web.Request) -> web.Response:
     """Each agent's access policy in the read-back form (null without one)."""
     install = await services(request).installs.owned(principal(request), request.match_info["id"])
     agents = [
-        {"key": a["key"], "name": a["name"], "policy": read_back(a.get("accessPolicy"))}
+        {
+            "key": a["key"],
+            "name": a["name"],
+            "policy": read_back(a.get("accessPolicy")),
+            "mcp": read_back_mcp(a.get("accessPolicy")),  # MCP (issue 32): the tool rules
+        }
         for a in install["definition"]["agents"]
     ]
     return web.json_response({"agents": agents})

@@ -15,6 +15,12 @@ class ChunkEvent(BaseModel):
     chunk: str
 
 
+class ChatToolCallEvent(BaseModel):
+    """A test chat's MCP tool call and its verdict (docs/mcp.md, "Authoring")."""
+
+    toolCall: dict[str, Any]
+
+
 class DoneEvent(BaseModel):
     """The last event: generate and assist (APPLY) carry `definition`, assist (DISCUSS) carries `text`."""
 
@@ -32,4 +38,4 @@ class StreamErrorEvent(BaseModel):
 class AuthoringStream(EventStream):
     """`data: {chunk}` events, then `data: {done: true, ...}` (or `data: {error}`)."""
 
-    event: ChunkEvent | DoneEvent | StreamErrorEvent
+    event: ChunkEvent | ChatToolCallEvent | DoneEvent | StreamErrorEvent

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -168,6 +168,14 @@ class ToolCallEvent(RunEventBase):
     reportOnly: bool = False
     statusCode: int | None = None
     latencyMs: int | None = None
+    # An MCP tool call (docs/mcp.md): method `MCP`, url `mcp://<server>/<tool>`, and these.
+    kind: Literal["mcp"] | None = None
+    server: str | None = None
+    mcpTool: str | None = None
+    arguments: Any = None
+    verdict: str | None = None
+    outcome: str | None = None
+    approvalId: str | None = None
 
 
 class StepFinishedEvent(RunEventBase):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -66,13 +66,18 @@ class SecurityRequest(BaseModel):
     hostname: str
     path: str
     decision: Literal["ALLOW", "BLOCK", "JUDGE", "PASSTHROUGH"]
-    decisionSource: Literal["rule", "default", "judge"] | None
+    decisionSource: Literal["rule", "default", "judge", "approval"] | None
     reason: str | None
     judgeReasoning: str | None
     judgeConfidence: float | None = Field(description="0 to 1 when judged")
     statusCode: int | None = Field(description="null when blocked")
     latencyMs: int
     createdAt: Timestamp
+    # MCP tool calls (docs/mcp.md): method MCP, url mcp://<server>/<tool>, and the call's details.
+    kind: Literal["mcp"] | None = None
+    mcp: dict[str, Any] | None = Field(
+        default=None, description="server, tool, arguments (masked), verdict, outcome, durationMs"
+    )
 
 
 class SecurityRequestList(Reply):
@@ -104,6 +109,9 @@ class AgentPolicy(BaseModel):
     key: str
     name: str
     policy: ReadBackPolicy | None
+    mcp: dict[str, Any] | None = Field(
+        default=None, description="the MCP rules: defaultAction ALLOW/BLOCK and rules (docs/mcp.md)"
+    )
 
 
 class PolicyList(Reply):

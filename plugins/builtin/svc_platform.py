@@ -23,7 +23,7 @@ INFO = PlatformInfo(
     capabilities=PlatformCapabilities(billingCompleteness="full"),
     accepts=frozenset({"variables"}),
     listed=False,
-    traits=PlatformTraits(managed=True, uses_secrets=True, secrets_updatable=True),
+    traits=PlatformTraits(managed=True, uses_secrets=True, secrets_updatable=True, runs_mcp=True),
 )
 
 

@@ -45,8 +45,11 @@ def run_span(
     retry_of: str | None = None,
     resumed_gate: str | None = None,
     bypass_gates: bool = False,
+    adopted: bool = False,
 ) -> Iterator[Handle]:
     """One run (or, after a gate, its resumed part) in the install's actor: `invoke_workflow`.
+    `adopted`: a new copy of the actor carries on the run from its journal after the one running
+    it died (its journalled model and tool calls are replayed, not made again: no spans of theirs).
 
     Its parent is the context stored on the run when it was asked for (`stored`), so every part
     of a run, whichever process and command carried it, joins the caller's one trace; the command
@@ -69,6 +72,8 @@ def run_span(
     with start("invoke_workflow", SpanKind.INTERNAL, attributes, parent, links) as span:
         if resumed_gate is not None:
             span.event("svc.gate.resumed", {"svc.gate.name": resumed_gate, "svc.gate.bypass": bypass_gates})
+        if adopted:
+            span.event("svc.run.adopted")
         token = RUN.set(span.span)
         try:
             yield span
@@ -171,7 +176,15 @@ def agent_finished(
 @when_on(OFF_SPAN)
 def tool_span(name: str, call_id: str | None, arguments: Any = None) -> Iterator[Handle]:
     """One tool call: `execute_tool`. A model called inside it (the policy judge) is marked `judge`."""
-    kind = "delegate" if name.startswith("delegate_") else "http" if name == "http_request" else "other"
+    kind = (
+        "delegate"
+        if name.startswith("delegate_")
+        else "http"
+        if name == "http_request"
+        else "mcp"
+        if name.startswith("mcp__")
+        else "other"
+    )
     attributes = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": name,

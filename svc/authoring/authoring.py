@@ -19,8 +19,9 @@ from pydantic import Field, ValidationError
 
 from config.catalogue import AGENT_MODELS, AUTHORING
 from plugins.types import ChatMessage
+from svc.authoring.mcp_chat import mcp_chat
 from svc.core import BadRequest, RequestBody, ServiceError, describe
-from svc.runtime import LLM, root_agent
+from svc.runtime import LLM, McpService, root_agent
 from svc.templates import TeamDefinition, check_definition, diff_summary, json_schema
 
 Event = dict[str, Any]
@@ -113,7 +114,8 @@ def parse_definition_body(data: dict[str, Any], field: str) -> TeamDefinition:
 class Authoring:
     """The streaming authoring endpoints' logic."""
 
-    def __init__(self, llm: LLM) -> None:
+    def __init__(self, llm: LLM, mcp: McpService | None = None) -> None:
+        self.mcp = mcp  # a test chat's MCP tools (svc/authoring/mcp_chat.py)
         self.llm = llm
 
     def _ready(self, model: str) -> None:
@@ -153,6 +155,9 @@ class Authoring:
         self._ready(model)
         # The prompt goes as written: no secrets or variables are filled in.
         messages = [ChatMessage(m.role, m.content) for m in body.messages]
+        if self.mcp is not None and root.get("mcpServers"):  # the root agent's MCP tools, under its policy
+            dumped = definition.model_dump(mode="json", exclude_none=True)
+            return mcp_chat(self.llm, self.mcp, model, root, dumped, messages, MAX_TOKENS)
         return self._chat_stream(model, root.get("prompt") or "", messages)
 
     async def _text(

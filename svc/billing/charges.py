@@ -117,7 +117,6 @@ class Charges:
             raise unavailable()
         return self.provider
 
-
     # ---- the other money paths (svc/billing/cancellation.py, cycle.py, earnings.py) ------------
 
     async def cancel_install(self, user_id: str, install_id: str) -> Document:

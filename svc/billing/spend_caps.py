@@ -18,20 +18,33 @@ one document per install, period and threshold, whose insert is the claim to sen
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from pymongo.errors import DuplicateKeyError
 
-from svc.billing.usage import ever_paid, install_amount, money
+from svc.billing.usage import amount_cents, ever_paid, install_amount, money
 from svc.core import Conflict, Document, Mailer, Store, iso, utcnow
 from svc.installs import limits_of
-from svc.templates import next_period_start, period_start
+from svc.templates import next_period_start, period_start, price_in_force
 
 log = logging.getLogger(__name__)
 
 ALERTS = "spend_alerts"
 THRESHOLDS = (80, 100)
+
+
+def _in_flight_cents(state: Document, in_flight: Sequence[int]) -> int:
+    """What runs still going will cost if they complete at their tokens so far."""
+    if not in_flight:
+        return 0
+    price = int(state.get("priceUsdCents") or 0)
+    if state.get("pricingModel") == "per_run":
+        return price * len(in_flight)
+    if state.get("pricingModel") == "per_k_tokens":
+        return amount_cents("per_k_tokens", price, len(in_flight), sum(in_flight))
+    return 0
 
 
 class SpendCaps:
@@ -41,8 +54,15 @@ class SpendCaps:
         self.store = store
         self.mailer = mailer
 
-    async def admit(self, install: Document) -> None:
-        """Raise `Conflict` when the install's spend this period has reached its monthly cap."""
+    async def admit(self, install: Document, in_flight: Sequence[int] = ()) -> None:
+        """Raise `Conflict` when the install's spend this period, with what its runs in flight
+        will cost, has reached its monthly cap.
+
+        `in_flight`: the tokens so far of each OTHER run of the install already admitted and still
+        running (the install's actor knows them all: it runs every run of the install). Each counts
+        as a completed run at its tokens so far (per run: its price; per 1K tokens: its tokens), so
+        runs started together cannot all pass a cap only one fits: the overshoot is bounded by one
+        model call per run (docs/billing.md, "Spend caps")."""
         cap = limits_of(install)["monthlyCapCents"]
         if cap is None:
             return
@@ -50,7 +70,8 @@ class SpendCaps:
         if state is None:
             return  # a free template: runs cost nothing
         await self._alert(install, cap, state)
-        if state["spentCents"] >= cap:
+        reserved = _in_flight_cents(state, in_flight)
+        if state["spentCents"] + reserved >= cap:
             raise Conflict(
                 f"Monthly spend cap reached: {money(state['spentCents'])} spent of {money(cap)}; "
                 f"runs start again when the period resets at {state['periodResetsAt']}",
@@ -70,7 +91,10 @@ class SpendCaps:
             return None
         start = period_start(now)
         spent = await install_amount(self.store, install["_id"], template, start, now)
+        model, price = price_in_force(template, now)
         return {
+            "pricingModel": model,
+            "priceUsdCents": price,
             "spentCents": spent,
             "periodStart": iso(start),
             "periodResetsAt": iso(next_period_start(now)),

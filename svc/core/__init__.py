@@ -1,6 +1,7 @@
 """Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports."""
 
-from svc.core import counters, errors, tally, tokens, windows
+from svc.core import counters, errors, rekey, run_commands, tally, timeline, tokens, windows
+from svc.core.bulk import Batch
 from svc.core.cache import TTLCache
 from svc.core.clock import aware, iso, utcnow
 from svc.core.embedded import EmbeddedMongo, NoDatabaseError, require_database
@@ -23,6 +24,19 @@ from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import Governance, Runtime, RuntimeFailure
 from svc.core.reaper import Reaper
+from svc.core.rekey import Encrypted, Rekeying
+from svc.core.run_commands import (
+    Accepted,
+    AskAgain,
+    Cancel,
+    Cancelled,
+    Continue,
+    Continued,
+    RunOutcome,
+    StartRun,
+    Watched,
+    WatchEvents,
+)
 from svc.core.slots import Slots
 from svc.core.store import Document, Store
 from svc.core.text import DisplayName, DisplayText
@@ -32,13 +46,21 @@ from svc.core.vault import Vault
 
 __all__ = [
     "KINDS",
+    "Accepted",
+    "AskAgain",
     "BadGateway",
     "BadRequest",
+    "Batch",
+    "Cancel",
+    "Cancelled",
     "Conflict",
+    "Continue",
+    "Continued",
     "DisplayName",
     "DisplayText",
     "Document",
     "EmbeddedMongo",
+    "Encrypted",
     "Forbidden",
     "Gone",
     "Governance",
@@ -50,11 +72,14 @@ __all__ = [
     "PaymentRequired",
     "RateLimited",
     "Reaper",
+    "Rekeying",
     "RequestBody",
+    "RunOutcome",
     "Runtime",
     "RuntimeFailure",
     "ServiceError",
     "Slots",
+    "StartRun",
     "Store",
     "TTLCache",
     "Timeline",
@@ -64,6 +89,8 @@ __all__ = [
     "Unavailable",
     "Unprocessable",
     "Vault",
+    "WatchEvents",
+    "Watched",
     "actor_of",
     "aware",
     "counters",
@@ -71,8 +98,11 @@ __all__ = [
     "errors",
     "is_api_key",
     "iso",
+    "rekey",
     "require_database",
+    "run_commands",
     "tally",
+    "timeline",
     "tokens",
     "utcnow",
     "windows",

@@ -15,6 +15,7 @@ Counting never fails the operation it counts: a failed write is logged and dropp
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -23,6 +24,7 @@ from typing import Any
 from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError, PyMongoError
 
+from svc.core.bulk import Batch
 from svc.core.store import Document, Store
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,42 @@ async def write(store: Store, changes: Iterable[Change | None]) -> None:
     except PyMongoError as exc:
         names = sorted({key["_id"].split("|", 1)[0] for key, _, _ in writes})
         log.warning("metric counters %s not updated: %s", names, type(exc).__name__)
+
+
+def add_to(batch: Batch, changes: Iterable[Change | None]) -> None:
+    """Counter changes as operations of a cross-collection batch (svc/core/bulk.py). Not guarded:
+    a batch sent again after a failure may count twice, which an operational counter tolerates."""
+    for name, labels, update in filter(None, changes):
+        setter = {"$setOnInsert": {"name": name, "labels": labels}}
+        batch.update(COLLECTION, {"_id": _key(name, labels)}, {**update, **setter}, upsert=True)
+
+
+class Buffered:
+    """Counter changes held in memory and written together, at most once every `every_s`: an
+    install's actor counts each model call's tokens this way, so a run pays no round trip for its
+    metrics (what billing reads is never counted here). What a crash loses is at most one
+    interval of operational counts."""
+
+    def __init__(self, store: Store, every_s: float = 1.0) -> None:
+        self.store = store
+        self.every_s = every_s
+        self._held: list[Change] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def __call__(self, changes: Iterable[Change | None]) -> None:
+        """Hold the changes; a flusher writes them within `every_s`."""
+        self._held.extend(filter(None, changes))
+        if self._held and (self._flusher is None or self._flusher.done()):
+            self._flusher = asyncio.get_running_loop().create_task(self._later())
+
+    async def _later(self) -> None:
+        await asyncio.sleep(self.every_s)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write what is held now (one round trip)."""
+        held, self._held = self._held, []
+        await write(self.store, held)
 
 
 async def inc(store: Store, name: str, labels: Mapping[str, str], amount: float = 1) -> None:

@@ -74,9 +74,12 @@ def _answers(port: int) -> bool:
 class EmbeddedMongo:
     """Starts (or joins) the embedded server for one data directory, and leaves it in order."""
 
-    def __init__(self, data_dir: Path, database: str = "svc") -> None:
+    def __init__(self, data_dir: Path, database: str = "svc", test_commands: bool = False) -> None:
         self.data_dir = data_dir.resolve()
         self.database = database
+        # The server's test-only commands (`configureFailPoint`): the test suite's fault injection
+        # at a chosen command of a chosen client; never on for a service.
+        self.test_commands = test_commands
         self.process: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
         self.pid: int | None = None
@@ -178,6 +181,7 @@ class EmbeddedMongo:
             "--sync-on-commit",
             "--log-level",
             "WARNING",
+            *(["--enable-test-commands"] if self.test_commands else []),
         ]
         if self._log_file is not None:
             self._log_file.close()

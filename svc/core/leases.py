@@ -52,6 +52,10 @@ class Lease:
             return False
         return True
 
+    async def release(self) -> None:
+        """Give the lease up now, if this holder has it (a finished one-off job)."""
+        await self.store[COLLECTION].delete_one({"_id": self.name, "holder": self.holder})
+
     async def current(self) -> Document | None:
         """The lease's document: who holds it and until when (operators, tests)."""
         return await self.store[COLLECTION].find_one({"_id": self.name})

@@ -29,6 +29,8 @@ from email.utils import make_msgid
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from pymongo.errors import DuplicateKeyError
+
 from svc.core import counters, tokens
 from svc.core.clock import utcnow
 from svc.core.store import Document, Store
@@ -92,12 +94,15 @@ class Mailer:
         self.sender = sender
         self.target = SmtpTarget.parse(smtp_url) if smtp_url else None
 
-    async def send(self, to: str, subject: str, body: str, kind: str) -> None:
-        """Record the message, then try to deliver it once now; failures are retried later."""
+    async def send(self, to: str, subject: str, body: str, kind: str, message_id: str | None = None) -> None:
+        """Record the message, then try to deliver it once now; failures are retried later.
+
+        `message_id` names the message for a sender that may send it twice (a pipeline's Sender
+        step resumed after a crash): a message already recorded under it is not sent again."""
         subject = " ".join(subject.split())  # no CR/LF: they would start new headers
         now = utcnow()
         record: dict[str, Any] = {
-            "_id": tokens.new_id(),
+            "_id": message_id or tokens.new_id(),
             "to": to,
             "subject": subject,
             "body": body,
@@ -107,12 +112,20 @@ class Mailer:
             "createdAt": now,
         }
         if self.target is None:
-            await self.store["outbox"].insert_one(record)
-            log.info("mail recorded in the outbox (no SMTP configured)", extra={"mailKind": kind})
+            if await self._record(record):
+                log.info("mail recorded in the outbox (no SMTP configured)", extra={"mailKind": kind})
             return
         record["nextAttemptAt"] = now + SENDING_LEASE  # this call holds it while sending
-        await self.store["outbox"].insert_one(record)
-        await self._attempt(record, now)
+        if await self._record(record):
+            await self._attempt(record, now)
+
+    async def _record(self, record: dict[str, Any]) -> bool:
+        """Store the message; False when one with its id is stored already (it is not sent twice)."""
+        try:
+            await self.store["outbox"].insert_one(record)
+        except DuplicateKeyError:
+            return False
+        return True
 
     async def retry_due(self, now: datetime | None = None) -> int:
         """Send the queued messages whose retry time has come; how many were sent."""

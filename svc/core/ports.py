@@ -4,35 +4,54 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from svc.core.run_commands import (
+    Accepted,
+    Cancel,
+    Cancelled,
+    Continue,
+    Continued,
+    RunOutcome,
+    StartRun,
+    Watched,
+    WatchEvents,
+)
+
 
 class RuntimeFailure(Exception):
     """The runtime could not carry out a run (its worker died, or it is unavailable)."""
 
 
 class Runtime(Protocol):
-    """The actor runtime (Ray) as the domain sees it."""
+    """The actor runtime (Ray) as the domain sees it: typed commands to an install's actor
+    (svc/core/run_commands.py). RuntimeFailure when the actor cannot be started or reached."""
 
     async def ping(self) -> bool:
         """True when the runtime answers."""
         ...
 
-    async def run(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """Start the queued run `payload["runId"]` in the install's actor and wait for the outcome;
-        RuntimeFailure if the actor cannot be started or dies."""
+    async def run(self, install_id: str, command: StartRun, wait_s: float) -> RunOutcome:
+        """Start the queued run in the install's actor and wait up to `wait_s` for it to end or
+        pause; past that, its state then (the run goes on)."""
         ...
 
-    async def submit(self, install_id: str, payload: dict[str, Any]) -> None:
-        """Hand the queued run `payload["runId"]` to the install's actor without waiting for it;
-        RuntimeFailure when it cannot be handed over (it stays queued)."""
+    async def submit(self, install_id: str, command: StartRun) -> Accepted:
+        """Hand the queued run to the install's actor without waiting for it."""
         ...
 
-    async def cancel(self, install_id: str, run_id: str) -> dict[str, Any]:
-        """Ask the install's actor to cancel a run: {cancelled: bool, step: key | "" | None}."""
+    async def cancel(self, install_id: str, command: Cancel) -> Cancelled:
+        """Ask the install's actor to cancel a run."""
         ...
 
-    async def resume(self, install_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """Ask the install's actor to continue a paused run ({runId?, bypassGates, actor}):
-        {ok, runId, gate} or {conflict: message}."""
+    async def resume(self, install_id: str, command: Continue) -> Continued:
+        """Ask the install's actor to continue a paused run."""
+        ...
+
+    async def events(self, install_id: str, command: WatchEvents) -> Watched:
+        """A run's events from the actor that holds it (`live` False when none does)."""
+        ...
+
+    async def wake(self, install_id: str) -> None:
+        """Make sure the install's actor lives: its recovery adopts the runs a dead copy left."""
         ...
 
 

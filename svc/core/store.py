@@ -87,7 +87,6 @@ INDEXES: dict[str, list[Index]] = {
     ],
     "template_versions": [
         Index([("templateId", ASCENDING), ("version", DESCENDING)], unique=True),
-        Index([("fromDraftId", ASCENDING)]),
     ],
     "installs": [
         Index([("webhookTokenHash", ASCENDING)], unique=True, partial={"webhookTokenHash": STRING}),
@@ -122,6 +121,14 @@ INDEXES: dict[str, list[Index]] = {
         Index([("createdAt", ASCENDING)], ttl_seconds=30 * 24 * 3600, name="security_requests_ttl"),
     ],
     "outbox": [Index([("createdAt", DESCENDING)])],
+    # MCP (docs/mcp.md): the deployer's pinned tools, and approvals bound to one call each
+    # (one open request or approval per call digest; kept 30 days).
+    "mcp_consents": [Index([("installId", ASCENDING)])],
+    "mcp_approvals": [
+        Index([("openDigest", ASCENDING)], unique=True, partial={"openDigest": STRING}),
+        Index([("installId", ASCENDING), ("requestedAt", DESCENDING)]),
+        Index([("requestedAt", ASCENDING)], ttl_seconds=30 * 24 * 3600, name="mcp_approvals_ttl"),
+    ],
     # Durable webhook callbacks (svc/runtime/callbacks.py): the job runner reads the due ones.
     "callbacks": [Index([("status", ASCENDING), ("nextAttemptAt", ASCENDING)])],
     # One spend-cap mail per install, period and threshold; kept past the period, then dropped.
@@ -208,13 +215,15 @@ class Store:
         self.db: AsyncDatabase[Document] = client[database]
 
     @classmethod
-    def connect(cls, uri: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Store:
+    def connect(cls, uri: str, timeout_s: float = DEFAULT_TIMEOUT_S, appname: str = "svc") -> Store:
         """A store for the URI; its database is the URI's path, or `svc`.
 
         `timeout_s` bounds every operation, from choosing a server to the last byte of the
         answer (PyMongo's client-side operation timeout, `timeoutMS`, which also sends the
         remaining time to the server as `maxTimeMS`): a frozen or unreachable database raises
         a timeout error (`PyMongoError.timeout`) within it, never hangs a request or a run.
+        `appname` names the process kind in the server's view of its connections (`svc-actor` for
+        install actors), which operators see in `currentOp` and tests aim fault injection at.
         """
         timeout_ms = max(1, round(timeout_s * 1000))
         client: AsyncMongoClient[Document] = AsyncMongoClient(
@@ -223,7 +232,7 @@ class Store:
             timeoutMS=timeout_ms,
             serverSelectionTimeoutMS=timeout_ms,
             connectTimeoutMS=timeout_ms,
-            appname="svc",
+            appname=appname,
         )
         database = client.get_default_database(default=DEFAULT_DATABASE).name
         return cls(client, uri, database)

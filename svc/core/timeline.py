@@ -19,6 +19,7 @@ from bson import ObjectId
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo import DESCENDING
 
+from svc.core.bulk import Batch
 from svc.core.clock import iso, utcnow
 from svc.core.errors import BadRequest
 from svc.core.models import Timestamp
@@ -60,6 +61,36 @@ def actor_of(user_id: str | None, via: str | None = None) -> dict[str, Any]:
     return {"actorId": user_id, "via": via}
 
 
+def entry(
+    kind: Kind,
+    action: str,
+    *,
+    install_id: str | None = None,
+    org_id: str | None = None,
+    actor: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None,
+    entry_id: str | None = None,
+) -> Document:
+    """One stored entry. Time-ordered ids keep entries of one millisecond in the order they were
+    written; a writer that may send the same entry twice (a run's settlement) passes the id it
+    chose once (`entry_id`), so the second send stores nothing."""
+    return {
+        "_id": entry_id or str(ObjectId()),
+        "installId": install_id,
+        "orgId": org_id,
+        "kind": kind,
+        "action": action,
+        **(actor or actor_of(None)),
+        "meta": meta or {},
+        "createdAt": utcnow(),
+    }
+
+
+def add_to(batch: Batch, doc: Document) -> None:
+    """An entry (built by `entry` with an id chosen once) as an operation of a batch."""
+    batch.put(COLLECTION, doc)
+
+
 class Timeline:
     """Appends and pages timeline entries."""
 
@@ -78,17 +109,7 @@ class Timeline:
     ) -> None:
         """Append one entry (to an install's timeline, an org's, or both)."""
         await self.store[COLLECTION].insert_one(
-            {
-                # Time-ordered ids keep entries of one millisecond in the order they were written.
-                "_id": str(ObjectId()),
-                "installId": install_id,
-                "orgId": org_id,
-                "kind": kind,
-                "action": action,
-                **(actor or actor_of(None)),
-                "meta": meta or {},
-                "createdAt": utcnow(),
-            }
+            entry(kind, action, install_id=install_id, org_id=org_id, actor=actor, meta=meta)
         )
 
     async def page(self, scope: Document, query: TimelineQuery) -> tuple[list[dict[str, Any]], str | None]:

@@ -2,7 +2,8 @@
 
 New values are encrypted with the first key of SVC_SECRET_KEYS; every listed key
 decrypts, so a key can be rotated in by putting it first and retired once
-`Vault.rotate` has re-encrypted what the old key wrote.
+`svc keys rotate` (svc/core/rekey.py, with `Vault.rotate`) has re-encrypted what the
+old key wrote.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ class Vault:
     def __init__(self, keys: Sequence[str]) -> None:
         if not keys:
             raise ValueError("the vault needs at least one Fernet key")
-        self.keys = list(keys)  # handed to actors, which decrypt install secrets
-        self._fernet = MultiFernet([Fernet(key.encode()) for key in keys])
+        self.keys = list(keys)
+        self._fernets = [Fernet(key.encode()) for key in keys]
+        self._fernet = MultiFernet(self._fernets)
 
     @classmethod
     def from_settings(cls, keys: Sequence[str], data_dir: Path) -> Vault:
@@ -49,6 +51,22 @@ class Vault:
             return self._fernet.decrypt(token.encode()).decode()
         except InvalidToken:
             raise VaultError("stored secret cannot be decrypted with the configured keys") from None
+
+    def is_current(self, token: str) -> bool:
+        """Whether the newest key alone decrypts the token (it needs no re-encryption)."""
+        try:
+            self._fernets[0].decrypt(token.encode())
+        except InvalidToken:
+            return False
+        return True
+
+    def can_decrypt(self, token: str) -> bool:
+        """Whether any configured key decrypts the token."""
+        try:
+            self._fernet.decrypt(token.encode())
+        except InvalidToken:
+            return False
+        return True
 
     def rotate(self, token: str) -> str:
         """Re-encrypt a token with the current (first) key."""

@@ -11,12 +11,13 @@ from svc.identity.accounts import (
     public_user,
 )
 from svc.identity.credentials import Credentials, Principal, require_unscoped
-from svc.identity.keys import ApiKeys, CreateKeyBody
+from svc.identity.keys import ENCRYPTED, ApiKeys, CreateKeyBody
 from svc.identity.ratelimit import RateLimiter
 from svc.identity.user_admin import UserAdmin
 
 __all__ = [
     "EMAIL_PATTERN",
+    "ENCRYPTED",
     "SESSION_LIFETIME",
     "Accounts",
     "ApiKeys",

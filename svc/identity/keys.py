@@ -16,6 +16,7 @@ from pymongo import DESCENDING
 from svc.core import (
     Conflict,
     Document,
+    Encrypted,
     Forbidden,
     NotFound,
     RequestBody,
@@ -32,6 +33,9 @@ from svc.core import (
 
 MAX_KEYS_PER_USER = 100
 CREATION_NOTE = "Store this key somewhere safe: it acts as you for every API call made with it."
+
+# The Fernet fields this package stores (`svc keys rotate` re-encrypts them).
+ENCRYPTED = (Encrypted("api_keys", "keyEncrypted"),)
 
 
 class CreateKeyBody(RequestBody):

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from config.catalogue import DEFAULT_PLATFORM
 from plugins.types import OPTIONAL_FIELDS, PlatformInfo
-from svc.core import BadRequest, DisplayName, RequestBody, Store
+from svc.core import BadRequest, DisplayName, Encrypted, RequestBody, Store
 from svc.templates import VARIABLE_REFERENCE, hierarchy_depth
 
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -22,6 +22,16 @@ FieldValue = Annotated[str, Field(max_length=65_536)]
 BILLING_FIELDS = ("deployerEmail", "payCustomerId", "payPaymentMethodId")
 # Credentials the spec lets the body carry at its top level (a platform's `top_level_credentials`).
 TOP_LEVEL_CREDENTIALS = ("orchABaseUrl", "orchAApiKey")
+# The Fernet fields this package stores (`svc keys rotate` re-encrypts them).
+ENCRYPTED = (
+    Encrypted("installs", "secretsEncrypted", many=True),
+    Encrypted("installs", "credentialsEncrypted"),
+    Encrypted("installs", "platformStateEncrypted"),
+    Encrypted("installs", "webhookSecretEncrypted"),
+    Encrypted("installs", "webhookTokenEncrypted"),
+    Encrypted("installs", "callbackSecretEncrypted"),
+    Encrypted("vault_secrets", "valueEncrypted"),
+)
 
 
 class CreateInstallBody(RequestBody):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets as random
+from datetime import datetime
 from typing import Any
 
 from pymongo import DESCENDING
@@ -30,6 +31,7 @@ from plugins.types import (
 from svc.core import (
     BadGateway,
     BadRequest,
+    Batch,
     Conflict,
     Document,
     Governance,
@@ -62,6 +64,7 @@ from svc.installs.fields import (
 from svc.installs.remembered import RememberedSecrets
 from svc.installs.removal import InstallRemoval
 from svc.installs.summaries import managed_summaries
+from svc.mcp import Catalogue, install_warnings
 from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
 from svc.templates import claim_install, is_owner, owner_of, release_install
 
@@ -70,9 +73,10 @@ log = logging.getLogger(__name__)
 MAX_LISTED = 500
 
 
-async def touch_last_run(store: Store, install_id: str) -> None:
-    """Note that the install just ran (shown in the deployer's home list)."""
-    await store.installs.update_one({"_id": install_id}, {"$set": {"lastRunAt": utcnow()}})
+def note_last_run(batch: Batch, install_id: str, at: datetime) -> None:
+    """Note when the install last ran, as an operation of a run's settlement (a resend keeps the
+    latest time)."""
+    batch.update("installs", {"_id": install_id}, {"$max": {"lastRunAt": at}})
 
 
 class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
@@ -260,12 +264,20 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         }
         if update["companyId"]:
             response["companyId"] = update["companyId"]
-        if result.warnings:
-            response["warnings"] = list(result.warnings)
+        warnings = [*result.warnings, *self._mcp_warnings(platform, doc)]  # MCP (issue 32)
+        if warnings:
+            response["warnings"] = warnings
         if approval_id is not None:
             response["status"] = "pending"
             response["approvalId"] = approval_id
         return response
+
+    def _mcp_warnings(self, platform: PlatformInfo, doc: Document) -> list[str]:
+        """What the install answer says about the team's MCP servers (docs/mcp.md)."""
+        template = {"id": doc["templateId"], "slug": doc["templateSlug"]}
+        catalogue = Catalogue(dict(self.settings.mcp_servers))
+        runs, owner = platform.traits.runs_mcp, doc["owner"]
+        return install_warnings(doc["definition"], platform.id, runs, catalogue, template, owner, doc["_id"])
 
     async def settle_approval(self, install_id: str, org_id: str, approved: bool) -> None:
         """Governance decision: a waiting install of the org becomes ready, or is cancelled."""
@@ -431,6 +443,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
     async def report_run(self, principal: Principal, install_id: str, body: SelfReportBody) -> str:
         """A run the deployer made directly on the platform (orchC self-report)."""
         doc = await self.owned(principal, install_id)
+        await self.runs.require_reportable(doc, body.runId)
         require_ready(doc)
         keys = {agent["key"] for agent in doc["definition"]["agents"]}
         if body.agentKey not in keys:

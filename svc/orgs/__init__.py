@@ -20,11 +20,12 @@ from svc.orgs.governance import Approvals, Governance
 from svc.orgs.invitations import Invitations
 from svc.orgs.org_analytics import AnalyticsQuery
 from svc.orgs.org_keys import OrgKeys
-from svc.orgs.org_secrets import OrgSecrets
+from svc.orgs.org_secrets import ENCRYPTED, OrgSecrets
 from svc.orgs.orgs import Orgs
 from svc.orgs.plans import Plan, Plans
 
 __all__ = [
+    "ENCRYPTED",
     "SYSTEM",
     "Access",
     "AnalyticsQuery",

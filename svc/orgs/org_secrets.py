@@ -10,10 +10,13 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
-from svc.core import BadRequest, Conflict, NotFound, Slots, Store, Vault, iso, tokens, utcnow
+from svc.core import BadRequest, Conflict, Encrypted, NotFound, Slots, Store, Vault, iso, tokens, utcnow
 from svc.orgs.access import MAX_LISTED, OrgAccess
 from svc.orgs.audit import AuditLog
 from svc.orgs.bodies import SecretBody
+
+# The Fernet fields this package stores (`svc keys rotate` re-encrypts them).
+ENCRYPTED = (Encrypted("org_secrets", "valueEncrypted"),)
 
 
 def secret_key(raw: str) -> str:

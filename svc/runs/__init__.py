@@ -1,9 +1,9 @@
 """Run records: ingestion, the counters on the write path, analytics for builders, the run poller."""
 
-from svc.runs import newest, run_stats
+from svc.runs import newest, recording, run_stats
 from svc.runs.run_analytics import RunAnalytics, RunsQuery, RunsReport, find_template
 from svc.runs.run_stats import usage_by_install
-from svc.runs.runs import IngestBody, InvokeBody, Runs, SelfReportBody, require_ready
+from svc.runs.runs import IngestBody, InvokeBody, Runs, SelfReportBody, record_of, require_ready
 
 __all__ = [
     "IngestBody",
@@ -15,6 +15,8 @@ __all__ = [
     "SelfReportBody",
     "find_template",
     "newest",
+    "record_of",
+    "recording",
     "require_ready",
     "run_stats",
     "usage_by_install",

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from svc.core import Document, Store, aware
+from svc.core import Batch, Document, Store, aware
 
 COLLECTION = "runs_newest"
 COUNTERS = "run_stats"
@@ -83,6 +83,14 @@ class _Queue:
 
 
 _queues: weakref.WeakKeyDictionary[Store, dict[str, _Queue]] = weakref.WeakKeyDictionary()
+
+
+def push_once(batch: Batch, run: Document) -> None:
+    """Add a managed run to its template's newest runs as operations of `batch`; sending the
+    batch again adds nothing (the push is guarded by the run's own item)."""
+    query, change = _push(run["templateId"], [item(run)])
+    batch.update(COLLECTION, query, {"$setOnInsert": change["$setOnInsert"]}, upsert=True)
+    batch.update(COLLECTION, {**query, "runs": {"$ne": item(run)}}, {"$push": change["$push"]})
 
 
 async def keep(store: Store, run: Document) -> None:

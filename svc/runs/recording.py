@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 
 from pymongo.errors import BulkWriteError
 
-from svc.core import Document, Store
+from svc.core import Batch, Document, Store, counters
 from svc.runs import run_metrics, run_stats
 
 DUPLICATE_KEY = 11000
+COLLECTION = "runs"
 
 
 @dataclass
@@ -42,6 +43,22 @@ class _Queue:
 
 
 _queues: weakref.WeakKeyDictionary[Store, _Queue] = weakref.WeakKeyDictionary()
+
+
+def managed(batch: Batch, run: Document, tool_calls: tuple[int, int] = (0, 0)) -> None:
+    """A managed run's record, its counters, its template's newest runs and the run metrics, as
+    operations of `batch` (the run's settlement: svc/runtime/settlement.py). The record's `_id` is
+    the run id, so sending the batch again stores nothing twice; the counters are guarded the same
+    way (`run_stats.count_once`). Only the runtime writes a managed run's record: reports for a
+    managed install are refused (svc/runs/runs.py)."""
+    run = {**run, "_id": run["runId"]}
+    batch.put(COLLECTION, run)
+    run_stats.count_once(batch, run, tool_calls)
+
+
+def metric_changes(runs: list[Document]) -> list[counters.Change | None]:
+    """The run metrics of new records (see `run_metrics.recorded_many`), as counter changes."""
+    return run_metrics.changes(runs)
 
 
 async def add(store: Store, run: Document) -> bool:

@@ -16,28 +16,30 @@ async def recorded_many(store: Store, runs: list[Document]) -> None:
     """Count new run records by platform and status; managed runs also give their durations.
 
     One round trip for any number of runs: the counter of each (platform, status) and the
-    duration histogram in one bulk write. A managed (`svc`) run's record carries `startedAt`,
-    when the install's actor began it (a run failed before it started has none); other
-    platforms report finished runs with no start time.
+    duration histogram in one bulk write.
     """
+    await counters.write(store, changes(runs))
+
+
+def changes(runs: list[Document]) -> list[counters.Change | None]:
+    """The counter changes of new run records. A managed (`svc`) run's record carries `startedAt`,
+    when the install's actor began it (a run failed before it started has none); other
+    platforms report finished runs with no start time."""
     by_label = Counter((run["platform"], run["status"]) for run in runs)
     seconds = [
         (aware(run["createdAt"]) - aware(run["startedAt"])).total_seconds()
         for run in runs
         if run["platform"] == "svc" and run.get("startedAt") is not None
     ]
-    await counters.write(
-        store,
-        [
-            *(
-                counters.increment("runs", {"platform": platform, "status": status}, seen)
-                for (platform, status), seen in sorted(by_label.items())
-            ),
-            counters.observation(
-                "run_duration_seconds",
-                {"platform": "svc"},
-                [s for s in seconds if s >= 0],
-                counters.DURATION_BUCKETS,
-            ),
-        ],
-    )
+    return [
+        *(
+            counters.increment("runs", {"platform": platform, "status": status}, seen)
+            for (platform, status), seen in sorted(by_label.items())
+        ),
+        counters.observation(
+            "run_duration_seconds",
+            {"platform": "svc"},
+            [s for s in seconds if s >= 0],
+            counters.DURATION_BUCKETS,
+        ),
+    ]

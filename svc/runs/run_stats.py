@@ -12,8 +12,9 @@ partial hours at the very edges, which are read from the run records themselves.
 figures are therefore exact for any period, and a 30-day period reads about 30 day
 counters, 46 hour counters and two hours of runs per install.
 
-The counters are written after the run record; if a process dies between the two
-writes, `svc runs rebuild-stats` recomputes them from the records.
+A reported run's counters are written after its record; if a process dies between the two
+writes, `svc runs rebuild-stats` recomputes them from the records. A managed run's record and
+counters are owed by its end and written exactly once (`count_once`, svc/runtime/settlement.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
 
-from svc.core import Document, Store, aware
+from svc.core import Batch, Document, Store, aware
 from svc.runs import newest
 
 COLLECTION = "run_stats"
@@ -113,6 +114,42 @@ async def count_many(store: Store, runs: list[Document]) -> None:
     for run in runs:
         by_template.setdefault(run["templateId"], []).append(run)
     await asyncio.gather(*(newest.keep_all(store, t, group) for t, group in by_template.items()))
+
+
+# How many run ids a counter remembers having applied (`count_once`): a batch cut short is sent
+# again by the same install's actor (or, once it is gone, the sweeper) before that install's later
+# runs can push these ids out, so the window only needs to cover one batch.
+APPLIED_WINDOW = 200
+
+
+def count_once(batch: Batch, run: Document, tool_calls: tuple[int, int] = (0, 0)) -> None:
+    """Add a managed run to its counters as operations of `batch`, exactly once per counter
+    however often the batch is sent: each counter is created if missing, then incremented only
+    if it has not applied this run's id yet (its `applied` list); then its template's newest runs.
+    `tool_calls`: (all, failed) outbound calls the run made, for the install's tool counters."""
+    inc = increments_for(run)
+    for key, fields in counters_of(run):
+        _once(batch, key, fields, inc, run["runId"])
+    calls, failed = tool_calls
+    if calls:
+        tools = {"kind": "tools", "installId": run["installId"]}
+        _once(
+            batch,
+            f"tools|{run['installId']}",
+            tools,
+            {"toolCalls": calls, "failedToolCalls": failed},
+            run["runId"],
+        )
+    newest.push_once(batch, run)
+
+
+def _once(batch: Batch, key: str, fields: Document, inc: dict[str, int], run_id: str) -> None:
+    batch.update(COLLECTION, {"_id": key}, {"$setOnInsert": fields}, upsert=True)
+    batch.update(
+        COLLECTION,
+        {"_id": key, "applied": {"$ne": run_id}},
+        {"$inc": inc, "$push": {"applied": {"$each": [run_id], "$slice": -APPLIED_WINDOW}}},
+    )
 
 
 async def count_tool_call(store: Store, install_id: str, status_code: int | None) -> None:

@@ -29,6 +29,10 @@ def require_ready(install: Document) -> None:
         raise Conflict(f"Install is not ready (status: {install['status']})")
 
 
+MANAGED_REPORT = (
+    "This install runs on the managed runtime, which records every run itself; run reports are refused"
+)
+RUNTIME_RUN_ID = "This runId belongs to a run of the managed runtime, which records it itself"
 # Far above any real run, far below the 64-bit sums of the counters.
 MAX_TOKENS = 10**12
 
@@ -74,6 +78,51 @@ class InvokeBody(RequestBody):
     sessionId: str | None = Field(default=None, min_length=1, max_length=200)
 
 
+def record_of(
+    install: Document,
+    *,
+    run_id: str,
+    agent_key: str | None,
+    status: str,
+    source: str,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    error_message: str | None = None,
+    platform_agent_id: str | None = None,
+    created_at: datetime | None = None,
+    platform_run_id: str | None = None,
+    billable: bool = False,
+    started_at: datetime | None = None,
+    template_version: str | None = None,
+) -> Document:
+    """A run record: what ran, on which install and agent, its outcome and tokens (never content).
+
+    `billable`: a failed run whose tokens are billed all the same (a managed run stopped by its
+    per-run token cap); completed runs always are. `started_at`: when the install's actor began a
+    managed run (its duration in the metrics). `template_version`: the version the run ran (a
+    managed run keeps the version it started on across an upgrade)."""
+    return {
+        "_id": tokens.new_id(),
+        "runId": run_id,
+        "installId": install["_id"],
+        "templateId": install["templateId"],
+        "templateVersion": template_version or install["templateVersion"],
+        "platform": install["platform"],
+        "owner": install["owner"],
+        "agentKey": agent_key,
+        "platformAgentId": platform_agent_id,
+        **({"platformRunId": platform_run_id} if platform_run_id else {}),
+        "status": status,
+        "inputTokens": input_tokens,
+        "outputTokens": output_tokens,
+        "errorMessage": error_message if status == "failed" else None,
+        "source": source,
+        "createdAt": created_at or utcnow(),
+        **({"billable": True} if billable and status == "failed" else {}),
+        **({"startedAt": started_at} if started_at else {}),
+    }
+
+
 class Runs:
     """Records runs and checks incoming run reports.
 
@@ -81,9 +130,24 @@ class Runs:
     `reports_tokens` trait is off): per_k_tokens billing does not apply there (spec).
     """
 
-    def __init__(self, store: Store, tokenless: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, store: Store, tokenless: frozenset[str] = frozenset(), managed: frozenset[str] = frozenset()
+    ) -> None:
         self.store = store
         self.tokenless = tokenless
+        # Platforms whose runs the managed runtime executes: it alone records them.
+        self.managed = managed
+
+    async def require_reportable(self, install: Document, run_id: str | None) -> None:
+        """409 for a report the runtime must not be second-guessed on: any report for an install
+        whose runs the managed runtime executes, and a report that names a run id of the runtime's
+        own (an orchA heartbeat's run, by our id or the platform's). The runtime is the only source
+        of a managed run's record, so a report can neither pre-empt nor replace it (docs/runs.md)."""
+        if install["platform"] in self.managed:
+            raise Conflict(MANAGED_REPORT)
+        runtime_run = {"installId": install["_id"], "$or": [{"_id": run_id}, {"platformRunId": run_id}]}
+        if run_id is not None and await self.store["pipeline_runs"].count_documents(runtime_run, limit=1):
+            raise Conflict(RUNTIME_RUN_ID)
 
     async def record(self, install: Document, **fields: Any) -> str:
         """Store one run (the keywords of `add`); a repeated runId is a no-op. Returns the run id."""
@@ -113,26 +177,21 @@ class Runs:
         per-run token cap: the spend caps issue bills its tokens as usage); completed runs always are.
         `started_at`: when the install's actor began a managed run (its duration in the metrics)."""
         run_id = run_id or tokens.new_id()
-        doc: dict[str, Any] = {
-            "_id": tokens.new_id(),
-            "runId": run_id,
-            "installId": install["_id"],
-            "templateId": install["templateId"],
-            "templateVersion": install["templateVersion"],
-            "platform": install["platform"],
-            "owner": install["owner"],
-            "agentKey": agent_key,
-            "platformAgentId": platform_agent_id,
-            **({"platformRunId": platform_run_id} if platform_run_id else {}),
-            "status": status,
-            "inputTokens": input_tokens,
-            "outputTokens": output_tokens,
-            "errorMessage": error_message if status == "failed" else None,
-            "source": source,
-            "createdAt": created_at or utcnow(),
-            **({"billable": True} if billable and status == "failed" else {}),
-            **({"startedAt": started_at} if started_at else {}),
-        }
+        doc = record_of(
+            install,
+            run_id=run_id,
+            agent_key=agent_key,
+            status=status,
+            source=source,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            error_message=error_message,
+            platform_agent_id=platform_agent_id,
+            created_at=created_at,
+            platform_run_id=platform_run_id,
+            billable=billable,
+            started_at=started_at,
+        )
         # Written with the reports arriving at the same time (svc/runs/recording.py); False
         # for the same report again.
         return run_id, await recording.add(self.store, doc)
@@ -168,6 +227,7 @@ class Runs:
         install = await self.store.installs.find_one({"_id": install_id})
         if install is None:
             raise NotFound("Install not found")
+        await self.require_reportable(install, body.runId)
         # A retry of a report already stored gets the first answer, even if the install has
         # changed since (a platform retrying after a lost response must not see an error).
         if await self.store["runs"].count_documents({"installId": install_id, "runId": body.runId}, limit=1):

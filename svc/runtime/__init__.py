@@ -1,12 +1,27 @@
-"""The managed runtime: starting and executing runs, the agent loop, pipelines and gates, schedules,
-access policies, the security log and pipeline events."""
+"""The managed runtime: starting and executing runs, the run's journal and its settlement, the agent
+loop, pipelines and gates, schedules, access policies, the security log and pipeline events."""
 
-from svc.runtime import ledger
+from svc.runtime import incarnations, ledger, pool
 from svc.runtime.agent_loop import RunScope, TeamRunner, root_agent
 from svc.runtime.callbacks import CallbackDelivery
 from svc.runtime.events import Events, agent_runs
-from svc.runtime.execution import CANCELLED, Admission, InstallRunner, failed_outcome
+from svc.runtime.execution import (
+    DATABASE_DOWN,
+    INTERRUPTED,
+    STALLED,
+    Admission,
+    InstallRunner,
+    RunLimits,
+)
+from svc.runtime.faults import CrashPoints
+from svc.runtime.host import InstallHost
+from svc.runtime.journal import scratch
 from svc.runtime.llm import LLM, ProviderNotConfigured
+from svc.runtime.mcp_installs import McpApprovalDecisionBody, McpApprovalQuery, McpConsentBody, McpInstalls
+from svc.runtime.mcp_policy import read_back_mcp
+from svc.runtime.mcp_run import McpRun, McpService
+from svc.runtime.mcp_support import ApprovalNeeded, ToolOutcome
+from svc.runtime.mcp_tools import McpToolbox
 from svc.runtime.outreach import BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody
 from svc.runtime.pipelines import MAX_DRAFT_ID
 from svc.runtime.policy import read_back
@@ -24,27 +39,42 @@ from svc.runtime.schedules import (
     next_fire,
 )
 from svc.runtime.security_log import SecurityLog
+from svc.runtime.settlement import OWED, Settlement
 
 __all__ = [
-    "CANCELLED",
     "CLOSING",
+    "DATABASE_DOWN",
+    "INTERRUPTED",
     "LLM",
     "MAX_DRAFT_ID",
+    "OWED",
+    "STALLED",
     "TERMINAL",
     "Admission",
+    "ApprovalNeeded",
     "BulkBody",
     "CallbackDelivery",
     "ContinueBody",
+    "CrashPoints",
     "DraftEdit",
     "Events",
     "HeartbeatBody",
+    "InstallHost",
     "InstallRunner",
+    "McpApprovalDecisionBody",
+    "McpApprovalQuery",
+    "McpConsentBody",
+    "McpInstalls",
+    "McpRun",
+    "McpService",
+    "McpToolbox",
     "Outreach",
     "ProviderNotConfigured",
     "RejectBody",
     "RunBody",
     "RunDetail",
     "RunEvents",
+    "RunLimits",
     "RunScope",
     "RunService",
     "RunWatch",
@@ -53,18 +83,23 @@ __all__ = [
     "SchedulerCore",
     "Schedules",
     "SecurityLog",
+    "Settlement",
     "Subscription",
     "TeamRunner",
     "ToggleBody",
+    "ToolOutcome",
     "WebhookBody",
     "agent_runs",
     "check_cron",
     "check_timezone",
-    "failed_outcome",
+    "incarnations",
     "ledger",
     "next_fire",
+    "pool",
     "read_back",
+    "read_back_mcp",
     "redacted",
     "root_agent",
+    "scratch",
     "settled_event",
 ]

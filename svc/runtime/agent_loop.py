@@ -1,85 +1,79 @@
-"""The managed runtime's agent loop: a supervisor, delegation, and the `http_request` tool.
+"""The managed runtime's agent loop: a supervisor, delegation, and the agents' tools.
 
-The supervisor (the root agent) gets the task and one `delegate_<key>` tool per
-other agent, plus `http_request`. Each delegated agent runs its own loop with its
-own prompt, model and access policy, and `http_request` only. Every loop stops
-after MAX_ITERATIONS model calls. The supervisor's final text is the response.
+The supervisor (the root agent) gets the task and one `delegate_<key>` tool per other agent,
+plus `http_request`. Each delegated agent runs its own loop with its own prompt, model and
+access policy, and `http_request` only. Every loop stops after MAX_ITERATIONS model calls. The
+supervisor's final text is the response.
 
-Every `http_request` passes, in order: secret substitution (`${NAME}` in the URL
-and header values only), the agent's access policy (the LLM judge for
-`require_approval`, failing closed), then the egress guard, and is written to the
-security log with the URL as the agent wrote it.
+Every model call and tool call goes through the run's journal (svc/runtime/journal.py): what an
+earlier attempt of the run recorded is answered from it (a resumed run never repeats a completed
+call, nor counts its tokens twice), and what is new is recorded before the run acts on it. A tool
+call whose outcome a crash left unknown, or that a person must settle, stops the run at a gate
+(`GateReached`); the run resumes from the journal once the gate is decided.
 """
 
 from __future__ import annotations
 
-import functools
-import json
+import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
+from bson import ObjectId
+from pymongo.errors import PyMongoError
 
 from plugins import tracing
-from plugins.egress import EgressDenied, egress_client
-from plugins.types import ChatMessage, ProviderError, ToolCall, ToolSpec
-from svc.core import iso, utcnow
+from plugins.types import ChatMessage, CompletionResponse, ProviderError, ToolCall, ToolSpec
+from svc.core import Conflict, iso, utcnow
+from svc.runtime.http_tool import HTTP_TOOL, INVALID, HttpTool, Outcome, Request, tool_event
+from svc.runtime.journal import (
+    ReplayMismatch,
+    RunRecorder,
+    RunTaken,
+    cut,
+    delegate_path,
+    model_key,
+    tool_key,
+)
 from svc.runtime.llm import LLM
-from svc.runtime.policy import CompiledPolicy, compile_policy, evaluate
-from svc.runtime.security_log import RequestRecord, SecurityLog
+from svc.runtime.mcp_run import McpRun
+from svc.runtime.mcp_tools import McpToolbox
+from svc.runtime.security_log import RequestRecord
 
 log = logging.getLogger(__name__)
 
 MAX_ITERATIONS = 10
-MAX_BODY_CHARS = 8_000
-HTTP_TIMEOUT_S = 30.0
-JUDGE_TIMEOUT_S = 20.0
-SECRET_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-DECISIONS = {"allow": "ALLOW", "deny": "BLOCK", "judge": "JUDGE", "passthrough": "PASSTHROUGH"}
-METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-
-HTTP_TOOL = ToolSpec(
-    name="http_request",
-    description=(
-        "Send an HTTP request to an external service. Write secrets as ${NAME}; they are filled in "
-        "for the URL and headers. Returns the status code and the (possibly truncated) body."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "method": {"type": "string", "enum": METHODS},
-            "url": {"type": "string"},
-            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
-            "body": {"type": "string"},
-        },
-        "required": ["method", "url"],
-    },
-)
-JUDGE_SYSTEM = (
-    "You are a security judge for outbound HTTP requests made by an AI agent. Decide whether the request "
-    "fits the agent's declared role and task. Answer with JSON only, no prose: "
-    '{"decision": "allow" or "block", "reasoning": "<one sentence>", "confidence": <0 to 1>}.'
-)
-
-
-EventSink = Callable[[str, dict[str, Any]], None]
+OUTCOME_UNKNOWN = "outcome-unknown"
+APPROVAL = "tool-approval"
+REFUSED_BY_OPERATOR = "Refused by the operator"
+CANCELLED = "Run cancelled"
 
 
 class AgentFailed(Exception):
     """An agent could not finish; the message is shown in the run record."""
 
 
+class GateReached(Exception):
+    """The run must stop at a gate in the middle of an agent's loop (a tool call a person must
+    settle); `call` says which call and why, for the console and the resume."""
+
+    def __init__(self, gate: str, call: dict[str, Any]) -> None:
+        super().__init__(gate)
+        self.gate = gate
+        self.call = call
+        # Where the run resumes (a pipeline names its step and that step's input).
+        self.resume: dict[str, Any] = {}
+
+
 @dataclass
 class AgentStep:
-    """One agent's loop within a run."""
+    """One agent invocation within a run."""
 
     agent_key: str
+    path: str = ""
     status: str = "completed"
     input_tokens: int = 0
     output_tokens: int = 0
@@ -93,7 +87,7 @@ class AgentStep:
 
 @dataclass
 class TeamResult:
-    """What a run produced."""
+    """What a run (or one execution of it) produced."""
 
     status: str
     response: str | None
@@ -104,6 +98,8 @@ class TeamResult:
     error: str | None = None
     # A failed run whose tokens are billed all the same: it was stopped by its token cap (spend caps).
     billable: bool = False
+    # The spend cap that refused a model call of the run (svc/billing/spend_caps.py), if one did.
+    refusal: Conflict | None = None
 
 
 @dataclass(frozen=True)
@@ -117,21 +113,6 @@ class RunScope:
     judge_model: str
 
 
-def substitute(text: str, secrets: dict[str, str]) -> str:
-    """`${NAME}` replaced by the secret's value (unknown names stay as written)."""
-    return SECRET_REFERENCE.sub(lambda m: secrets.get(m.group(1), m.group(0)), text)
-
-
-def compiled_policy(policy: dict[str, Any] | None) -> CompiledPolicy | None:
-    """The agent's policy, compiled once per process (compiling costs milliseconds; runs repeat it)."""
-    return None if policy is None else _compile(json.dumps(policy, sort_keys=True))
-
-
-@functools.lru_cache(maxsize=512)
-def _compile(policy_json: str) -> CompiledPolicy | None:
-    return compile_policy(json.loads(policy_json))
-
-
 def root_agent(definition: dict[str, Any]) -> dict[str, Any]:
     """The supervisor: the first agent that reports to nobody."""
     return next((a for a in definition["agents"] if not a.get("reportsTo")), definition["agents"][0])
@@ -142,129 +123,150 @@ def delegate_tool_name(key: str) -> str:
     return f"delegate_{key}"[:64]
 
 
+def delegate_tool(agent: dict[str, Any]) -> ToolSpec:
+    kind = agent.get("title") or agent.get("role") or "agent"
+    return ToolSpec(
+        name=delegate_tool_name(agent["key"]),
+        description=f"Delegate a task to {agent['name']} ({kind}). {agent.get('capabilities', '')}".strip(),
+        parameters={"type": "object", "properties": {"task": {"type": "string"}}, "required": ["task"]},
+    )
+
+
+Delegate = Callable[[ToolCall, str], Awaitable[str]]
+
+
 class TeamRunner:
-    """Runs teams and single agents."""
+    """Runs teams and single agents for one run, through its recorder."""
 
     def __init__(
         self,
         llm: LLM,
-        security_log: SecurityLog,
-        steps_sink: Callable[[AgentStep], Awaitable[None]] | None = None,
-        on_step_start: Callable[[AgentStep], None] | None = None,
+        recorder: RunRecorder,
         *,
-        events: EventSink | None = None,
+        admit: Callable[[], Awaitable[None]] | None = None,
         token_cap: int | None = None,
-        tokens_used: int = 0,
+        mcp: McpRun | None = None,
     ) -> None:
         self.llm = llm
-        self.security_log = security_log
-        self.steps_sink = steps_sink
-        self.on_step_start = on_step_start
-        # The run's live events (svc/runtime/run_events.py): called, never awaited, so a slow
-        # event write never slows the run.
-        self.events = events
+        # The run's MCP tools (svc/runtime/mcp_run.py), when its team declares MCP servers.
+        self.mcp = mcp
+        self.recorder = recorder
+        # Spend caps: asked before every model call; raises Conflict when the cap is reached.
+        self.admit = admit
         # The install's per-run token cap (spend caps): checked before every model call.
         self.token_cap = token_cap
         self.capped = False  # set once the cap stopped a model call
-        self.tokens_used = tokens_used
+        self.refusal: Conflict | None = None  # the spend cap's refusal of a model call
 
     async def run_team(self, scope: RunScope, definition: dict[str, Any], task: str) -> TeamResult:
         """The supervisor's loop, delegating to the other agents."""
         root = root_agent(definition)
         others = {delegate_tool_name(a["key"]): a for a in definition["agents"] if a is not root}
-        tools = [
-            ToolSpec(
-                name=name,
-                description=f"Delegate a task to {a['name']} ({a.get('title') or a.get('role') or 'agent'}). "
-                f"{a.get('capabilities', '')}".strip(),
-                parameters={
-                    "type": "object",
-                    "properties": {"task": {"type": "string"}},
-                    "required": ["task"],
-                },
-            )
-            for name, a in others.items()
-        ]
         steps: list[AgentStep] = []
 
-        async def delegate(call: ToolCall) -> str:
+        async def delegate(call: ToolCall, at: str) -> str:
             agent = others[call.name]
-            sub_task = str(call.arguments.get("task", ""))
-            step = await self._run_agent(scope, agent, sub_task, [HTTP_TOOL], None, steps)
+            task = str(call.arguments.get("task", ""))
+            step = await self._invoke(scope, agent, task, delegate_path(at, agent["key"]), None, steps)
             if step.status == "failed":
                 return f"{agent['name']} could not finish: {step.error}"
             return step.output or ""
 
-        root_step = await self._run_agent(scope, root, task, [*tools, HTTP_TOOL], delegate, steps)
+        tools = [delegate_tool(a) for a in others.values()]
+        root_step = await self._invoke(scope, root, task, root["key"], (tools, delegate), steps)
+        return self._result(root["key"], root_step, steps)
+
+    async def run_agent(
+        self, scope: RunScope, agent: dict[str, Any], task: str, path: str | None = None
+    ) -> TeamResult:
+        """One agent alone, with `http_request` only (a pipeline step, or an orchA heartbeat)."""
+        steps: list[AgentStep] = []
+        step = await self._invoke(scope, agent, task, path or agent["key"], None, steps)
+        return self._result(agent["key"], step, steps)
+
+    @staticmethod
+    def _result(key: str, last: AgentStep, steps: list[AgentStep]) -> TeamResult:
         total_in = sum(s.input_tokens for s in steps)
         total_out = sum(s.output_tokens for s in steps)
-        if root_step.status == "failed":
-            return TeamResult("failed", None, root["key"], total_in, total_out, steps, root_step.error)
-        return TeamResult("completed", root_step.output, root["key"], total_in, total_out, steps)
+        if last.status == "failed":
+            return TeamResult("failed", None, key, total_in, total_out, steps, last.error)
+        return TeamResult("completed", last.output, key, total_in, total_out, steps)
 
-    async def run_agent(self, scope: RunScope, agent: dict[str, Any], task: str) -> TeamResult:
-        """One agent alone, with `http_request` only (the runtime webhook of orchA http agents)."""
-        steps: list[AgentStep] = []
-        step = await self._run_agent(scope, agent, task, [HTTP_TOOL], None, steps)
-        response = step.output
-        status = "completed" if step.status == "completed" else "failed"
-        return TeamResult(
-            status, response, agent["key"], step.input_tokens, step.output_tokens, steps, step.error
-        )
+    # ---- one agent invocation ----------------------------------------------------------------
 
-    async def _run_agent(
+    async def _invoke(
         self,
         scope: RunScope,
         agent: dict[str, Any],
         task: str,
-        tools: list[ToolSpec],
-        delegate: Callable[[ToolCall], Awaitable[str]] | None,
+        path: str,
+        delegation: tuple[list[ToolSpec], Delegate] | None,
         steps: list[AgentStep],
     ) -> AgentStep:
-        """One agent's turn, as an `invoke_agent` span with its tokens (tracing, #33)."""
-        with tracing.agent_span(agent["key"], agent["name"], agent.get("model"), scope.secrets) as span:
-            step = await self._agent_turn(scope, agent, task, tools, delegate, steps)
-            tracing.agent_finished(span, step.status, step.input_tokens, step.output_tokens, step.error)
+        """Run one agent's loop at `path` (or read its end from the journal when it finished before)."""
+        finished = self.recorder.journal.get("agent", path)
+        if finished is not None:
+            step = step_from(finished)
+            steps.append(step)
             return step
+        # The turn, made in this attempt of the run, as an `invoke_agent` span with its step's tokens
+        # (tracing, #33); a turn the journal holds whole is replayed above without one.
+        with tracing.agent_span(agent["key"], agent["name"], agent.get("model"), scope.secrets) as span:
+            try:
+                step = await self._turn(scope, agent, task, path, delegation, steps)
+            except GateReached as gate:  # a pause, not a failure: the turn goes on after the gate
+                span.event("svc.gate.reached", {"svc.gate.name": gate.gate})
+                stopped = gate
+            else:
+                tracing.agent_finished(span, step.status, step.input_tokens, step.output_tokens, step.error)
+                return step
+        raise stopped
 
-    async def _agent_turn(
+    async def _turn(
         self,
         scope: RunScope,
         agent: dict[str, Any],
         task: str,
-        tools: list[ToolSpec],
-        delegate: Callable[[ToolCall], Awaitable[str]] | None,
+        path: str,
+        delegation: tuple[list[ToolSpec], Delegate] | None,
         steps: list[AgentStep],
     ) -> AgentStep:
-        step = AgentStep(agent_key=agent["key"], model=agent.get("model"))
+        """One agent's loop of model and tool calls, its journalled calls replayed."""
+        recorder = self.recorder
+        step = AgentStep(agent_key=agent["key"], path=path, model=agent.get("model"))
         steps.append(step)
-        if self.on_step_start is not None:
-            self.on_step_start(step)
-        if self.events is not None:
-            self.events("step_started", step_started(step))
-        policy = compiled_policy(agent.get("accessPolicy"))
+        parent, recorder.current_agent = recorder.current_agent, agent["key"]
+        first = recorder.journal.get("model", model_key(path, 0))
+        if first is None:
+            recorder.emit("step_started", step_started(step))
+        elif isinstance(first.get("task"), str):
+            task = first["task"]  # resumed: the conversation starts as it did the first time
+        tools = [*(delegation[0] if delegation else []), HTTP_TOOL]
+        # What the MCP toolbox logs (each call, each tool it could not offer) goes into the journal.
+        toolbox = (
+            self.mcp.toolbox(agent, self._journal_log(path), recorder.emit) if self.mcp is not None else None
+        )
+        http = HttpTool(
+            self.llm,
+            scope.install_id,
+            scope.run_id,
+            agent,
+            scope.secrets,
+            scope.allow_private,
+            scope.judge_model,
+        )
         messages: list[ChatMessage] = [ChatMessage("user", task)]
         try:
-            for _ in range(MAX_ITERATIONS):
-                self._check_token_cap()
-                answer = await self.llm.complete(agent["model"], agent.get("prompt", ""), messages, tools)
-                step.iterations += 1
-                step.input_tokens += answer.input_tokens
-                step.output_tokens += answer.output_tokens
-                self.tokens_used += answer.input_tokens + answer.output_tokens
+            if toolbox is not None:
+                tools = [*tools, *await toolbox.specs()]
+            for n in range(MAX_ITERATIONS):
+                answer = await self._model(agent, step, path, n, messages, tools)
                 if not answer.tool_calls:
                     step.output = answer.text
                     break
                 messages.append(ChatMessage("assistant", answer.text, tool_calls=answer.tool_calls))
-                for call in answer.tool_calls:
-                    with tracing.tool_span(call.name, call.id, call.arguments) as span:  # tracing (#33)
-                        if call.name == HTTP_TOOL.name:
-                            output = await self._http_request(scope, agent, policy, call.arguments)
-                        elif delegate is not None and call.name.startswith("delegate_"):
-                            output = await delegate(call)
-                        else:
-                            output = f"Unknown tool {call.name!r}"
-                        span.content("gen_ai.tool.call.result", output)
+                for j, call in enumerate(answer.tool_calls):
+                    output = await self._tool(http, delegation, path, n, j, call, toolbox)
                     messages.append(ChatMessage("tool", output, tool_call_id=call.id, name=call.name))
             else:
                 raise AgentFailed(f"Agent {agent['key']} did not finish within {MAX_ITERATIONS} iterations")
@@ -272,167 +274,312 @@ class TeamRunner:
             step.status, step.error = "failed", str(exc)
         except ProviderError as exc:
             step.status, step.error = "failed", f"Model provider error: {exc.detail}"
-        except Exception as exc:  # never let one agent's bug lose the run record
+        except (GateReached, RunTaken, ReplayMismatch, PyMongoError):
+            raise  # not the agent's failure: the run stops as such (svc/runtime/execution.py)
+        except asyncio.CancelledError:
+            # cancel-run: the invocation in progress ends as cancelled (recorded with the run's end).
+            step.status, step.error, step.ended_at = "failed", CANCELLED, utcnow()
+            recorder.note({**agent_entry(step), "cancelled": True})
+            recorder.emit("step_finished", step_finished(step))
+            raise
+        except Exception as exc:
             log.error("agent loop failed: %s", type(exc).__name__)  # the message may hold secrets
             step.status, step.error = "failed", f"Internal error in the agent loop ({type(exc).__name__})"
+        finally:
+            recorder.current_agent = parent
         step.ended_at = utcnow()
-        if self.events is not None:
-            self.events("step_finished", step_finished(step))
-        if self.steps_sink is not None:
-            await self.steps_sink(step)
+        recorder.note(agent_entry(step))
+        recorder.emit("step_finished", step_finished(step))
         return step
 
-    async def _logged(self, entry: RequestRecord) -> None:
-        """Write a security-log entry, and tell the run's watchers about the tool call."""
-        await self.security_log.record(entry)
-        if self.events is not None:
-            self.events("tool_call", tool_call(entry))
+    async def _model(
+        self,
+        agent: dict[str, Any],
+        step: AgentStep,
+        path: str,
+        n: int,
+        messages: list[ChatMessage],
+        tools: list[ToolSpec],
+    ) -> CompletionResponse:
+        """The n-th model call of this invocation: from the journal, or made and journalled."""
+        recorder = self.recorder
+        key = model_key(path, n)
+        recorded = recorder.journal.get("model", key)
+        if recorded is not None:
+            if recorded.get("agent") != agent["key"]:
+                raise ReplayMismatch(
+                    f"Cannot resume the run: step {key} was not made by agent {agent['key']}"
+                )
+            step.iterations += 1
+            step.input_tokens += int(recorded.get("in") or 0)
+            step.output_tokens += int(recorded.get("out") or 0)
+            return answer_from(recorded)
+        await recorder.flush()  # everything the run decided so far is stored before it spends more
+        self._check_token_cap()
+        if self.admit is not None:
+            try:
+                await self.admit()
+            except Conflict as exc:  # the spend cap: no model call; the agent (and the run) fails
+                self.refusal = exc
+                raise AgentFailed(exc.message) from None
+        attempt = recorder.journal.attempts(key) + 1
+        if recorder.resumed:  # the call this crash interrupted, if it was a model call: it is lost
+            recorder.resumed = False
+            recorder.note({"kind": "lost", "key": key, "agent": agent["key"], "attempt": attempt})
+            attempt += 1
+        started = time.perf_counter()
+        answer = await self.llm.complete(agent["model"], agent.get("prompt", ""), messages, tools)
+        step.iterations += 1
+        step.input_tokens += answer.input_tokens
+        step.output_tokens += answer.output_tokens
+        recorder.tokens(answer.input_tokens, answer.output_tokens)
+        recorder.note(
+            {
+                "kind": "model",
+                "key": key,
+                "agent": agent["key"],
+                "model": agent.get("model"),
+                "attempt": attempt,
+                "text": cut(answer.text),
+                "toolCalls": [
+                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in answer.tool_calls
+                ],
+                "in": answer.input_tokens,
+                "out": answer.output_tokens,
+                "ms": int((time.perf_counter() - started) * 1000),
+            }
+        )
+        return answer
+
+    async def _tool(
+        self,
+        http: HttpTool,
+        delegation: tuple[list[ToolSpec], Delegate] | None,
+        path: str,
+        n: int,
+        j: int,
+        call: ToolCall,
+        toolbox: McpToolbox | None = None,
+    ) -> str:
+        """The j-th tool call of the n-th answer: from the journal, or made and journalled."""
+        recorder = self.recorder
+        key = tool_key(path, n, j)
+        recorded = recorder.journal.get("tool", key)
+        if recorded is not None:
+            return str(recorded.get("output") or "")
+        resumed, recorder.resumed = recorder.resumed, False
+        # The call, made in this attempt of the run, as an `execute_tool` span with the access
+        # policy's verdict (tracing, #33); a call the journal answered is replayed above without one.
+        with tracing.tool_span(call.name, call.id, call.arguments) as span:
+            try:
+                output, record = await self._call(http, delegation, key, call, toolbox, resumed)
+            except GateReached as gate:  # a pause, not a failure: a person settles the call
+                if gate.gate == OUTCOME_UNKNOWN:
+                    tracing.policy_decision("unknown", reason="The outcome of an earlier attempt is unknown")
+                span.event("svc.gate.reached", {"svc.gate.name": gate.gate})
+                stopped = gate
+            else:
+                span.content("gen_ai.tool.call.result", output)
+                stopped = None
+        if stopped is not None:
+            raise stopped
+        entry: dict[str, Any] = {"kind": "tool", "key": key, "agent": http.agent["key"], "name": call.name}
+        entry["output"] = cut(output)
+        if record is not None:
+            entry["security"] = asdict(record)
+            entry["securityId"] = f"{http.run_id}:{key}"
+            entry["timelineId"] = str(ObjectId())
+            recorder.emit("tool_call", tool_event(record))
+        recorder.note(entry)
+        return output
+
+    async def _call(
+        self,
+        http: HttpTool,
+        delegation: tuple[list[ToolSpec], Delegate] | None,
+        key: str,
+        call: ToolCall,
+        toolbox: McpToolbox | None,
+        resumed: bool,
+    ) -> tuple[str, RequestRecord | None]:
+        """Make one tool call: its output, and its security-log entry for `http_request`."""
+        if call.name == HTTP_TOOL.name:
+            outcome = await self._http(http, key, call, in_flight=resumed)
+            return outcome.output, outcome.record
+        if toolbox is not None and toolbox.owns(call.name):
+            return await self._mcp(toolbox, http, key, call), None  # logged by the toolbox itself
+        if delegation is not None and call.name in {t.name for t in delegation[0]}:
+            await self.recorder.flush()
+            return await delegation[1](call, key), None
+        return f"Unknown tool {call.name!r}", None
+
+    async def _http(self, http: HttpTool, key: str, call: ToolCall, in_flight: bool) -> Outcome:
+        """`http_request`, with what a crash or a person decided about an earlier attempt of it."""
+        recorder = self.recorder
+        request = Request.parse(call.arguments)
+        if request is None:
+            return INVALID
+        await recorder.flush()
+        sent_before = recorder.journal.get("sending", key) is not None
+        decision = recorder.journal.decision(key)
+        if sent_before and not request.idempotent:
+            if decision is not None:
+                if decision["decision"] == "done":
+                    return Outcome(decision.get("note") or "The operator marked this request as done", None)
+                if decision["decision"] == "fail":
+                    raise AgentFailed(
+                        f"The operator failed the run at an unknown outcome ({request.method} {request.url})"
+                    )
+            elif not resend_allowed(http, request):
+                raise GateReached(OUTCOME_UNKNOWN, unknown_call(http, key, request))
+
+        async def mark() -> None:
+            if not request.idempotent and not sent_before:
+                recorder.note({"kind": "sending", "key": key, "agent": http.agent["key"]})
+                await recorder.flush()
+
+        return await http.call(request, key, before_send=mark)
+
+    def _journal_log(self, path: str) -> Callable[[Any], Awaitable[None]]:
+        """The MCP toolbox's log sink for one invocation: each entry it logs (a call, a tool it
+        could not offer) is journalled with the run, and stored by its settlement."""
+        recorder = self.recorder
+
+        async def log(record: Any) -> None:
+            key = f"{path}/log{len(recorder.log)}"
+            entry = {"kind": "log", "key": key, "agent": record.agentKey, "security": asdict(record)}
+            recorder.note({**entry, "securityId": f"{record.runId}:{key}", "timelineId": str(ObjectId())})
+
+        return log
+
+    async def _mcp(self, toolbox: McpToolbox, http: HttpTool, key: str, call: ToolCall) -> str:
+        """An MCP tool call: the policy, the judge or a person's approval, the call (svc/runtime/
+        mcp_tools.py). A call that needs an approval stops the run at a `tool-approval` gate; once
+        a person decided, the run's replay reaches this call again and the decision is applied. A
+        call is marked before it is made, so one a crash cut off is never made twice unasked."""
+        recorder = self.recorder
+        decision = recorder.journal.decision(key)
+        if decision is not None and decision.get("approvalId"):
+            await toolbox.run.service.approvals.decide_once(
+                http.install_id, decision["approvalId"], decision["decision"], decision.get("by")
+            )
+        if recorder.journal.get("sending", key) is not None:
+            if decision is None:
+                raise GateReached(
+                    OUTCOME_UNKNOWN, {"key": key, "agent": http.agent["key"], "tool": call.name}
+                )
+            if decision["decision"] == "done":
+                return str(decision.get("note") or "The operator marked this call as done")
+            if decision["decision"] == "fail":
+                raise AgentFailed(f"The operator failed the run at an unknown outcome ({call.name})")
+        recorder.note({"kind": "sending", "key": key, "agent": http.agent["key"]})
+        await recorder.flush()
+        outcome = await toolbox.call(call.name, call.arguments)
+        if outcome.approval is not None:
+            approval = outcome.approval
+            raise GateReached(
+                APPROVAL,
+                {
+                    "key": key,
+                    "agent": http.agent["key"],
+                    "tool": call.name,
+                    "arguments": outcome.event.get("arguments") if outcome.event else None,
+                    "approvalId": approval.approval_id,
+                    "digest": approval.digest,
+                    "description": approval.description,
+                },
+            )
+        return outcome.output
 
     def _check_token_cap(self) -> None:
         """At a step boundary (before a model call): stop the run once it has used its token cap.
         A delegate stopped here fails, and so does the supervisor at its next model call."""
-        if self.token_cap is not None and self.tokens_used >= self.token_cap:
+        used = self.recorder.totals.input + self.recorder.totals.output
+        if self.token_cap is not None and used >= self.token_cap:
             self.capped = True  # the marker execution bills the run by (not the error's text)
-            raise AgentFailed(
-                f"Stopped at the run's token cap: {self.tokens_used} tokens used, cap {self.token_cap}"
-            )
-
-    # ---- http_request ------------------------------------------------------------------
-
-    async def _http_request(
-        self, scope: RunScope, agent: dict[str, Any], policy: CompiledPolicy | None, arguments: dict[str, Any]
-    ) -> str:
-        method = str(arguments.get("method", "GET")).upper()
-        written_url = str(arguments.get("url", ""))
-        raw_headers = arguments.get("headers") or {}
-        body = arguments.get("body")
-        if (
-            method not in METHODS
-            or not isinstance(raw_headers, dict)
-            or not (body is None or isinstance(body, str))
-        ):
-            return "Invalid http_request: method must be an HTTP method, headers an object, body a string"
-        headers = {str(k): str(v) for k, v in raw_headers.items()}
-        url = substitute(written_url, scope.secrets)
-        parts = urlsplit(written_url)
-        started = time.perf_counter()
-
-        def log(
-            decision: str,
-            source: str | None,
-            reason: str | None,
-            status: int | None,
-            judge: tuple[str | None, float | None] = (None, None),
-            report_only: bool = False,
-        ) -> RequestRecord:
-            return RequestRecord(
-                installId=scope.install_id,
-                agentKey=agent["key"],
-                agentName=agent["name"],
-                runId=scope.run_id,
-                method=method,
-                url=written_url,
-                hostname=parts.hostname or "",
-                path=parts.path or "/",
-                decision=decision,
-                decisionSource=source,
-                reason=reason,  # type: ignore[arg-type]
-                judgeReasoning=judge[0],
-                judgeConfidence=judge[1],
-                statusCode=status,
-                latencyMs=int((time.perf_counter() - started) * 1000),
-                reportOnly=report_only,
-            )
-
-        verdict = evaluate(policy, method, url)
-        decision = DECISIONS[verdict.action]
-        judge: tuple[str | None, float | None] = (None, None)
-        source, reason = verdict.source, verdict.reason
-        # Report mode: the decision is computed and logged as it would be enforced (reportOnly),
-        # and the request goes ahead; one log entry carries both the decision and the outcome.
-        reporting = policy is not None and policy.report_only
-        would_block = verdict.action == "deny"
-        if verdict.action == "judge":
-            allowed, reasoning, confidence = await self._judge(
-                scope, agent, method, written_url, verdict.reason
-            )
-            judge, source = (reasoning, confidence), "judge"
-            if not allowed:
-                would_block, reason = True, "Blocked by the security judge"
-        tracing.policy_decision(  # the verdict on the tool call's span (tracing, #33)
-            "denied" if would_block and not reporting else "reported" if would_block else "allowed",
-            decision=decision,
-            source=source,
-            reason=reason,
-            judge_reasoning=judge[0],
-            judge_confidence=judge[1],
-            method=method,
-            url=written_url,
-        )
-        if would_block and not reporting:
-            await self._logged(log(decision, source, reason, None, judge))
-            if verdict.action == "deny":
-                return f"Blocked by the access policy: {verdict.reason or 'not allowed'}"
-            return f"Blocked by the security judge: {judge[0]}"
-        report_only = reporting and would_block
-        try:
-            async with egress_client(scope.allow_private, timeout=HTTP_TIMEOUT_S) as client:
-                response = await client.request(
-                    method,
-                    url,
-                    headers=substitute_headers(headers, scope.secrets),
-                    content=body.encode() if isinstance(body, str) else None,
-                )
-        except EgressDenied as exc:
-            # The reason never names the host: the host may carry a substituted secret.
-            await self._logged(log("BLOCK", source, f"Egress guard: {exc.reason}", None, judge))
-            return f"Blocked: {exc.reason}"
-        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
-            failure = f"Request failed: {type(exc).__name__}"
-            await self._logged(log(decision, source, failure, None, judge, report_only))
-            return failure
-        await self._logged(log(decision, source, reason, response.status_code, judge, report_only))
-        text = response.text
-        truncated = len(text) > MAX_BODY_CHARS
-        return json.dumps(
-            {"status": response.status_code, "body": text[:MAX_BODY_CHARS], "truncated": truncated}
-        )
-
-    async def _judge(
-        self, scope: RunScope, agent: dict[str, Any], method: str, url: str, reason: str | None
-    ) -> tuple[bool, str, float | None]:
-        """Ask the judge model; any failure blocks (fail closed)."""
-        context = (
-            f"Agent: {agent['name']} (role: {agent.get('role') or 'unspecified'}; "
-            f"title: {agent.get('title') or 'unspecified'}; "
-            f"capabilities: {agent.get('capabilities') or 'n/a'})\n"
-            f"Request: {method} {url}\nRule: {reason or 'requires approval'}"
-        )
-        try:
-            answer = await self.llm.complete(
-                scope.judge_model,
-                JUDGE_SYSTEM,
-                [ChatMessage("user", context)],
-                max_tokens=300,
-                timeout_s=JUDGE_TIMEOUT_S,
-            )
-            verdict = json.loads(answer.text[answer.text.index("{") : answer.text.rindex("}") + 1])
-            decision = str(verdict["decision"]).lower()
-            confidence = float(verdict.get("confidence")) if verdict.get("confidence") is not None else None
-            reasoning = str(verdict.get("reasoning") or "")
-        except ProviderError as exc:
-            return False, f"Judge unavailable: {exc.detail}", None
-        except (ValueError, KeyError, TypeError):
-            return False, "Judge answer could not be read; blocked", None
-        return decision == "allow", reasoning, confidence
+            raise AgentFailed(f"Stopped at the run's token cap: {used} tokens used, cap {self.token_cap}")
 
 
-def substitute_headers(headers: dict[str, str], secrets: dict[str, str]) -> dict[str, str]:
-    """Header values with secrets filled in."""
-    return {name: substitute(value, secrets) for name, value in headers.items()}
+def resend_allowed(http: HttpTool, request: Request) -> bool:
+    """Whether the matching rule says its target deduplicates by `Idempotency-Key`, so an
+    attempt that may have left is sent again with the same key instead of asking a person."""
+    verdict = http.verdict(request)
+    policy = http.agent.get("accessPolicy") or {}
+    if verdict.rule_index is None:
+        return False
+    rules = policy.get("rules") or []
+    return (
+        bool(rules[verdict.rule_index].get("resendAfterCrash")) if verdict.rule_index < len(rules) else False
+    )
 
 
-# ---- what the run's watchers are told (svc/runtime/run_events.py) ----------------------
+def unknown_call(http: HttpTool, key: str, request: Request) -> dict[str, Any]:
+    """What the outcome-unknown gate shows: which agent sent what (the URL as written)."""
+    return {
+        "key": key,
+        "agent": http.agent["key"],
+        "tool": HTTP_TOOL.name,
+        "method": request.method,
+        "url": request.url,
+        "question": "This request may have reached its target before the run's worker stopped. "
+        "Continue with decision `done` (with a note the agent is told), `resend` (the same "
+        "Idempotency-Key) or `fail`.",
+    }
+
+
+# ---- the journal's and the watchers' view of a step --------------------------------------------
+
+
+def answer_from(entry: dict[str, Any]) -> CompletionResponse:
+    """A recorded model answer, as the provider gave it."""
+    calls = tuple(
+        ToolCall(id=str(c.get("id") or ""), name=str(c["name"]), arguments=dict(c.get("arguments") or {}))
+        for c in entry.get("toolCalls") or []
+    )
+    return CompletionResponse(
+        text=entry.get("text") or "",
+        tool_calls=calls,
+        input_tokens=int(entry.get("in") or 0),
+        output_tokens=int(entry.get("out") or 0),
+    )
+
+
+def agent_entry(step: AgentStep) -> dict[str, Any]:
+    """The journal's record of an invocation's end (the run's steps are made from these). Its
+    `eventId` names the step's pipeline event: chosen once, so a settlement sent twice stores one,
+    and time-ordered like every other event id, so events of one millisecond keep their order."""
+    return {
+        "kind": "agent",
+        "key": step.path,
+        "eventId": str(ObjectId()),
+        "agent": step.agent_key,
+        "model": step.model,
+        "status": step.status,
+        "output": cut(step.output),
+        "error": step.error,
+        "in": step.input_tokens,
+        "out": step.output_tokens,
+        "iterations": step.iterations,
+        "startedAt": step.started_at,
+        "endedAt": step.ended_at,
+    }
+
+
+def step_from(entry: dict[str, Any]) -> AgentStep:
+    """An invocation that ended before, as the journal recorded it."""
+    return AgentStep(
+        agent_key=entry["agent"],
+        path=entry["key"],
+        status=entry.get("status") or "failed",
+        input_tokens=int(entry.get("in") or 0),
+        output_tokens=int(entry.get("out") or 0),
+        error=entry.get("error"),
+        output=entry.get("output"),
+        started_at=entry.get("startedAt") or utcnow(),
+        ended_at=entry.get("endedAt"),
+        model=entry.get("model"),
+        iterations=int(entry.get("iterations") or 0),
+    )
 
 
 def step_started(step: AgentStep) -> dict[str, Any]:
@@ -453,20 +600,4 @@ def step_finished(step: AgentStep) -> dict[str, Any]:
         "durationMs": int((ended - step.started_at).total_seconds() * 1000),
         "startedAt": iso(step.started_at),
         "error": step.error,
-    }
-
-
-def tool_call(entry: RequestRecord) -> dict[str, Any]:
-    """An `http_request` and the access policy's decision (the URL as written, never with secrets)."""
-    return {
-        "agent": entry.agentKey,
-        "tool": HTTP_TOOL.name,
-        "method": entry.method,
-        "url": entry.url,
-        "decision": entry.decision,
-        "decisionSource": entry.decisionSource,
-        "reason": entry.reason,
-        "reportOnly": entry.reportOnly,
-        "statusCode": entry.statusCode,
-        "latencyMs": entry.latencyMs,
     }

@@ -1,17 +1,19 @@
 """Durable delivery of webhook-run callbacks (docs/webhooks.md).
 
-A callback is written to `callbacks` (one document per run, `_id` = the run id) before its
+A callback is written to `callbacks` (one document per run, `_id` = the run id) by the run's
+settlement, in the same batch as its run record (`owe`, svc/runtime/settlement.py), before its
 first attempt, so nothing is lost when a process stops: the job runner (`svc/jobs.py`)
 retries due deliveries from any process, with exponential backoff and jitter, until the
 receiver answers 2xx, refuses for good (another 4xx, or the egress guard), the attempts
 run out (`SVC_CALLBACK_MAX_ATTEMPTS`) or 24 hours have passed since the delivery began.
 
 Two processes never send the same attempt: an attempt is claimed first with a conditional
-update that sets `leasedUntil` (the claim names the `nextAttemptAt` it read), and a process
-that dies mid-attempt leaves the lease to expire. Each attempt is signed when it is sent,
-with the install's callback secret of that moment (`Svc-Signature`, the Stripe scheme) and
-goes through the egress guard. Every attempt is kept in `attempts` (status, latency, error)
-for the run detail; `redeliver` sends again on demand.
+update that sets `leasedUntil` and a lease token (the claim names the `nextAttemptAt` it read),
+and a process that dies mid-attempt leaves the lease to expire; an attempt's final update names
+its token, so an older attempt whose lease was taken over cannot overwrite the newer outcome.
+Each attempt is signed when it is sent, with the install's callback secret of that moment
+(`Svc-Signature`, the Stripe scheme) and goes through the egress guard. Every attempt is kept
+in `attempts` (status, latency, error) for the run detail; `redeliver` sends again on demand.
 
 A paused pipeline run posts twice under one run id (at the gate, then at the end): the
 second outcome replaces the body and starts a fresh delivery; the attempts list keeps both.
@@ -32,7 +34,7 @@ import httpx
 
 from plugins import tracing
 from plugins.egress import EgressDenied, egress_client
-from svc.core import Conflict, Document, NotFound, Store, Vault, aware, iso, utcnow
+from svc.core import Batch, Conflict, Document, NotFound, Store, Vault, aware, iso, tokens, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -116,31 +118,53 @@ class CallbackDelivery:
         self.allow_private = allow_private
         self.max_attempts = max_attempts
 
-    async def deliver(
-        self, install: Document, url: str, outcome: dict[str, Any], now: datetime | None = None
-    ) -> bool:
-        """Store the callback, then make its first attempt; True when that attempt delivered it."""
-        now = now or utcnow()
-        body = callback_body(install["_id"], outcome)
-        doc = await self.store[COLLECTION].find_one_and_update(
-            {"_id": outcome["runId"]},
+    def owe(
+        self,
+        batch: Batch,
+        install_id: str,
+        url: str,
+        outcome: dict[str, Any],
+        phase: str,
+        now: datetime,
+        trace: dict[str, str] | None = None,
+    ) -> None:
+        """The callback of one outcome of a run, as operations of the run's settlement batch: stored
+        due now, once per `phase` (a paused pipeline posts at its gate and again at its end: each
+        outcome starts a fresh delivery; sending the batch again starts nothing twice). `trace`: the
+        run's trace context, which every attempt joins, whichever process sends it (tracing, #33)."""
+        run_id = outcome["runId"]
+        batch.update(
+            COLLECTION,
+            {"_id": run_id},
+            {"$setOnInsert": {"installId": install_id, "attempts": [], "createdAt": now}},
+            upsert=True,
+        )
+        batch.update(
+            COLLECTION,
+            {"_id": run_id, "phase": {"$ne": phase}},
             {
                 "$set": {
                     "url": url,
-                    "body": body,
+                    "body": callback_body(install_id, outcome),
                     "status": "pending",
                     "tries": 0,
                     "windowStart": now,
-                    "nextAttemptAt": now + LEASE,
-                    "leasedUntil": now + LEASE,  # this call holds it while it sends
-                    **tracing.context_fields(),  # retries join the run's trace (tracing, #33)
+                    "nextAttemptAt": now,
+                    "phase": phase,
+                    **({"trace": trace} if trace else {}),  # attempts join the run's trace (tracing, #33)
                 },
-                "$setOnInsert": {"installId": install["_id"], "attempts": [], "createdAt": now},
+                "$unset": {"leasedUntil": "", "lease": ""},
             },
-            upsert=True,
-            return_document=True,
         )
-        return await self._attempt(doc, install, now)
+
+    async def first_attempt(self, install: Document, run_id: str, now: datetime | None = None) -> bool:
+        """Make the first attempt of a callback just stored (the run's actor, right after its
+        settlement); True when delivered. A delivery another process holds is left to it."""
+        now = now or utcnow()
+        claimed = await self._claim({"_id": run_id, "status": "pending", "tries": 0}, now)
+        if claimed is None:
+            return False
+        return await self._attempt(claimed, install, now)
 
     async def retry_due(self, now: datetime | None = None) -> int:
         """Send the pending deliveries whose time has come (the job runner); how many delivered."""
@@ -161,8 +185,11 @@ class CallbackDelivery:
             if int(claimed.get("tries") or 0) >= self.max_attempts:
                 # The first try was made where the bound was not known (the run's actor).
                 await self.store[COLLECTION].update_one(
-                    {"_id": claimed["_id"]},
-                    {"$set": {"status": "failed"}, "$unset": {"nextAttemptAt": "", "leasedUntil": ""}},
+                    {"_id": claimed["_id"], "lease": claimed.get("lease")},
+                    {
+                        "$set": {"status": "failed"},
+                        "$unset": {"nextAttemptAt": "", "leasedUntil": "", "lease": ""},
+                    },
                 )
                 continue
             install = await self.store.installs.find_one(
@@ -194,6 +221,7 @@ class CallbackDelivery:
                     "windowStart": now,
                     "nextAttemptAt": now + LEASE,
                     "leasedUntil": now + LEASE,
+                    "lease": tokens.new_id(),
                 }
             },
             return_document=True,
@@ -211,10 +239,13 @@ class CallbackDelivery:
         return view(doc) if doc is not None else None
 
     async def _claim(self, query: Document, now: datetime) -> Document | None:
+        """Take one attempt: a lease with a token of its own, which the attempt's final update
+        names, so an attempt whose lease expired (and was taken over) cannot overwrite the
+        outcome of the attempt that took it over."""
         query = {**query, "$or": [{"leasedUntil": None}, {"leasedUntil": {"$lte": now}}]}
         return await self.store[COLLECTION].find_one_and_update(
             query,
-            {"$set": {"nextAttemptAt": now + LEASE, "leasedUntil": now + LEASE}},
+            {"$set": {"nextAttemptAt": now + LEASE, "leasedUntil": now + LEASE, "lease": tokens.new_id()}},
             return_document=True,
         )
 
@@ -242,8 +273,9 @@ class CallbackDelivery:
                 unset["nextAttemptAt"] = ""
             else:
                 update["nextAttemptAt"] = now + wait
+        unset["lease"] = ""
         await self.store[COLLECTION].update_one(
-            {"_id": doc["_id"]},
+            {"_id": doc["_id"], "lease": doc.get("lease")},
             {
                 "$set": update,
                 "$unset": unset,

@@ -61,10 +61,12 @@ class Events:
         actor_id: str | None = None,
         actor_email: str | None = None,
         meta: dict[str, Any] | None = None,
+        event_id: str | None = None,
     ) -> dict[str, Any]:
-        """The stored form of an event (also for batched writes)."""
+        """The stored form of an event (also for batched writes; a writer that may send one twice,
+        a run's settlement, names it by `event_id`)."""
         return {
-            "_id": tokens.new_id(),
+            "_id": event_id or tokens.new_id(),
             "installId": install_id,
             "eventType": event_type,
             "stepKey": step_key,

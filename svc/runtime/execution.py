@@ -1,61 +1,77 @@
-"""Executing runs of managed installs, inside the install's actor.
+"""Executing one run of a managed install, inside the install's actor.
 
-`InstallRunner` claims a queued run in the ledger, loads the install, fills in its secrets,
-runs the team, and persists every state change (the pipeline run, each agent step, the run
-record) before answering; a webhook run's outcome is then posted to its callback, signed and durably retried.
+`InstallRunner.execute` claims a queued run in the ledger (or carries on one resumed after a gate,
+or adopted after a crash), reads the install, runs the team through the run's recorder (one write
+per step, svc/runtime/journal.py), and ends or pauses it in ONE write that also lists what it owes;
+the settlement then pays that in one batch (svc/runtime/settlement.py) before the answer goes out.
+A run stopped from outside (cancelled while queued, refused, never handed over, interrupted,
+stalled) ends the same way: one write with what it owes, then its settlement.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
+from bson import ObjectId
 from pymongo.errors import PyMongoError
 
 from plugins import tracing
-from svc.core import (
-    Conflict,
-    Document,
-    Mailer,
-    Store,
-    Vault,
-    tokens,
-    utcnow,
-)
-from svc.installs import interpolate, touch_last_run
-from svc.runs import Runs
+from svc.core import Document, Mailer, RunOutcome, Store, Vault, tokens, utcnow
+from svc.installs import interpolate
 from svc.runtime import ledger
-from svc.runtime.agent_loop import AgentStep, RunScope, TeamResult, TeamRunner
-from svc.runtime.callbacks import CallbackDelivery
-from svc.runtime.events import Events, EventType
+from svc.runtime.agent_loop import (
+    CANCELLED,
+    GateReached,
+    RunScope,
+    TeamResult,
+    TeamRunner,
+    root_agent,
+)
+from svc.runtime.events import Events
+from svc.runtime.faults import CrashPoints
+from svc.runtime.journal import ReplayMismatch, RunRecorder, RunTaken
 from svc.runtime.llm import LLM
+from svc.runtime.mcp_run import McpService
 from svc.runtime.pipelines import PipelineExecutor
-from svc.runtime.run_events import RunEvents
-from svc.runtime.schedules import note_scheduled_outcome
-from svc.runtime.security_log import SecurityLog
+from svc.runtime.settlement import Settlement, owed_on_end, owed_on_pause
 
 log = logging.getLogger(__name__)
 
-CANCELLED = "Run cancelled"
 INTERRUPTED = "Interrupted: the install's worker stopped during the run; start it again"
 SUPERSEDED = "Superseded: a newer copy of the install's worker took the run over"
 DATABASE_DOWN = "Database unavailable during the run"
-UPSTREAM_IDS = ("platformRunId", "platformAgentId", "platformTaskId")
-# Spend caps (h-caps): called with the install before any model call; a Conflict refuses the run.
-Admission = Callable[[Document], Awaitable[None]]
+STALLED = "The run made no progress for too long and was ended"
+Mode = Literal["start", "resume", "adopt"]
+# Spend caps (svc/billing/spend_caps.py): asked before every model call of a run with the install
+# and the tokens so far of each other run in flight; a Conflict refuses the call.
+Admission = Callable[[Document, Sequence[int]], Awaitable[None]]
+# What the run asks before each model call (the host binds it to the runs it holds).
+Admit = Callable[[Document], Awaitable[None]]
 # (install, completed?, billable?, tokens) -> (pricing model, price in cents, amount in cents) the run
 # is billed at (svc.billing.run_charge; injected, billing sits above the runtime): the run span's
 # billed amount (tracing, #33).
 Costing = Callable[[Document, bool, bool, int], Awaitable[tuple[str, int | None, int]]]
 
 
-class InstallRunner:
-    """Runs one install's work; lives in the install's actor, which owns the install's runs.
+@dataclass(frozen=True)
+class RunLimits:
+    """What bounds a run, from settings."""
 
-    Every status change goes through the ledger (svc/runtime/ledger.py) stamped with this
-    runner's incarnation, so a copy a newer one superseded can neither finish nor pause a run.
+    judge_model: str
+    allow_private: bool
+    max_resumes: int = 2
+    crash: CrashPoints = field(default_factory=CrashPoints)
+
+
+class InstallRunner:
+    """Runs one install's runs; lives in the install's actor, which owns them.
+
+    Every status change goes through the ledger stamped with this runner's incarnation, so a copy
+    a newer one superseded can neither step, pause nor end a run.
     """
 
     def __init__(
@@ -63,239 +79,424 @@ class InstallRunner:
         store: Store,
         vault: Vault,
         llm: LLM,
-        judge_model: str,
-        allow_private: bool,
+        settlement: Settlement,
+        limits: RunLimits,
         mailer: Mailer | None = None,
         admission: Admission | None = None,
+        mcp: McpService | None = None,
         costing: Costing | None = None,
     ) -> None:
         self.store = store
         self.costing = costing  # the billed amount on the run's span (tracing, #33)
-        self.pipelines = PipelineExecutor(store, mailer or Mailer(store))
         self.vault = vault
-        self.judge_model = judge_model
-        self.allow_private = allow_private
-        self.admission = admission
-        self.runs = Runs(store)
         self.llm = llm
-        self.security_log = SecurityLog(store)
+        self.settlement = settlement
+        self.limits = limits
+        self.pipelines = PipelineExecutor(store, mailer or Mailer(store))
         self.events = Events(store)
-        self.run_events = RunEvents(store)  # a run's live events (docs/runs.md)
-        # Webhook callbacks, stored before the first attempt and retried by the job runner.
-        self.callbacks = CallbackDelivery(store, vault, allow_private)
-        # The step each active run is in (for cancel-run's answer).
-        self.current_steps: dict[str, AgentStep] = {}
-        # This runner's incarnation: every run it claims is stamped with it, so a restarted
-        # worker recovers only what an earlier incarnation had claimed.
+        self.admission = admission
+        # MCP (issue 32): the tools of a team's MCP servers, connections pooled per actor.
+        self.mcp = mcp
+        # This runner's incarnation: every run it claims is stamped with it.
         self.incarnation = tokens.new_id()
 
-    async def recover(self, install_id: str) -> tuple[list[str], dict[str, Document]]:
-        """Take the install over from any earlier incarnation: runs an earlier one had claimed end
-        failed (with their run record, step event and callback); runs only queued are returned to
-        be started, and paused runs to be held (pipeline state lives with the actor)."""
-        await ledger.take_over(self.store, install_id, self.incarnation)
-        queued: list[str] = []
-        paused: dict[str, Document] = {}
-        install: Document | None = None
-        for run in await ledger.of_install(self.store, install_id):
-            if run["status"] == "queued":
-                if run.get("handoffAt") is not None:  # asked for (not waiting behind another run)
-                    queued.append(run["_id"])
-            elif run["status"] == "paused":
-                paused[run["_id"]] = run
-            elif run.get("incarnation") != self.incarnation:
-                install = install or await self.store.installs.find_one({"_id": install_id})
-                await self.settle_failed(install, run, INTERRUPTED)
-        return queued, paused
+    # ---- one run --------------------------------------------------------------------------------
 
-    async def settle_failed(self, install: Document | None, run: Document, message: str) -> bool:
-        """End a run whose worker is gone as failed, and write what a failed run leaves everywhere
-        else: its run record, a step_failed event (the run log) and its callback."""
-        settled = await ledger.settle(self.store, run, message)
-        if settled is None:
-            return False
-        await self._recorded(install, settled, "failed", 0, 0, message, step_event="step_failed")
-        if install is not None and settled.get("callbackUrl"):
-            await self.callback(install, settled["callbackUrl"], failed_outcome(run["_id"], message))
-        return True
-
-    async def execute(self, install_id: str, run_id: str, resumed: Document | None = None) -> dict[str, Any]:
-        """Claim a queued run (or carry on a resumed one), run the team, persist the outcome,
-        post the callback if one was asked for. Idempotent: a run not queued is not run again."""
-        run = resumed or await ledger.claim(self.store, run_id, self.incarnation, None)
-        if run is None:
-            return await self.outcome_now(run_id)
-        gate = (run.get("state") or {}).get("gate") if resumed is not None else None
+    async def execute(
+        self,
+        run: Document,
+        mode: Mode,
+        publish: Callable[[list[dict[str, Any]]], None],
+        on_recorder: Callable[[RunRecorder], None] = lambda recorder: None,
+        admit: Admit | None = None,
+    ) -> RunOutcome:
+        """Run `run` to its end or its next gate; the outcome. `mode`: `start` claims a queued run
+        (idempotent: a run no longer queued is not run again), `resume` carries on a run continued
+        after a gate, `adopt` one an earlier copy of the actor was running when it died."""
+        run_id = run["_id"]
+        if mode == "start":
+            if not await ledger.claim(self.store, run_id, self.incarnation, []):
+                return await self.outcome_now(run_id)
+            run = {**run, "status": "running", "incarnation": self.incarnation, "startedAt": utcnow()}
         with tracing.run_span(  # the run's span, in the trace of whoever asked for it (tracing, #33)
             run_id,
             run.get("source"),
             run.get("trace"),
             retry_of=run.get("retryOf"),
-            resumed_gate=gate,
+            resumed_gate=(run.get("state") or {}).get("gate") if mode == "resume" else None,
             bypass_gates=bool(run.get("bypassGates")),
+            adopted=mode == "adopt",
         ):
-            return await self._execute(install_id, run)
+            return await self._execute(run, mode, publish, on_recorder, admit)
 
-    async def _execute(self, install_id: str, run: Document) -> dict[str, Any]:
-        """The claimed (or resumed) run: the team, the outcome, the callback."""
+    async def _execute(
+        self,
+        run: Document,
+        mode: Mode,
+        publish: Callable[[list[dict[str, Any]]], None],
+        on_recorder: Callable[[RunRecorder], None],
+        admit: Admit | None,
+    ) -> RunOutcome:
+        """The claimed (resumed, adopted) run, inside its span: the team, then its end or pause."""
         run_id = run["_id"]
         # Written first (the claim), read second: a cancellation of the install that answered
         # before this read is seen, so no run starts after it has answered (docs/consistency.md).
-        install = await self.store.installs.find_one({"_id": install_id})
+        install = await self.store.installs.find_one({"_id": run["installId"]})
         if install is None or install["status"] != "completed":
-            return await self._refused(install, run_id)
+            return await self._refused(run, install)
         tracing.run_install(  # tracing (#33)
-            install_id,
+            install["_id"],
             install.get("templateId"),
             install.get("templateVersion"),
             install.get("templateName"),
             install["platform"],
         )
-        definition = interpolate(install["definition"], install.get("variables") or {})
-        root_key = next(
-            (a["key"] for a in definition["agents"] if not a.get("reportsTo")), definition["agents"][0]["key"]
-        )
-        if self.admission is not None:
-            try:
-                await self.admission(install)
-            except Conflict as exc:  # a spend cap: no model call, the run ends failed
-                refused = TeamResult("failed", None, root_key, 0, 0, [], exc.message)
-                if await self._end(install, run, refused):
-                    await self.run_events.finish(install_id, run_id, refused)
-                return {**failed_outcome(run_id, exc.message), "conflict": exc.message, "extra": exc.extra}
-        result, pause = await self._team(install, definition, root_key, run)
+        version = run.get("templateVersion") or install.get("templateVersion")
+        run = {**run, "templateVersion": version}
+        try:
+            recorder = RunRecorder.for_run(
+                self.store, run, self.incarnation, publish, resumed=mode == "adopt"
+            )
+        except ReplayMismatch as exc:  # a journal it cannot read: the run ends, clearly, here
+            recorder = RunRecorder.for_run(self.store, {**run, "journal": []}, self.incarnation, publish)
+            return await self._end(install, run, recorder, failed(str(exc)))
+        recorder.crash = self.limits.crash
+        on_recorder(recorder)
+        try:
+            definition = await self.definition(install, version)
+            root = root_agent(definition)
+            if mode == "start":
+                recorder.emit(
+                    "run_started",
+                    {"source": run.get("source") or "run", "agent": root["key"], "task": run.get("task")},
+                )
+            result, pause = await self._team(install, definition, run, recorder, admit)
+            if result.refusal is not None and recorder.totals.input + recorder.totals.output == 0:
+                # The spend cap refused the run's first model call: nothing ran (a 409 to a caller).
+                ended = await self._end(install, run, recorder, result)
+                return replace(ended, conflict=result.refusal.message, extra=result.refusal.extra)
+        except RunTaken:
+            return await self.outcome_now(run_id)
+        except ReplayMismatch as exc:
+            result, pause = failed(str(exc)), None
+        except GateReached as gate:
+            result, pause = (
+                TeamResult("paused", None, gate.call.get("agent") or "", 0, 0, []),
+                gate_state(gate),
+            )
+        except asyncio.CancelledError:
+            result, pause = failed(CANCELLED), None
+            return await asyncio.shield(self._end(install, run, recorder, result))
+        except PyMongoError as exc:
+            log.error("database error during a run: %s", type(exc).__name__)
+            result, pause = failed(DATABASE_DOWN), None
         if pause is not None:
-            if not await ledger.pause(
-                self.store, run_id, self.incarnation, pause, result.input_tokens, result.output_tokens
-            ):
-                return failed_outcome(run_id, SUPERSEDED)
-            tracing.gate_paused(pause["gate"], pause.get("fromStep"))  # tracing (#33)
-            await self.run_events.finish(install_id, run_id, result, pause)
-            outcome = {**outcome_of(run_id, result), "pausedAtGate": pause["gate"]}
-            if run.get("callbackUrl"):
-                await self.callback(install, run["callbackUrl"], outcome)
-            return outcome
-        if not await self._end(install, run, result):
-            return failed_outcome(run_id, SUPERSEDED)
-        await self.run_events.finish(install_id, run_id, result)
-        outcome = outcome_of(run_id, result)
-        if run.get("callbackUrl"):
-            await self.callback(install, run["callbackUrl"], outcome)
-        return outcome
+            return await self._pause(install, run, recorder, result, pause)
+        return await self._end(install, run, recorder, result)
+
+    async def definition(self, install: Document, version: str | None) -> dict[str, Any]:
+        """The definition a run executes: the install's, or (a run pinned to an earlier version of
+        its template) that version's, with the install's variables in its prompts."""
+        definition = install["definition"]
+        if version and version != install.get("templateVersion"):
+            stored = await self.store["template_versions"].find_one(
+                {"templateId": install["templateId"], "version": version}, {"definition": 1}
+            )
+            if stored is None:
+                raise ReplayMismatch(f"Cannot run: version {version} of the team is no longer stored")
+            definition = stored["definition"]
+        return interpolate(definition, install.get("variables") or {})
 
     async def _team(
-        self, install: Document, definition: dict[str, Any], root_key: str, run: Document
+        self,
+        install: Document,
+        definition: dict[str, Any],
+        run: Document,
+        recorder: RunRecorder,
+        admit: Admit | None,
     ) -> tuple[TeamResult, dict[str, Any] | None]:
         """Run the team (one agent, the pipeline from where it stopped, or the whole team)."""
-        run_id = run["_id"]
         scope = RunScope(
-            install["_id"], run_id, await self.secrets_of(install), self.allow_private, self.judge_model
+            install["_id"],
+            run["_id"],
+            await self.secrets_of(install),
+            self.limits.allow_private,
+            self.limits.judge_model,
         )
+        if admit is None and self.admission is not None:
+            admission = self.admission
 
-        async def write_step(step: AgentStep) -> None:
-            await self._write_step(install, run_id, step)
+            async def admit(install: Document) -> None:
+                await admission(install, ())
 
-        def started(step: AgentStep) -> None:
-            self.current_steps[run_id] = step
+        bound = (lambda: admit(install)) if admit is not None else None
+        mcp = (
+            self.mcp.for_install(install, run["_id"], scope.secrets, definition)
+            if self.mcp is not None and definition.get("mcpServers")
+            else None
+        )
+        runner = TeamRunner(
+            self.llm,
+            recorder,
+            admit=bound,
+            token_cap=(install.get("limits") or {}).get("runTokenCap"),
+            mcp=mcp,
+        )
+        try:
+            return await self._run_team(install, definition, run, scope, runner)
+        finally:
+            if mcp is not None:  # what the run listed and opened ends with it
+                await mcp.aclose()
 
-        state = run.get("state")  # a resumed pipeline carries on from its gate
+    async def _run_team(
+        self,
+        install: Document,
+        definition: dict[str, Any],
+        run: Document,
+        scope: RunScope,
+        runner: TeamRunner,
+    ) -> tuple[TeamResult, dict[str, Any] | None]:
+        state = run.get("state") or {}
         payload = {
             "task": run.get("task") or "",
             "bypassGates": bool(run.get("bypassGates")),
-            **({k: state[k] for k in ("input", "fromStep", "inputTokens", "outputTokens")} if state else {}),
+            **({k: state[k] for k in ("input", "fromStep") if k in state}),
         }
-        # The per-run token cap (spend caps) counts what a continued run used before its gate too.
-        before = int(payload.get("inputTokens") or 0) + int(payload.get("outputTokens") or 0)
-        runner = TeamRunner(
-            self.llm,
-            self.security_log,
-            write_step,
-            started,
-            events=self.run_events.open(install["_id"], run_id, root_key, payload, run.get("source")),
-            token_cap=(install.get("limits") or {}).get("runTokenCap"),
-            tokens_used=before,
+        if run.get("runAgent"):
+            agent = next(a for a in definition["agents"] if a["key"] == run["runAgent"])
+            result, pause = await runner.run_agent(scope, agent, payload["task"]), None
+        elif definition.get("gates"):
+            result, pause = await self.pipelines.run(install, definition, scope, runner, payload)
+        else:
+            result, pause = await runner.run_team(scope, definition, payload["task"]), None
+        # Stopped by its token cap: failed, but its tokens are billed as usage (spend caps).
+        result.billable = runner.capped and result.status == "failed"
+        result.refusal = runner.refusal if result.status == "failed" else None
+        return result, pause
+
+    # ---- how a run stops ------------------------------------------------------------------------
+
+    async def _end(
+        self, install: Document, run: Document, recorder: RunRecorder, result: TeamResult
+    ) -> RunOutcome:
+        """running -> completed/failed in one write (the last step, the end, what it owes), then
+        its settlement; the outcome. Superseded meanwhile: what the ledger says instead."""
+        entries, events, tokens_in, tokens_out = recorder.take()
+        totals = recorder.totals
+        end = {
+            "status": result.status,
+            "inputTokens": totals.input,
+            "outputTokens": totals.output,
+            "agent": result.agent,
+            "error": result.error,
+            "response": result.response,
+        }
+        events.append(ledger.event(result.status, end))
+        fields = {
+            "response": result.response,
+            "errorMessage": result.error,
+            "agentKey": result.agent,
+            "billable": result.billable,
+            "templateVersion": run.get("templateVersion"),
+            "tokensByAgent": tokens_by_agent(recorder.log),
+        }
+        owed = owed_on_end(run)
+        self.limits.crash.reached("before-end")
+        ended = await ledger.end(
+            self.store,
+            run["_id"],
+            self.incarnation,
+            status=result.status,
+            fields=fields,
+            journal=entries,
+            events=events,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            owed=owed,
         )
-        try:
-            if run.get("runAgent"):
-                agent = next(a for a in definition["agents"] if a["key"] == run["runAgent"])
-                result, pause = await runner.run_agent(scope, agent, payload["task"]), None
-            elif definition.get("gates"):
-                result, pause = await self.pipelines.run(install, definition, scope, runner, payload)
-            else:
-                result, pause = await runner.run_team(scope, definition, payload["task"]), None
-            # Stopped by its token cap: failed, but its tokens are billed as usage (spend caps).
-            result.billable = runner.capped and result.status == "failed"
-            return result, pause
-        except PyMongoError as exc:
-            log.error("database error during a run: %s", type(exc).__name__)
-            return TeamResult("failed", None, root_key, 0, 0, [], DATABASE_DOWN), None
-        except Exception as exc:  # a bug must end the run visibly, not leave it running
-            log.error("run failed unexpectedly: %s", type(exc).__name__)
-            return TeamResult(
-                "failed", None, root_key, 0, 0, [], f"Internal error ({type(exc).__name__})"
-            ), None
-        except asyncio.CancelledError:
-            # cancel-run: the step in progress ends as cancelled and the run as failed.
-            step = self.current_steps.get(run_id)
-            if step is not None:
-                step.status, step.error, step.ended_at = "failed", CANCELLED, utcnow()
-                await self._write_step(install, run_id, step, event="step_cancelled")
-            return TeamResult("failed", None, root_key, 0, 0, [], CANCELLED), None
-        finally:
-            self.current_steps.pop(run_id, None)
-
-    async def abort(self, install_id: str, run_id: str, message: str) -> bool:
-        """End a run this copy was about to start or was running (cancelled before its team ran):
-        queued -> failed, or running under this incarnation -> failed; with its run record."""
-        run = await ledger.fail_queued(self.store, run_id, message)
-        if run is None:
-            run = await ledger.finish(self.store, run_id, self.incarnation, "failed", 0, 0, message)
-        if run is None:
-            return False
-        install = await self.store.installs.find_one({"_id": install_id})
-        event: EventType = "step_cancelled" if message == CANCELLED else "step_failed"
-        await self._recorded(install, run, "failed", 0, 0, message, step_event=event)
-        return True
-
-    async def expire(self, run: Document, message: str) -> bool:
-        """A queued run that could never be handed over ends failed, recorded and reported."""
-        failed = await ledger.fail_queued(self.store, run["_id"], message)
-        if failed is None:
-            return False
-        install = await self.store.installs.find_one({"_id": run["installId"]})
-        await self._recorded(install, failed, "failed", 0, 0, message, step_event="step_failed")
-        if install is not None and failed.get("callbackUrl"):
-            await self.callback(install, failed["callbackUrl"], failed_outcome(run["_id"], message))
-        return True
-
-    async def outcome_now(self, run_id: str) -> dict[str, Any]:
-        """The answer for a run this call did not run (a repeated start): what the ledger says."""
-        run = await self.store[ledger.RUNS].find_one({"_id": run_id})
-        if run is None:
-            return failed_outcome(run_id, "Run not found")
-        outcome = {
-            "runId": run_id,
-            "status": run["status"],
-            "response": run.get("response"),
-            "agent": run.get("agentKey"),
-            "inputTokens": run.get("inputTokens") or 0,
-            "outputTokens": run.get("outputTokens") or 0,
+        if not ended:
+            return await self.outcome_now(run["_id"])
+        self.limits.crash.reached("after-end")
+        recorder.stored(events)
+        await self._traced_end(install, result, totals.input, totals.output)  # tracing (#33)
+        final = {
+            **run,
+            **fields,
+            "status": result.status,
+            "endedAt": utcnow(),
+            "owed": owed,
+            "inputTokens": totals.input,
+            "outputTokens": totals.output,
+            "journal": recorder.log,
+            "seq": recorder.seq,
         }
-        if run.get("errorMessage"):
-            outcome["errorMessage"] = run["errorMessage"]
-        if "refused" in run:  # the same answer as the call that refused it (a 409 or 404 to a sync caller)
-            outcome["refused"] = run["refused"]
-        return outcome
+        await self._settle(final, install)
+        return outcome(final)
 
-    async def _refused(self, install: Document | None, run_id: str) -> dict[str, Any]:
-        """A run handed over after its install stopped being ready ends failed, marked `refused`."""
+    async def _pause(
+        self, install: Document, run: Document, recorder: RunRecorder, result: TeamResult, state: Document
+    ) -> RunOutcome:
+        """running -> paused at a gate in one write, with the state to resume from."""
+        entries, events, tokens_in, tokens_out = recorder.take()
+        totals = recorder.totals
+        paused = {
+            "status": "paused",
+            "gate": state["gate"],
+            "inputTokens": totals.input,
+            "outputTokens": totals.output,
+        }
+        events.append(ledger.event("paused", paused))
+        owed = owed_on_pause(run)
+        state = {**state, "templateVersion": run.get("templateVersion"), "eventId": str(ObjectId())}
+        done = await ledger.pause(
+            self.store,
+            run["_id"],
+            self.incarnation,
+            gate=state["gate"],
+            state=state,
+            journal=entries,
+            events=events,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            owed=owed,
+        )
+        if not done:
+            return await self.outcome_now(run["_id"])
+        tracing.gate_paused(state["gate"], state.get("fromStep"))  # tracing (#33)
+        recorder.stored(events)
+        final = {
+            **run,
+            "status": "paused",
+            "pausedAtGate": state["gate"],
+            "state": state,
+            "owed": owed,
+            "inputTokens": totals.input,
+            "outputTokens": totals.output,
+            "agentKey": result.agent,
+            "journal": recorder.log,
+            "seq": recorder.seq,
+        }
+        await self._settle(final, install)
+        return outcome(final)
+
+    async def _traced_end(
+        self, install: Document, result: TeamResult, tokens_in: int, tokens_out: int
+    ) -> None:
+        """The run span's outcome, tokens and billed amount (one template read, only when traced)."""
+        tracing.run_finished(result.status, tokens_in, tokens_out, result.error)
+        if self.costing is not None and tracing.enabled():
+            completed = result.status == "completed"
+            try:
+                model, price, amount = await self.costing(
+                    install, completed, result.billable, tokens_in + tokens_out
+                )
+            except PyMongoError as exc:  # the run has ended: its span goes without the amount
+                log.warning("billed amount not traced: %s", type(exc).__name__)
+                return
+            tracing.run_billed(model, amount, price)
+
+    async def _refused(self, run: Document, install: Document | None) -> RunOutcome:
+        """A run handed over after its install stopped being ready ends failed, marked `refused`
+        (no run record: it never ran); every later command for it gets the same answer."""
         message = (
             "Install not found" if install is None else f"Install is not ready (status: {install['status']})"
         )
-        # Claimed by this copy a moment ago: it ends failed, with no run record (it never ran).
         refused = install is not None
-        await ledger.finish(self.store, run_id, self.incarnation, "failed", 0, 0, message, refused=refused)
-        return {**failed_outcome(run_id, message), "refused": refused}
+        events = [
+            ledger.event(
+                "failed", {"status": "failed", "error": message, "inputTokens": 0, "outputTokens": 0}
+            )
+        ]
+        await ledger.end(
+            self.store,
+            run["_id"],
+            self.incarnation,
+            status="failed",
+            fields={"errorMessage": message, "refused": refused},
+            journal=[],
+            events=events,
+            tokens_in=0,
+            tokens_out=0,
+            owed=[],
+        )
+        return RunOutcome(run["_id"], "failed", errorMessage=message, refused=refused)
+
+    async def stop(self, run_id: str, message: str, event: str = "step_failed") -> bool:
+        """End a run that is not running here: queued -> failed (cancelled before it started, never
+        handed over), with what it owes; False when it was not queued."""
+        run = await ledger.get(self.store, run_id)
+        if run is None:
+            return False
+        final = await ledger.fail_queued(
+            self.store, run_id, message, owed_on_end(run), [stopped(message)], {"endEvent": event}
+        )
+        if final is None:
+            return False
+        await self._settle_stored(run_id)
+        return True
+
+    async def cancel_before_team(self, run_id: str) -> RunOutcome:
+        """A run cancelled before its team ran here (waiting for a slot, or being claimed) ends
+        failed as cancelled, with what it owes: queued, or claimed by this copy."""
+        if not await self.stop(run_id, CANCELLED, event="step_cancelled"):
+            run = await ledger.get(self.store, run_id)
+            if run is not None and run["status"] == "running" and run.get("incarnation") == self.incarnation:
+                ended = await ledger.end(
+                    self.store,
+                    run_id,
+                    self.incarnation,
+                    status="failed",
+                    fields={"errorMessage": CANCELLED, "endEvent": "step_cancelled"},
+                    journal=[],
+                    events=[stopped(CANCELLED, run)],
+                    tokens_in=0,
+                    tokens_out=0,
+                    owed=owed_on_end(run),
+                )
+                if ended:
+                    await self._settle_stored(run_id)
+        return await self.outcome_now(run_id)
+
+    async def emit_gate_approved(self, run: Document, actor: dict[str, Any]) -> None:
+        """The console's feed: a person let the run past its gate."""
+        gate = (run.get("state") or {}).get("gate")
+        await self.events.emit(
+            run["installId"], "gate_approved", gate_name=gate, meta={"runId": run["_id"]}, **actor
+        )
+
+    async def settle_gone(self, run: Document, message: str) -> bool:
+        """End a claimed run whose worker is gone (or that stalled) as failed, with what it owes:
+        its tokens stay what its steps recorded. Conditional on the run as seen."""
+        owed = owed_on_end(run)
+        fields = {"endEvent": "step_failed", "tokensByAgent": tokens_by_agent(run.get("journal") or [])}
+        if not await ledger.settle(self.store, run, message, owed, [stopped(message, run)], fields):
+            return False
+        await self._settle_stored(run["_id"])
+        return True
+
+    async def _settle_stored(self, run_id: str) -> None:
+        """Pay what a run ended from outside its team owes (read back: it was not in memory)."""
+        try:
+            await self.settlement.finish(run_id)
+        except Exception as exc:
+            log.warning("run %s still owes its settlement: %s", run_id, type(exc).__name__)
+
+    async def _settle(self, run: Document, install: Document | None) -> None:
+        """Pay what the run owes now; on failure it keeps owing (the actor's next beat, its
+        recovery or the sweeper pays it) and the answer goes out all the same."""
+        try:
+            await self.settlement.settle(run, install)
+        except Exception as exc:
+            log.warning("run %s still owes %s: %s", run["_id"], run.get("owed"), type(exc).__name__)
+            return
+        self.limits.crash.reached("after-settlement")
+
+    async def outcome_now(self, run_id: str) -> RunOutcome:
+        """The answer for a run this call did not run (a repeated start): what the ledger says."""
+        run = await ledger.get(self.store, run_id)
+        if run is None:
+            return RunOutcome(run_id, "failed", errorMessage="Run not found")
+        return outcome(run)
 
     async def secrets_of(self, install: Document) -> dict[str, str]:
         """Org secrets, overridden by the install's own of the same name (spec)."""
@@ -308,149 +509,55 @@ class InstallRunner:
             values[name] = self.vault.decrypt(token)
         return values
 
-    async def _write_step(
-        self, install: Document, run_id: str, step: AgentStep, event: EventType | None = None
-    ) -> None:
-        """Store an agent's step and its event (step_completed, step_failed or step_cancelled).
 
-        The two writes (two collections, so two round trips) go out together: the step waits for
-        one round trip, not two, and both are stored before the run goes on (persist, then act)."""
-        duration = int(((step.ended_at or utcnow()) - step.started_at).total_seconds() * 1000)
-        kind: EventType = event or ("step_completed" if step.status == "completed" else "step_failed")
-        record = self.store["agent_runs"].insert_one(
-            {
-                "_id": tokens.new_id(),
-                "installId": install["_id"],
-                "runId": run_id,
-                "agentKey": step.agent_key,
-                "status": step.status,
-                "inputTokens": step.input_tokens,
-                "outputTokens": step.output_tokens,
-                "errorMessage": step.error,
-                "durationMs": duration,
-                "startedAt": step.started_at,
-                "createdAt": step.ended_at or utcnow(),
-            }
-        )
-        emitted = self.events.emit(install["_id"], kind, step_key=step.agent_key, meta={"runId": run_id})
-        await asyncio.gather(record, emitted)
-
-    def cancel_step(self, run_id: str) -> str | None:
-        """The key of the step a run is in (None when it is not running here)."""
-        step = self.current_steps.get(run_id)
-        return step.agent_key if step is not None else None
-
-    async def _end(self, install: Document, run: Document, result: TeamResult) -> bool:
-        """running -> completed/failed (fenced by this incarnation) and its run record; False when
-        another writer had settled the run (this copy was superseded): nothing is recorded."""
-        finished = await ledger.finish(
-            self.store,
-            run["_id"],
-            self.incarnation,
-            result.status,
-            result.input_tokens,
-            result.output_tokens,
-            result.error,
-            result.agent,
-            seen=run,
-        )
-        if finished is None:
-            return False
-        await self._recorded(
-            install,
-            finished,
-            result.status,
-            result.input_tokens,
-            result.output_tokens,
-            result.error,
-            billable=result.billable,
-        )
-        await self._traced_end(install, result)  # tracing (#33)
-        return True
-
-    async def _traced_end(self, install: Document, result: TeamResult) -> None:
-        """The run span's outcome, tokens and billed amount (one template read, only when traced)."""
-        tracing.run_finished(result.status, result.input_tokens, result.output_tokens, result.error)
-        if self.costing is not None and tracing.enabled():
-            tokens = result.input_tokens + result.output_tokens
-            completed = result.status == "completed"
-            model, price, amount = await self.costing(install, completed, result.billable, tokens)
-            tracing.run_billed(model, amount, price)
-
-    async def _recorded(
-        self,
-        install: Document | None,
-        run: Document,
-        status: str,
-        input_tokens: int,
-        output_tokens: int,
-        error: str | None,
-        step_event: EventType | None = None,
-        billable: bool = False,
-    ) -> None:
-        """The run record (the run list, counters, billing), lastRunAt and the schedule's count.
-
-        Independent writes to different collections, sent together: the run waits for the slowest
-        (the run record's group), not for their sum; all are stored before the run answers."""
-        if install is None:
-            return
-        writes: list[Awaitable[Any]] = []
-        if step_event:  # a run settled from outside has no step record of its own end (the run log)
-            writes.append(
-                self.events.emit(
-                    install["_id"], step_event, step_key=run.get("agentKey"), meta={"runId": run["_id"]}
-                )
-            )
-        writes.append(
-            self.runs.record(
-                install,
-                agent_key=run.get("agentKey"),
-                status=status,  # type: ignore[arg-type]
-                source=run.get("source") or "run",
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                error_message=error,
-                run_id=run["_id"],
-                platform_agent_id=run.get("platformAgentId"),
-                platform_run_id=run.get("platformRunId"),
-                billable=billable,
-                started_at=run.get("startedAt"),
-            )
-        )
-        writes.append(touch_last_run(self.store, install["_id"]))
-        if run.get("source") == "schedule":
-            writes.append(note_scheduled_outcome(self.store, install["_id"], status == "completed", error))
-        await asyncio.gather(*writes)
-
-    async def callback(self, install: Document, url: str, outcome: dict[str, Any]) -> bool:
-        """Store the callback and make its first attempt; the job runner retries it durably
-        (svc/runtime/callbacks.py). True when the first attempt delivered it."""
-        return await self.callbacks.deliver(install, url, outcome)
+def failed(message: str) -> TeamResult:
+    return TeamResult("failed", None, "", 0, 0, [], message)
 
 
-def failed_outcome(run_id: str, message: str) -> dict[str, Any]:
-    """The run response of a run that ended before producing anything."""
+def stopped(message: str, run: Document | None = None) -> Document:
+    """The last event of a run settled from outside its team."""
+    tokens_in = int((run or {}).get("inputTokens") or 0)
+    tokens_out = int((run or {}).get("outputTokens") or 0)
+    return ledger.event(
+        "failed", {"status": "failed", "error": message, "inputTokens": tokens_in, "outputTokens": tokens_out}
+    )
+
+
+def gate_state(gate: GateReached) -> Document:
+    """What a run paused at a tool call resumes from: the same step, replayed from its journal
+    (a pipeline's step says which: `gate.resume`)."""
     return {
-        "runId": run_id,
-        "status": "failed",
-        "response": None,
-        "agent": None,
-        "inputTokens": 0,
-        "outputTokens": 0,
-        "errorMessage": message,
+        "gate": gate.gate,
+        "kind": "tool",
+        "call": gate.call,
+        "stepKey": gate.call.get("agent"),
+        **gate.resume,
     }
 
 
-def outcome_of(run_id: str, result: TeamResult) -> dict[str, Any]:
-    """The spec's run response."""
-    outcome: dict[str, Any] = {
-        "runId": run_id,
-        "status": result.status,
-        "response": result.response,
-        "agent": result.agent,
-        "inputTokens": result.input_tokens,
-        "outputTokens": result.output_tokens,
-    }
-    if result.error:
-        outcome["errorMessage"] = result.error
-    return outcome
+def tokens_by_agent(journal: list[Document]) -> list[dict[str, Any]]:
+    """Token totals per agent over the run's model calls, in the order the agents first ran."""
+    totals: dict[str, dict[str, Any]] = {}
+    for entry in journal:
+        if entry.get("kind") == "model":
+            row = totals.setdefault(
+                entry["agent"], {"agent": entry["agent"], "inputTokens": 0, "outputTokens": 0}
+            )
+            row["inputTokens"] += int(entry.get("in") or 0)
+            row["outputTokens"] += int(entry.get("out") or 0)
+    return list(totals.values())
+
+
+def outcome(run: Document) -> RunOutcome:
+    """The answer a run's document gives."""
+    return RunOutcome(
+        runId=run["_id"],
+        status=run["status"],
+        response=run.get("response"),
+        agent=run.get("agentKey"),
+        inputTokens=int(run.get("inputTokens") or 0),
+        outputTokens=int(run.get("outputTokens") or 0),
+        errorMessage=run.get("errorMessage"),
+        pausedAtGate=run.get("pausedAtGate") if run["status"] == "paused" else None,
+        refused=run.get("refused"),
+    )

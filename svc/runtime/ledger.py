@@ -1,19 +1,26 @@
-"""The run ledger: every change of a managed run's status, one function per transition.
+"""The run ledger: every write to a managed run (`pipeline_runs`), one function per transition.
 
 Each transition is one conditional write from the expected state, so two writers can never
 both win, and every write an install's actor makes to a run it has claimed names the actor's
 incarnation: a copy of the actor that a newer one has superseded (an orphan left by a node
-crash) matches nothing, so it can neither finish nor pause a run (docs/runtime.md).
+crash) matches nothing, so it can neither step, pause nor end a run (docs/runtime.md).
 
     queued --claim--> running --pause--> paused --resume--> running
-       |                 |                                     |
-       +--fail_queued--> failed <--finish/settle------ completed/failed
+       |               |  ^ step (one write per step)                |
+       |               |  +--adopt (a new copy resumes the run)      |
+       +--fail_queued--+--end / settle--> completed | failed <-------+
 
-Who writes: the API and the scheduler only *ask* (`enqueue` a queued run, `fail_queued` a run
-they could never hand over); the install's actor claims, pauses, resumes and finishes; the
-actor's recovery and the sweeper `settle` runs whose actor is gone. A per-install incarnation
-record (`actor_incarnations`) names the copy of the actor that may act; it is claimed in the
-actor's constructor and beaten while the actor lives, so the sweeper can tell a gone actor.
+A run's document holds the run: its journal (every model and tool call, written before the run
+acts on it: svc/runtime/journal.py), its events (what a watcher is told, `events` with `seq`), its
+tokens, and, once it ends or pauses, the side effects it still owes (`owed`: the run record,
+counters, steps, the callback, ...; svc/runtime/settlement.py clears each as it lands).
+
+Who writes: the API and the scheduler insert queued runs (`enqueue`) and fail the ones they
+could never hand over (`fail_queued`); the job runner notes hand-overs; the install's actor claims,
+steps, pauses, resumes and ends; the actor's recovery adopts (or settles) runs an earlier copy
+had claimed, and the sweeper settles runs whose actor is gone or that stalled. No other module
+writes `pipeline_runs` (tests/test_architecture.py). A per-install incarnation record
+(`actor_incarnations`) names the copy of the actor that may act.
 """
 
 from __future__ import annotations
@@ -22,16 +29,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from plugins import tracing
-from svc.core import Document, Store, tokens, utcnow
+from svc.core import Batch, Document, Store, tokens, utcnow
 
 RUNS = "pipeline_runs"
-INCARNATIONS = "actor_incarnations"
+INCARNATIONS = "actor_incarnations"  # svc/runtime/incarnations.py (read by `orphaned`)
 ACTIVE = ("queued", "starting", "running")
+SETTLED = ("completed", "failed")
 Source = str  # run, webhook, schedule, continue, retry, heartbeat
+# Journal and events are read back only by the run's detail, stream and resume; lists leave them out.
+HEAVY = {"journal": 0, "events": 0}
 
 
 def new_run(install_id: str, task: str, source: Source, **extra: Any) -> Document:
-    """A queued run's document (the fields h-watch's run detail reads)."""
+    """A queued run's document."""
     return {
         "_id": tokens.new_id(),
         "installId": install_id,
@@ -48,130 +58,301 @@ def new_run(install_id: str, task: str, source: Source, **extra: Any) -> Documen
         "outputTokens": 0,
         "agentKey": None,
         "incarnation": None,
+        "seq": 0,
+        "events": [],
+        "journal": [],
+        "resumes": 0,
         # The trace of whoever asked for the run: every part of it joins that trace (tracing, #33).
         **tracing.context_fields(),
         **extra,
     }
 
 
+def event(kind: str, data: Document, at: datetime | None = None) -> Document:
+    """One stored event: its type, its data and when (the watcher's view; `seq` is its position)."""
+    return {"type": kind, "data": data, "at": at or utcnow()}
+
+
+# ---- asking for runs (the API, the scheduler, the job runner) --------------------------------
+
+
 async def enqueue(store: Store, run: Document) -> str:
-    """Persist a run asked for (API, scheduler, retry); the actor starts it."""
+    """Persist a run asked for (API, retry); the actor starts it."""
     await store[RUNS].insert_one(run)
     return str(run["_id"])
 
 
-async def claim(store: Store, run_id: str, incarnation: str, agent_key: str | None) -> Document | None:
-    """queued -> running, stamped with the claiming incarnation; None when it is not queued
-    (started already, cancelled, or unknown): a repeated start does nothing twice."""
-    changes = {
-        "status": "running",
-        "startedAt": utcnow(),
-        "incarnation": incarnation,
-        **({"agentKey": agent_key} if agent_key else {}),
-    }
-    return await _transition(store, {"_id": run_id, "status": "queued"}, changes)
+async def enqueue_many(store: Store, runs: list[Document]) -> None:
+    """Persist runs a scheduler tick asked for, in one write."""
+    if runs:
+        await store[RUNS].insert_many(runs)
 
 
-async def pause(
-    store: Store, run_id: str, incarnation: str, state: dict[str, Any], tokens_in: int, tokens_out: int
-) -> bool:
-    """running -> paused at a gate, with the state to resume from (written through)."""
+async def retry(store: Store, first: Document, run: Document) -> Document:
+    """Queue `run` as the retry of `first`, once: two retries at once give one new run. The
+    first run's `lastRetry` is the claim (moved from the value this caller saw to the new run's id);
+    the caller that loses gets the winner's run back."""
+    seen = first.get("lastRetry")
+    won = await store[RUNS].update_one(
+        {"_id": first["_id"], "lastRetry": seen}, {"$set": {"lastRetry": run["_id"]}}
+    )
+    if won.modified_count == 1:
+        await enqueue(store, run)
+        return run
+    latest = await store[RUNS].find_one({"_id": first["_id"]}, {"lastRetry": 1})
+    winner = await store[RUNS].find_one({"_id": (latest or {}).get("lastRetry")}, HEAVY)
+    return winner if winner is not None else run
+
+
+async def note_handoff(store: Store, run: Document, now: datetime) -> bool:
+    """The job runner hands a queued run over again: claimed by moving `handoffAt` from the value
+    it saw, so one job runner does it."""
+    taken = await store[RUNS].update_one(
+        {"_id": run["_id"], "status": "queued", "handoffAt": run["handoffAt"]},
+        {"$set": {"handoffAt": now}, "$inc": {"handoffs": 1}},
+    )
+    return taken.modified_count == 1
+
+
+async def release(store: Store, run_id: str, now: datetime) -> bool:
+    """A scheduled run that waited for its install to be free is now handed over (one scheduler)."""
     done = await store[RUNS].update_one(
-        {"_id": run_id, "status": "running", "incarnation": incarnation},
-        {
-            "$set": {
-                "status": "paused",
-                "pausedAtGate": state["gate"],
-                "state": state,
-                "pausedAt": utcnow(),
-                "inputTokens": tokens_in,
-                "outputTokens": tokens_out,
-            }
-        },
+        {"_id": run_id, "status": "queued", "handoffAt": None}, {"$set": {"handoffAt": now}}
     )
     return done.modified_count == 1
 
 
-async def resume(store: Store, run_id: str, incarnation: str, bypass_gates: bool) -> Document | None:
-    """paused -> running under this incarnation; None when it is no longer paused."""
+async def fail_queued(
+    store: Store,
+    run_id: str,
+    message: str,
+    owed: list[str],
+    events: list[Document] | None = None,
+    fields: Document | None = None,
+) -> Document | None:
+    """queued -> failed (cancelled before it started, refused, or never handed over), with what it
+    owes; the run after the change, or None when it was not queued."""
+    now = utcnow()
     changes = {
-        "status": "running",
-        "incarnation": incarnation,
-        "pausedAtGate": None,
-        "bypassGates": bypass_gates,
+        "status": "failed",
+        "errorMessage": message,
+        "endedAt": now,
+        "owed": owed,
+        "owedAt": now,
+        **(fields or {}),
     }
-    return await _transition(store, {"_id": run_id, "status": "paused"}, changes)
+    done = await store[RUNS].update_one(
+        {"_id": run_id, "status": "queued"}, _with_events({"$set": changes}, events or [])
+    )
+    if done.matched_count != 1:
+        return None
+    return await store[RUNS].find_one({"_id": run_id}, HEAVY)
 
 
-async def finish(
+# ---- the install's actor ---------------------------------------------------------------------
+
+
+async def claim(store: Store, run_id: str, incarnation: str, events: list[Document]) -> bool:
+    """queued -> running, stamped with the claiming incarnation, with the run's first events; False
+    when it is not queued (started already, cancelled, or unknown): a repeated start does nothing
+    twice. No read back: the actor has the run as it was queued (`StartRun`)."""
+    now = utcnow()
+    change = {"$set": {"status": "running", "startedAt": now, "stepAt": now, "incarnation": incarnation}}
+    done = await store[RUNS].update_one({"_id": run_id, "status": "queued"}, _with_events(change, events))
+    return done.matched_count == 1
+
+
+async def step(
     store: Store,
     run_id: str,
     incarnation: str,
-    status: str,
+    *,
+    journal: list[Document],
+    events: list[Document],
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+) -> bool:
+    """One step of a running run, in one write: its journal entries, its events and its tokens.
+    False when this incarnation no longer runs it (superseded, cancelled or settled elsewhere)."""
+    change: Document = {"$set": {"stepAt": utcnow()}}
+    if journal:
+        change["$push"] = {"journal": {"$each": journal}}
+    if tokens_in or tokens_out:
+        change["$inc"] = {"inputTokens": tokens_in, "outputTokens": tokens_out}
+    done = await store[RUNS].update_one(
+        {"_id": run_id, "status": "running", "incarnation": incarnation}, _with_events(change, events)
+    )
+    return done.matched_count == 1
+
+
+async def pause(
+    store: Store,
+    run_id: str,
+    incarnation: str,
+    *,
+    gate: str,
+    state: Document,
+    journal: list[Document],
+    events: list[Document],
     tokens_in: int,
     tokens_out: int,
-    error: str | None,
-    agent_key: str | None = None,
-    seen: Document | None = None,
-    refused: bool | None = None,
-) -> Document | None:
-    """running -> completed/failed, only by the incarnation that runs it; the run, or None when
-    another writer settled it first (recovery, the sweeper): then nothing more is recorded.
-
-    `seen`: the run as this incarnation claimed it; the answer is then built from it and the
-    changes, with no read (the fields a run record needs never change once it is queued).
-    `refused`: the run never ran because its install was not ready (True) or gone (False); kept
-    so a later command for the same run gets the same answer."""
-    changes = {
-        "status": status,
-        "endedAt": utcnow(),
-        "inputTokens": tokens_in,
-        "outputTokens": tokens_out,
-        "errorMessage": error,
-        **({"agentKey": agent_key} if agent_key else {}),
-        **({"refused": refused} if refused is not None else {}),
+    owed: list[str],
+) -> bool:
+    """running -> paused at a gate, with the state to resume from and what the pause owes."""
+    change: Document = {
+        "$set": {
+            "status": "paused",
+            "pausedAtGate": gate,
+            "state": state,
+            "pausedAt": utcnow(),
+            "owed": owed,
+            "owedAt": utcnow(),
+        },
+        "$inc": {"inputTokens": tokens_in, "outputTokens": tokens_out},
     }
-    return await _transition(
-        store, {"_id": run_id, "status": "running", "incarnation": incarnation}, changes, seen
+    if journal:
+        change["$push"] = {"journal": {"$each": journal}}
+    done = await store[RUNS].update_one(
+        {"_id": run_id, "status": "running", "incarnation": incarnation}, _with_events(change, events)
+    )
+    return done.matched_count == 1
+
+
+async def resume(
+    store: Store,
+    run_id: str,
+    incarnation: str,
+    bypass_gates: bool,
+    events: list[Document],
+    journal: list[Document] | None = None,
+) -> Document | None:
+    """paused -> running under this incarnation, with how the gate was decided (`journal`); the
+    run (journal and all), or None when it is no longer paused."""
+    now = utcnow()
+    change: Document = {
+        "$set": {
+            "status": "running",
+            "incarnation": incarnation,
+            "pausedAtGate": None,
+            "bypassGates": bypass_gates,
+            "stepAt": now,
+        }
+    }
+    if journal:
+        change["$push"] = {"journal": {"$each": journal}}
+    done = await store[RUNS].update_one({"_id": run_id, "status": "paused"}, _with_events(change, events))
+    if done.matched_count != 1:
+        return None
+    return await store[RUNS].find_one({"_id": run_id})
+
+
+async def end(
+    store: Store,
+    run_id: str,
+    incarnation: str,
+    *,
+    status: str,
+    fields: Document,
+    journal: list[Document],
+    events: list[Document],
+    tokens_in: int,
+    tokens_out: int,
+    owed: list[str],
+) -> bool:
+    """running -> completed/failed, only by the incarnation that runs it, in ONE write: the status,
+    what the end decided (`fields`: response, error, agent, duration, tokens by agent), the last
+    step's journal, events and tokens, and the side effects still owed. False when another writer
+    settled the run first (recovery, the sweeper): then nothing more is recorded."""
+    change: Document = {
+        "$set": {"status": status, "endedAt": utcnow(), "owed": owed, "owedAt": utcnow(), **fields},
+        "$inc": {"inputTokens": tokens_in, "outputTokens": tokens_out},
+    }
+    if journal:
+        change["$push"] = {"journal": {"$each": journal}}
+    done = await store[RUNS].update_one(
+        {"_id": run_id, "status": "running", "incarnation": incarnation}, _with_events(change, events)
+    )
+    return done.matched_count == 1
+
+
+async def settle(
+    store: Store, run: Document, message: str, owed: list[str], events: list[Document], fields: Document
+) -> bool:
+    """A claimed run whose actor is gone (or that stalled) -> failed, with what it owes;
+    conditional on the very status, incarnation and last step that were seen, so a run that moved
+    on meanwhile is left alone. Its tokens stay what its steps recorded."""
+    now = utcnow()
+    changes = {
+        "status": "failed",
+        "errorMessage": message,
+        "endedAt": now,
+        "owed": owed,
+        "owedAt": now,
+        **fields,
+    }
+    conditions = {
+        "_id": run["_id"],
+        "status": run["status"],
+        "incarnation": run.get("incarnation"),
+        "stepAt": run.get("stepAt"),
+    }
+    done = await store[RUNS].update_one(conditions, _with_events({"$set": changes}, events))
+    return done.matched_count == 1
+
+
+async def adopt(store: Store, run: Document, incarnation: str, events: list[Document]) -> bool:
+    """A new copy of the install's actor takes over a run an earlier copy was running (it resumes
+    it from its journal): conditional on the incarnation seen, counted in `resumes`."""
+    change = {"$set": {"incarnation": incarnation, "stepAt": utcnow()}, "$inc": {"resumes": 1}}
+    done = await store[RUNS].update_one(
+        {"_id": run["_id"], "status": "running", "incarnation": run.get("incarnation")},
+        _with_events(change, events),
+    )
+    return done.matched_count == 1
+
+
+def paid(batch: Batch, run_id: str, names: list[str], steps_settled: int) -> None:
+    """Side effects that landed (the last operation of the settlement's batch): no longer owed,
+    and the journal's steps up to `steps_settled` stored for their other readers."""
+    change = {"$pull": {"owed": {"$in": names}}, "$set": {"stepsSettled": steps_settled}}
+    batch.update(RUNS, {"_id": run_id}, change)
+
+
+async def paid_now(store: Store, run_id: str, names: list[str]) -> None:
+    """Side effects paid after the batch (a schedule's pause check)."""
+    await store[RUNS].update_one({"_id": run_id}, {"$pull": {"owed": {"$in": names}}})
+
+
+# ---- reading --------------------------------------------------------------------------------
+
+
+async def get(store: Store, run_id: str, heavy: bool = False) -> Document | None:
+    """One run (without its journal and events unless `heavy`)."""
+    return await store[RUNS].find_one({"_id": run_id}, None if heavy else HEAVY)
+
+
+async def newest_active(store: Store, install_id: str) -> Document | None:
+    """The install's newest run that is queued or running (cancel-run's target)."""
+    return await store[RUNS].find_one(
+        {"installId": install_id, "status": {"$in": list(ACTIVE)}}, HEAVY, sort=[("createdAt", -1)]
     )
 
 
-async def fail_queued(store: Store, run_id: str, message: str) -> Document | None:
-    """queued -> failed (cancelled before it started, refused, or never handed over)."""
-    changes = {"status": "failed", "errorMessage": message, "endedAt": utcnow()}
-    return await _transition(store, {"_id": run_id, "status": "queued"}, changes)
+async def paused_at(store: Store, install_id: str, gate: str) -> Document | None:
+    """The install's run paused at `gate`, if any."""
+    return await store[RUNS].find_one(
+        {"installId": install_id, "status": "paused", "pausedAtGate": gate}, HEAVY
+    )
 
 
-async def settle(store: Store, run: Document, message: str) -> Document | None:
-    """A claimed run whose incarnation is gone -> failed; conditional on the very status and
-    incarnation that were seen, so a run that moved on meanwhile is left alone."""
-    changes = {"status": "failed", "errorMessage": message, "endedAt": utcnow()}
-    conditions = {"_id": run["_id"], "status": run["status"], "incarnation": run.get("incarnation")}
-    return await _transition(store, conditions, changes, seen=run)
-
-
-async def _transition(
-    store: Store, conditions: Document, changes: Document, seen: Document | None = None
-) -> Document | None:
-    """One atomic conditional write from the expected state (`update_one`), then the run after it:
-    `seen` with the changes, or read back by `_id`; None when the expected state did not hold.
-
-    Not `find_one_and_update`: the embedded database answers it by reading the whole collection
-    whatever the filter or index (160 ms at 20,000 runs, bench/ledger_cost.py), while an
-    `update_one` and a read by `_id` cost about 2 ms each at any size. The write alone decides
-    who won (the same atomic compare-and-set on MongoDB); the read back may already show a later
-    change by another writer, which no caller relies on (they use fields fixed at enqueue)."""
-    done = await store[RUNS].update_one(conditions, {"$set": changes})
-    if done.matched_count != 1:
-        return None
-    if seen is not None:
-        return {**seen, **changes}
-    run = await store[RUNS].find_one({"_id": conditions["_id"]})
-    return run if run is not None else {**conditions, **changes}
+async def paused_on_approval(store: Store, install_id: str, approval_id: str) -> Document | None:
+    """The install's run paused at the tool call an approval request is for."""
+    query = {"installId": install_id, "status": "paused", "state.call.approvalId": approval_id}
+    return await store[RUNS].find_one(query, HEAVY)
 
 
 async def of_install(store: Store, install_id: str) -> list[Document]:
-    """The install's runs that are not finished (recovery reads them once)."""
+    """The install's runs that are not finished, journal and all (an actor's recovery)."""
     return (
         await store[RUNS]
         .find({"installId": install_id, "status": {"$in": [*ACTIVE, "paused"]}})
@@ -180,37 +361,63 @@ async def of_install(store: Store, install_id: str) -> list[Document]:
     )
 
 
-# ---- incarnations --------------------------------------------------------------------------
-
-
-async def take_over(store: Store, install_id: str, incarnation: str) -> None:
-    """Make `incarnation` the copy of the install's actor that may act (its constructor)."""
-    await store[INCARNATIONS].update_one(
-        {"_id": install_id},
-        {"$set": {"incarnation": incarnation, "since": utcnow(), "seenAt": utcnow(), "gone": False}},
-        upsert=True,
+async def owing(store: Store, names: tuple[str, ...], before: datetime, limit: int) -> list[Document]:
+    """Ended or paused runs that have owed side effects since before `before`, oldest first (the
+    sweeper finishes them once their actor had its chance). The multikey index on `owed` keeps
+    this to the few runs that owe anything."""
+    return (
+        await store[RUNS]
+        .find({"owed": {"$in": list(names)}, "owedAt": {"$lt": before}}, HEAVY)
+        .sort("owedAt", 1)
+        .limit(limit)
+        .to_list(None)
     )
 
 
-async def beat(store: Store, install_id: str, incarnation: str) -> bool:
-    """Say this incarnation lives; False when a newer one took over (this copy must stop)."""
-    done = await store[INCARNATIONS].update_one(
-        {"_id": install_id, "incarnation": incarnation}, {"$set": {"seenAt": utcnow()}}
+async def waiting(store: Store, handed_before: datetime, limit: int) -> list[Document]:
+    """Queued runs handed over before `handed_before` and not taken yet, oldest hand-over first."""
+    return (
+        await store[RUNS]
+        .find({"status": "queued", "handoffAt": {"$ne": None, "$lte": handed_before}}, HEAVY)
+        .sort("handoffAt", 1)
+        .to_list(limit)
     )
-    return done.matched_count == 1
 
 
-async def leave(store: Store, install_id: str, incarnation: str) -> None:
-    """An actor exiting cleanly says so, so the sweeper need not wait for its beat to age."""
-    await store[INCARNATIONS].update_one(
-        {"_id": install_id, "incarnation": incarnation}, {"$set": {"gone": True, "seenAt": utcnow()}}
+async def running_of(store: Store, install_id: str, incarnation: str) -> list[Document]:
+    """The install's runs this incarnation claimed that are still running (journal and all)."""
+    return (
+        await store[RUNS]
+        .find({"installId": install_id, "status": "running", "incarnation": incarnation})
+        .to_list(None)
     )
+
+
+async def paid_up(store: Store, run_id: str) -> bool:
+    """Whether the run owes nothing (its record, counters and callback stored)."""
+    return not await store[RUNS].count_documents({"_id": run_id, "owed.0": {"$exists": True}}, limit=1)
+
+
+async def owing_of(store: Store, install_id: str, names: tuple[str, ...]) -> list[str]:
+    """The ids of an install's runs that still owe side effects (its actor pays them)."""
+    docs = (
+        await store[RUNS]
+        .find({"owed": {"$in": list(names)}, "installId": install_id}, {"_id": 1})
+        .to_list(200)
+    )
+    return [doc["_id"] for doc in docs]
 
 
 async def orphaned(store: Store, now: datetime, stale: timedelta, limit: int = 200) -> list[Document]:
-    """Claimed runs whose actor is gone: their incarnation is not the install's current one,
-    or the current one left or stopped beating `stale` ago (the sweeper settles them)."""
-    running = await store[RUNS].find({"status": {"$in": ["starting", "running"]}}).to_list(limit)
+    """Claimed runs whose actor is gone, oldest first: their incarnation is not the install's
+    current one, or the current one left or stopped beating `stale` ago."""
+    running = (
+        await store[RUNS]
+        .find({"status": {"$in": ["starting", "running"]}}, HEAVY)
+        .sort("startedAt", 1)
+        .limit(limit)
+        .to_list(None)
+    )
     if not running:
         return []
     records = {
@@ -230,3 +437,26 @@ async def orphaned(store: Store, now: datetime, stale: timedelta, limit: int = 2
         ):
             gone.append(run)
     return gone
+
+
+async def stalled(store: Store, before: datetime, limit: int = 200) -> list[Document]:
+    """Running runs with no step since `before`, oldest first: a run whose actor lives but could not
+    end it (its abort failed while the database was away), or one stuck in a call that never
+    returns. The sweeper settles them whatever their actor."""
+    return (
+        await store[RUNS]
+        .find({"status": "running", "stepAt": {"$lt": before}}, HEAVY)
+        .sort("stepAt", 1)
+        .limit(limit)
+        .to_list(None)
+    )
+
+
+def _with_events(change: Document, events: list[Document]) -> Document:
+    """`change` that also appends `events` and counts them in `seq` (their positions)."""
+    if not events:
+        return change
+    out = dict(change)
+    out["$push"] = {**change.get("$push", {}), "events": {"$each": events}}
+    out["$inc"] = {**change.get("$inc", {}), "seq": len(events)}
+    return out

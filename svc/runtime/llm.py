@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from config.settings import Settings
 from plugins.manager import Plugins
@@ -14,7 +14,10 @@ from plugins.types import (
     StreamChunk,
     ToolSpec,
 )
-from svc.core import Store, counters
+from svc.core import counters
+
+# Where counter changes go (svc/core/counters.py: `write` bound to a store, or `Buffered`).
+Count = Callable[[list[counters.Change | None]], Awaitable[None]]
 
 DEFAULT_BASE_URLS = {
     "providerA": "https://api.anthropic.com",
@@ -30,11 +33,12 @@ class ProviderNotConfigured(ProviderError):
 class LLM:
     """Calls models through the provider plugins with the keys and endpoints from settings."""
 
-    def __init__(self, plugins: Plugins, settings: Settings, store: Store | None = None) -> None:
+    def __init__(self, plugins: Plugins, settings: Settings, count: Count | None = None) -> None:
         self.plugins = plugins
         self.settings = settings
-        # Where the tokens each provider used are counted for GET /metrics (None: not counted).
-        self.store = store
+        # Where the tokens each provider used are counted for GET /metrics (None: not counted):
+        # written at once in an API process, held and written once a second in an actor.
+        self.count = count
 
     def request(
         self,
@@ -77,13 +81,12 @@ class LLM:
         """One call, the whole answer."""
         provider, request = self.request(model, system, messages, tools, max_tokens, timeout_s)
         response = await self.plugins.complete(provider, request)
-        if self.store is not None:  # both kinds in one round trip
-            await counters.write(
-                self.store,
+        if self.count is not None:  # both kinds in one write
+            await self.count(
                 [
                     counters.increment("llm_tokens", {"provider": provider, "kind": kind}, amount or 0)
                     for kind, amount in (("input", response.input_tokens), ("output", response.output_tokens))
-                ],
+                ]
             )
         return response
 

@@ -60,9 +60,14 @@ class BulkBody(RequestBody):
 
 
 class ContinueBody(RequestBody):
-    """POST .../continue."""
+    """POST .../continue. `runId` names the paused run (default: the oldest). A gate at a tool call
+    is settled by `decision`: `done` (with `note`, what the agent is told), `resend` or `fail` for
+    a request whose outcome is unknown; `approve` (the default) or `reject` for an approval."""
 
     bypassGates: bool = False
+    runId: str | None = Field(default=None, min_length=1, max_length=200)
+    decision: Literal["done", "resend", "fail", "approve", "reject"] | None = None
+    note: str | None = Field(default=None, max_length=2000)
 
 
 BULK = {

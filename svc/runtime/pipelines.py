@@ -13,6 +13,7 @@ is a built-in step that mails every approved draft exactly once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any, Literal
@@ -27,8 +28,7 @@ from svc.core import (
     tokens,
     utcnow,
 )
-from svc.runtime.agent_loop import AgentStep, RunScope, TeamResult, TeamRunner
-from svc.runtime.events import Events
+from svc.runtime.agent_loop import AgentStep, GateReached, RunScope, TeamResult, TeamRunner, agent_entry
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,6 @@ class PipelineExecutor:
     def __init__(self, store: Store, mailer: Mailer) -> None:
         self.store = store
         self.mailer = mailer
-        self.events = Events(store)
 
     async def run(
         self,
@@ -74,52 +73,57 @@ class PipelineExecutor:
         runner: TeamRunner,
         payload: dict[str, Any],
     ) -> tuple[TeamResult, dict[str, Any] | None]:
-        """Run from `fromStep`; the result, and the pause state when a gate stopped it."""
+        """Run from `fromStep`; the result, and the pause state when a gate stopped it.
+
+        Step i runs at journal path `p<i>.<key>`, so a run resumed after a crash replays the steps
+        its journal finished (their records and mails are not made again) and goes on from there."""
         agents = definition["agents"]
         gates = {gate["after"]: gate for gate in definition.get("gates") or []}
         carry: str = payload.get("input") or payload["task"]
         bypass = bool(payload.get("bypassGates"))
-        input_tokens = int(payload.get("inputTokens") or 0)
-        output_tokens = int(payload.get("outputTokens") or 0)
+        recorder = runner.recorder
         last_key = agents[0]["key"]
+        steps: list[AgentStep] = []
         for index in range(int(payload.get("fromStep") or 0), len(agents)):
             agent = agents[index]
             last_key = agent["key"]
+            path = f"p{index}.{agent['key']}"
+            done_before = recorder.journal.get("agent", path)
             if agent.get("role") == SENDER_ROLE:
-                output = await self.send_approved(install["_id"], scope.run_id, agent["key"])
-                if runner.steps_sink is not None:
-                    await runner.steps_sink(
-                        AgentStep(agent_key=agent["key"], output=output, ended_at=utcnow())
-                    )
+                if done_before is not None:
+                    output = str(done_before.get("output") or "")
+                else:
+                    recorder.current_agent = agent["key"]  # cancel-run names the step it stops
+                    output = await self.send_approved(install["_id"], scope.run_id)
+                    step = AgentStep(agent_key=agent["key"], path=path, output=output, ended_at=utcnow())
+                    recorder.note(agent_entry(step))
             else:
-                result = await runner.run_agent(scope, agent, await self._input(install["_id"], agent, carry))
-                input_tokens += result.input_tokens
-                output_tokens += result.output_tokens
+                task = carry if done_before is not None else await self._input(install["_id"], agent, carry)
+                try:
+                    result = await runner.run_agent(scope, agent, task, path)
+                except GateReached as reached:  # a tool call of this step waits for a person
+                    reached.resume = {"fromStep": index, "input": carry}
+                    raise
+                steps += result.steps
                 if result.status != "completed":
                     return TeamResult(
-                        "failed", None, agent["key"], input_tokens, output_tokens, result.steps, result.error
+                        "failed",
+                        None,
+                        agent["key"],
+                        result.input_tokens,
+                        result.output_tokens,
+                        steps,
+                        result.error,
                     ), None
                 output = result.response or ""
-                await self._records(install["_id"], scope.run_id, agent["key"], output)
+                if done_before is None:
+                    await self._records(install["_id"], scope.run_id, agent["key"], output)
             carry = output
             gate = gates.get(agent["key"])
             if gate is not None and not bypass:
-                pause = {
-                    "gate": gate["name"],
-                    "fromStep": index + 1,
-                    "input": carry,
-                    "inputTokens": input_tokens,
-                    "outputTokens": output_tokens,
-                }
-                await self.events.emit(
-                    install["_id"],
-                    "gate_triggered",
-                    step_key=agent["key"],
-                    gate_name=gate["name"],
-                    meta={"runId": scope.run_id},
-                )
-                return TeamResult("paused", None, agent["key"], input_tokens, output_tokens, []), pause
-        return TeamResult("completed", carry, last_key, input_tokens, output_tokens, []), None
+                pause = {"gate": gate["name"], "fromStep": index + 1, "input": carry, "stepKey": agent["key"]}
+                return TeamResult("paused", None, agent["key"], 0, 0, steps), pause
+        return TeamResult("completed", carry, last_key, 0, 0, steps), None
 
     async def _input(self, install_id: str, agent: dict[str, Any], carry: str) -> str:
         """The step's input, with reviewers' notes on this agent's rejected drafts fed back."""
@@ -199,24 +203,39 @@ class PipelineExecutor:
                 }
             )
 
-    async def send_approved(self, install_id: str, run_id: str, step_key: str) -> str:
-        """Mail every approved draft once: each is claimed (approved -> sending) before it is sent."""
+    async def send_approved(self, install_id: str, run_id: str) -> str:
+        """Mail every approved draft once: each is claimed (approved -> sending, by this run) before
+        it is sent, and recorded in the outbox under the draft's own id, so a draft this run was
+        sending when its worker stopped is sent by the resumed run without a second mail."""
         sent = 0
         while True:
             draft = await self.store["drafts"].find_one_and_update(
-                {"installId": install_id, "status": "approved", "recipientEmail": {"$nin": [None, ""]}},
-                {"$set": {"status": "sending"}},
+                {
+                    "installId": install_id,
+                    "recipientEmail": {"$nin": [None, ""]},
+                    "$or": [{"status": "approved"}, {"status": "sending", "sendingRun": run_id}],
+                },
+                {"$set": {"status": "sending", "sendingRun": run_id}},
                 return_document=ReturnDocument.AFTER,
             )
             if draft is None:
                 break
             try:
                 await self.mailer.send(
-                    draft["recipientEmail"], draft["subject"], draft["body"], kind="outreach.draft"
+                    draft["recipientEmail"],
+                    draft["subject"],
+                    draft["body"],
+                    kind="outreach.draft",
+                    message_id=f"draft:{install_id}:{draft['_id']}",
                 )
-            except Exception:
-                # Not sent: back to approved, so a later Sender step (or a recall) can act on it.
-                await self.store["drafts"].update_one({"_id": draft["_id"]}, {"$set": {"status": "approved"}})
+            except BaseException:
+                # Not sent (failed, or the run was cancelled): back to approved, so a later Sender
+                # step (or a recall) can act on it; a mail already recorded is not sent twice.
+                await asyncio.shield(
+                    self.store["drafts"].update_one(
+                        {"_id": draft["_id"], "status": "sending"}, {"$set": {"status": "approved"}}
+                    )
+                )
                 raise
             await self.store["drafts"].update_one(
                 {"_id": draft["_id"], "status": "sending"}, {"$set": {"status": "sent", "sentAt": utcnow()}}

@@ -21,13 +21,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from pymongo import ASCENDING
-
 from plugins import tracing
 from svc.core import Document, NotFound, Store, aware, iso
 from svc.identity import Principal
 from svc.installs import builder_reaches, reaches
-from svc.runtime.run_events import RunEvents
+from svc.runtime.journal import wire
+from svc.runtime.ledger import RUNS
 
 # (pricing model, price in cents, completed?, tokens) -> the run's cost (svc.billing.run_cost);
 # injected, because billing sits above the runtime.
@@ -49,6 +48,8 @@ SECURITY_FIELDS = (
     "statusCode",
     "latencyMs",
     "reportOnly",
+    "kind",  # MCP (issue 32): an MCP tool call's entry and its details
+    "mcp",
 )
 
 
@@ -57,9 +58,8 @@ class RunDetail:
 
     def __init__(self, store: Store, costing: Costing | None = None, trace_url: str | None = None) -> None:
         self.store = store
-        self.trace_url = trace_url  # SVC_TRACE_URL: the run's trace link (tracing, #33)
-        self.events = RunEvents(store)
         self.costing = costing
+        self.trace_url = trace_url  # SVC_TRACE_URL: the run's trace link (tracing, #33)
 
     async def access(self, principal: Principal, install_id: str) -> tuple[Document, bool]:
         """The install and whether the caller sees the deployer's content; 404 for anyone else."""
@@ -72,7 +72,9 @@ class RunDetail:
 
     async def exists(self, install_id: str, run_id: str) -> Document | None:
         """The run's ledger entry (a managed run), or its run record; None when neither exists."""
-        ledger = await self.store["pipeline_runs"].find_one({"_id": run_id, "installId": install_id})
+        ledger = await self.store[RUNS].find_one(
+            {"_id": run_id, "installId": install_id}, {"journal": 0, "events": 0}
+        )
         if ledger is not None:
             return ledger
         return await self.store["runs"].find_one({"installId": install_id, "runId": run_id})
@@ -80,18 +82,9 @@ class RunDetail:
     async def get(self, principal: Principal, install_id: str, run_id: str) -> dict[str, Any]:
         """The run detail (see the module's docstring)."""
         install, full = await self.access(principal, install_id)
-        ledger, record, steps, security, events, callback, template = await asyncio.gather(
-            self.store["pipeline_runs"].find_one({"_id": run_id, "installId": install_id}),
+        ledger, record, callback, template = await asyncio.gather(
+            self.store[RUNS].find_one({"_id": run_id, "installId": install_id}),
             self.store["runs"].find_one({"installId": install_id, "runId": run_id}),
-            self.store["agent_runs"]
-            .find({"runId": run_id, "installId": install_id})
-            .sort([("startedAt", ASCENDING), ("createdAt", ASCENDING)])
-            .to_list(MAX_STEPS),
-            self.store["security_requests"]
-            .find({"runId": run_id, "installId": install_id})
-            .sort([("createdAt", ASCENDING), ("_id", ASCENDING)])
-            .to_list(MAX_SECURITY),
-            self.events.after(run_id),
             self.store["callbacks"].find_one({"_id": run_id, "installId": install_id}),
             self.store["templates"].find_one(
                 {"_id": install["templateId"]}, {"pricingModel": 1, "priceUsdCents": 1}
@@ -100,12 +93,13 @@ class RunDetail:
         if ledger is None and record is None:
             raise NotFound("Run not found")
         models = {a["key"]: a.get("model") for a in install["definition"]["agents"]}
-        by_type: dict[str, dict[str, Any]] = {}
-        for event in events:
-            by_type[event["type"]] = event  # the newest of each kind (a resumed run starts again)
+        journal = (ledger or {}).get("journal") or []
+        events = [wire(n, e) for n, e in enumerate((ledger or {}).get("events") or [], 1)]
         first = next((e for e in events if e["type"] == "run_started"), {})
         step_list = (
-            managed_steps(steps, events, models) if ledger is not None else reported_step(record, models)
+            managed_steps(journal, models)[:MAX_STEPS]
+            if ledger is not None
+            else reported_step(record, models)
         )
         detail = {
             "runId": run_id,
@@ -115,10 +109,12 @@ class RunDetail:
             "view": "deployer" if full else "builder",
             **(ledger_fields(ledger, record) if ledger is not None else record_fields(record)),
             "task": (ledger or {}).get("task", first.get("task")) if full else None,
-            "response": _response(ledger, by_type) if full else None,
+            "response": (ledger or {}).get("response") if full else None,
             "steps": step_list,
             "tokensByAgent": tokens_by_agent(step_list),
-            "security": [security_entry(doc) for doc in security],
+            "security": [security_entry(e) for e in journal if e.get("security")][
+                :MAX_SECURITY
+            ],
             "cost": self._cost(template, record),
             "callback": callback_view(callback, full),
             # The run's trace (tracing, #33): traceId and traceUrl, null when it was not traced.
@@ -133,7 +129,7 @@ class RunDetail:
         every run queued before it, whichever install it is of (a full cluster starts them in
         about that order). Bounded: it matches only queued runs, which start or expire
         (SVC_RUN_HANDOFF_SECONDS); the (status, createdAt) index covers the filter."""
-        ahead = await self.store["pipeline_runs"].count_documents(
+        ahead = await self.store[RUNS].count_documents(
             {"status": "queued", "createdAt": {"$lt": ledger["createdAt"]}}
         )
         return ahead + 1
@@ -153,13 +149,6 @@ def _ms(start: Any, end: Any) -> int | None:
     if start is None or end is None:
         return None
     return int((aware(end) - aware(start)).total_seconds() * 1000)
-
-
-def _response(ledger: Document | None, by_type: dict[str, dict[str, Any]]) -> str | None:
-    if ledger is not None and ledger.get("response") is not None:
-        return str(ledger["response"])
-    completed = by_type.get("completed")
-    return completed.get("response") if completed else None
 
 
 def ledger_fields(ledger: Document, record: Document | None) -> dict[str, Any]:
@@ -202,30 +191,25 @@ def record_fields(record: Document) -> dict[str, Any]:
     }
 
 
-def managed_steps(
-    steps: list[Document], events: list[dict[str, Any]], models: dict[str, str | None]
-) -> list[dict[str, Any]]:
-    """Each agent step in order, with its model and model calls from the run's events."""
-    finished = {(e.get("agent"), e.get("startedAt")): e for e in events if e["type"] == "step_finished"}
-    out = []
-    for doc in steps:
-        started = iso(doc.get("startedAt"))
-        event = finished.get((doc["agentKey"], started), {})
-        out.append(
-            {
-                "agent": doc["agentKey"],
-                "model": event.get("model") or models.get(doc["agentKey"]),
-                "status": doc["status"],
-                "iterations": event.get("iterations"),
-                "inputTokens": doc.get("inputTokens"),
-                "outputTokens": doc.get("outputTokens"),
-                "durationMs": doc.get("durationMs"),
-                "startedAt": started,
-                "endedAt": iso(doc.get("createdAt")),
-                "error": doc.get("errorMessage"),
-            }
-        )
-    return out
+def managed_steps(journal: list[Document], models: dict[str, str | None]) -> list[dict[str, Any]]:
+    """Each agent step that ended, in the order the steps began, from the run's journal."""
+    ended = [e for e in journal if e.get("kind") == "agent"]
+    ended.sort(key=lambda e: aware(e["startedAt"]) if e.get("startedAt") else aware(e["at"]))
+    return [
+        {
+            "agent": entry["agent"],
+            "model": entry.get("model") or models.get(entry["agent"]),
+            "status": entry.get("status"),
+            "iterations": entry.get("iterations"),
+            "inputTokens": entry.get("in"),
+            "outputTokens": entry.get("out"),
+            "durationMs": _ms(entry.get("startedAt"), entry.get("endedAt")),
+            "startedAt": iso(entry.get("startedAt")),
+            "endedAt": iso(entry.get("endedAt")),
+            "error": entry.get("error"),
+        }
+        for entry in ended
+    ]
 
 
 def reported_step(record: Document | None, models: dict[str, str | None]) -> list[dict[str, Any]]:
@@ -261,9 +245,14 @@ def tokens_by_agent(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(totals.values())
 
 
-def security_entry(doc: Document) -> dict[str, Any]:
-    """One security-log entry of the run, as GET .../security/requests shows it."""
-    return {"id": doc["_id"], **{k: doc.get(k) for k in SECURITY_FIELDS}, "createdAt": iso(doc["createdAt"])}
+def security_entry(entry: Document) -> dict[str, Any]:
+    """One outbound request of the run (from its journal), as GET .../security/requests shows it."""
+    security = entry["security"]
+    return {
+        "id": entry.get("securityId"),
+        **{k: security.get(k) for k in SECURITY_FIELDS},
+        "createdAt": iso(entry.get("at")),
+    }
 
 
 def _when(value: Any) -> str | None:

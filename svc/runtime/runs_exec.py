@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -20,12 +21,16 @@ from plugins.types import HeartbeatContext
 from svc.core import (
     BadGateway,
     BadRequest,
+    Cancel,
     Conflict,
+    Continue,
     Document,
     NotFound,
     RequestBody,
+    RunOutcome,
     Runtime,
     RuntimeFailure,
+    StartRun,
     Store,
     Timeline,
     Unauthorized,
@@ -36,10 +41,12 @@ from svc.identity import Principal
 from svc.installs import Installs
 from svc.runs import require_ready
 from svc.runtime import ledger
-from svc.runtime.execution import INTERRUPTED, Admission, failed_outcome
 from svc.runtime.outreach import Outreach
 
 log = logging.getLogger(__name__)
+
+# How often a caller whose run moved to a new copy of its actor reads where it stands.
+RESUMED_POLL_S = 0.2
 
 
 class RunBody(RequestBody):
@@ -66,13 +73,16 @@ class RunService:
         installs: Installs,
         runtime: Runtime | None,
         outreach: Outreach,
-        admission: Admission | None = None,
+        admission: Callable[[Document], Awaitable[None]] | None = None,
+        wait_s: float = 300.0,
     ) -> None:
         self.store = store
         self.installs = installs
         self.runtime = runtime
         self.outreach = outreach
         self.admission = admission
+        # A synchronous caller waits this long at most (SVC_RUN_WAIT_SECONDS).
+        self.wait_s = wait_s
         self._handing_over: set[asyncio.Task[None]] = set()
 
     async def approve_draft(
@@ -83,9 +93,7 @@ class RunService:
         await self.outreach.approve(principal, install_id, draft_id, actor)
         if await self.outreach.pending_drafts(install_id):
             return
-        paused = await self.store["pipeline_runs"].find_one(
-            {"installId": install_id, "status": "paused", "pausedAtGate": "draft-approval"}
-        )
+        paused = await ledger.paused_at(self.store, install_id, "draft-approval")
         if paused is None:
             return
         try:
@@ -103,14 +111,14 @@ class RunService:
         run = ledger.new_run(install_id, body.task, "run", handoffAt=utcnow())
         if not body.wait:
             await ledger.enqueue(self.store, run)
-            self._hand_over(install_id, run["_id"])
+            self._hand_over(run)
             return {"runId": run["_id"], "status": "queued"}
         outcome = await self._wait(install_id, run)
-        if "conflict" in outcome:
-            raise Conflict(outcome["conflict"], **(outcome.get("extra") or {}))
-        if "refused" in outcome:  # cancelled since the check above: the answer a later call gets
-            raise Conflict(outcome["errorMessage"]) if outcome["refused"] else NotFound("Install not found")
-        return outcome
+        if outcome.conflict is not None:
+            raise Conflict(outcome.conflict, **(outcome.extra or {}))
+        if outcome.refused is not None:  # cancelled since the check above: the answer a later call gets
+            raise Conflict(outcome.errorMessage or "") if outcome.refused else NotFound("Install not found")
+        return outcome.wire()
 
     async def trigger(self, install_id: str, body: WebhookBody) -> dict[str, Any]:
         """Queue a run from the webhook; the result goes to `callbackUrl` when given."""
@@ -130,18 +138,22 @@ class RunService:
             install_id, body.inputText or "", "webhook", callbackUrl=body.callbackUrl, handoffAt=utcnow()
         )
         await ledger.enqueue(self.store, run)
-        self._hand_over(install_id, run["_id"])
+        self._hand_over(run)
         return {"runId": run["_id"], "status": "queued"}
 
     async def retry(self, principal: Principal, install_id: str, run_id: str) -> dict[str, Any]:
         """A new run with the first one's input, the install's current variables and pinned version,
         linked by `retryOf` (409 while the first is still active; 404 for a run not of this install)."""
         install = await self.installs.owned(principal, install_id)
-        first = await self.store["pipeline_runs"].find_one({"_id": run_id, "installId": install_id})
-        if first is None:
+        first = await ledger.get(self.store, run_id)
+        if first is None or first["installId"] != install_id:
             raise NotFound("Run not found")
         if first["status"] in (*ledger.ACTIVE, "paused"):
             raise Conflict(f"Run is still active (status: {first['status']})")
+        if first.get("lastRetry"):  # a retry asked for again while the last one is active: that one
+            last = await ledger.get(self.store, first["lastRetry"])
+            if last is not None and last["status"] in (*ledger.ACTIVE, "paused"):
+                return {"runId": last["_id"], "status": last["status"], "retryOf": run_id}
         require_ready(install)
         await self._admit(install)
         run = ledger.new_run(
@@ -154,9 +166,11 @@ class RunService:
             runAgent=first.get("runAgent"),
             handoffAt=utcnow(),
         )
-        await ledger.enqueue(self.store, run)
-        self._hand_over(install_id, run["_id"])
-        return {"runId": run["_id"], "status": "queued", "retryOf": run_id}
+        # Two retries at once give one new run: the loser answers with the winner's.
+        queued = await ledger.retry(self.store, first, run)
+        if queued is run:
+            self._hand_over(run)
+        return {"runId": queued["_id"], "status": queued["status"], "retryOf": run_id}
 
     async def heartbeat(self, body: HeartbeatBody, secret: str | None) -> dict[str, Any]:
         """Run one orchA `http` agent for a heartbeat; answers in the deployer-webhook shape."""
@@ -208,9 +222,10 @@ class RunService:
             handoffAt=utcnow(),
         )
         await self._admit(install)
-        outcome = await self._wait(install["_id"], run)
-        if "conflict" in outcome:
-            raise Conflict(outcome["conflict"], **(outcome.get("extra") or {}))
+        ran = await self._wait(install["_id"], run)
+        if ran.conflict is not None:
+            raise Conflict(ran.conflict, **(ran.extra or {}))
+        outcome = ran.wire()
         try:
             problems = await self.installs.plugins.heartbeat_finished(
                 install["platform"], replace(beat, outcome=outcome)
@@ -242,78 +257,125 @@ class RunService:
         bypass_gates: bool,
         actor: dict[str, Any],
         run_id: str | None = None,
+        decision: str | None = None,
+        note: str | None = None,
     ) -> dict[str, Any]:
-        """Ask the install's actor to resume the paused run (the oldest, or `run_id`) from the step
-        after its gate; the actor decides from the ledger (409 when none is paused)."""
+        """Ask the install's actor to resume the paused run (the oldest, or `run_id`) from its gate;
+        the actor decides from what it holds (409 when none is paused, or when a gate at a tool call
+        needs a `decision` it did not get)."""
         install = await self.installs.owned(principal, install_id)
-        if run_id is not None and not await self.store["pipeline_runs"].count_documents(
-            {"_id": run_id, "installId": install_id}, limit=1
-        ):
-            raise NotFound("Run not found")
+        if run_id is not None:
+            found = await ledger.get(self.store, run_id)
+            if found is None or found["installId"] != install_id:
+                raise NotFound("Run not found")
         await self._admit(install)
         if self.runtime is None:
             raise RuntimeFailure("The runtime is not available")
-        answer = await self.runtime.resume(
-            install_id, {"runId": run_id, "bypassGates": bypass_gates, "actor": actor}
-        )
-        if "conflict" in answer:
-            raise Conflict(answer["conflict"])
+        answer = await self.runtime.resume(install_id, Continue(run_id, bypass_gates, actor, decision, note))
+        if answer.conflict is not None:
+            raise Conflict(answer.conflict)
+        meta = {"runId": answer.runId, "gate": answer.gate, "bypassGates": bypass_gates}
+        if decision is not None:
+            meta["decision"] = decision
         await Timeline(self.store).record(
             "gate",
             "gate.continue",
             install_id=install_id,
             actor=actor_of(principal.user_id, principal.via),
-            meta={"runId": answer["runId"], "gate": answer["gate"], "bypassGates": bypass_gates},
+            meta=meta,
         )
         return {"ok": True}
+
+    async def resume_approval(
+        self, principal: Principal, install_id: str, approval_id: str, decision: str, actor: dict[str, Any]
+    ) -> bool:
+        """Continue the run paused at the tool call this approval request is for, with the person's
+        decision (deciding through the approvals route and continuing the run are one act)."""
+        paused = await ledger.paused_on_approval(self.store, install_id, approval_id)
+        if paused is None:
+            return False
+        try:
+            await self.continue_run(principal, install_id, False, actor, paused["_id"], decision)
+        except Conflict:
+            return False  # continued meanwhile by someone else
+        return True
 
     async def cancel(self, principal: Principal, install_id: str) -> dict[str, Any]:
         """Cancel the install's active run: {ok, runId, cancelledStep}; 404 when none is active.
         The actor decides: a run it runs is stopped, a queued one never starts."""
         await self.installs.owned(principal, install_id)
-        active = await self.store["pipeline_runs"].find_one(
-            {"installId": install_id, "status": {"$in": list(ledger.ACTIVE)}},
-            sort=[("createdAt", -1)],
-        )
+        active = await ledger.newest_active(self.store, install_id)
         if active is None or self.runtime is None:
             raise NotFound("No active run for this install")
-        answer = await self.runtime.cancel(install_id, active["_id"])
-        if not answer.get("cancelled"):
+        answer = await self.runtime.cancel(install_id, Cancel(active["_id"]))
+        if not answer.cancelled:
             raise NotFound("No active run for this install")
-        return {"ok": True, "runId": active["_id"], "cancelledStep": answer.get("step") or None}
+        return {"ok": True, "runId": active["_id"], "cancelledStep": answer.step or None}
 
     async def _admit(self, install: Document) -> None:
         """The spend-cap check (h-caps) before a run is asked for; a Conflict answers 409."""
         if self.admission is not None:
             await self.admission(install)
 
-    async def _wait(self, install_id: str, run: Document) -> dict[str, Any]:
-        """Persist the run, have the install's actor run it and wait for the outcome."""
+    async def _wait(self, install_id: str, run: Document) -> RunOutcome:
+        """Persist the run, have the install's actor run it and wait for its end or gate (at most
+        SVC_RUN_WAIT_SECONDS: then the run's state, and it goes on). When the actor dies during the
+        run (or a newer copy takes it over), the next copy resumes it from its journal: the caller
+        waits for the run's real end in the ledger."""
         if self.runtime is None:
             raise RuntimeFailure("The runtime is not available")
         await ledger.enqueue(self.store, run)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait_s
         try:
-            return await self.runtime.run(install_id, {"runId": run["_id"]})
+            outcome = await self.runtime.run(install_id, StartRun(run), self.wait_s)
+            if outcome.settled:
+                return outcome  # the actor that ran it answers once its record is stored
         except RuntimeFailure:
-            # Never handed over: it must not start later (the caller is told 503). Handed over and
-            # then lost: the actor's restarted copy (or the sweeper) settles it as interrupted.
-            if await ledger.fail_queued(self.store, run["_id"], "The install's worker could not be started"):
+            # Never handed over: it must not start later (the caller is told 503).
+            if await ledger.fail_queued(
+                self.store, run["_id"], "The install's worker could not be started", []
+            ):
                 raise
-            return failed_outcome(run["_id"], INTERRUPTED)
+            outcome = await self._now(run["_id"])
+        # Answered by the ledger (the run moved to another copy): its end and its record, as the
+        # actor's own answer would have it.
+        while (
+            not (outcome.settled and await ledger.paid_up(self.store, run["_id"])) and loop.time() < deadline
+        ):
+            await asyncio.sleep(RESUMED_POLL_S)
+            outcome = await self._now(run["_id"])
+        return outcome
 
-    def _hand_over(self, install_id: str, run_id: str) -> None:
+    async def _now(self, run_id: str) -> RunOutcome:
+        """Where a run stands, from the ledger."""
+        run = await ledger.get(self.store, run_id)
+        if run is None:
+            return RunOutcome(run_id, "failed", errorMessage="Run not found")
+        return RunOutcome(
+            run_id,
+            run["status"],
+            response=run.get("response"),
+            agent=run.get("agentKey"),
+            inputTokens=int(run.get("inputTokens") or 0),
+            outputTokens=int(run.get("outputTokens") or 0),
+            errorMessage=run.get("errorMessage"),
+            pausedAtGate=run.get("pausedAtGate") if run["status"] == "paused" else None,
+        )
+
+    def _hand_over(self, run: Document) -> None:
         """Hand a queued run to the install's actor in the background: the caller has its answer
         already; a failed hand-over leaves the run queued for the job runner to try again."""
         if self.runtime is None:
             return
-        task = asyncio.ensure_future(self._submit(install_id, run_id))
+        task = asyncio.ensure_future(self._submit(run))
         self._handing_over.add(task)
         task.add_done_callback(self._handing_over.discard)
 
-    async def _submit(self, install_id: str, run_id: str) -> None:
+    async def _submit(self, run: Document) -> None:
         assert self.runtime is not None
         try:
-            await self.runtime.submit(install_id, {"runId": run_id})
+            await self.runtime.submit(run["installId"], StartRun(run))
         except RuntimeFailure as exc:
             log.warning("run not handed over yet (%s); the job runner tries again", exc)
 

@@ -13,6 +13,7 @@ row (docs/console.md).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from datetime import UTC, datetime, timedelta
@@ -27,12 +28,14 @@ from pymongo import ReturnDocument
 from plugins import tracing
 from svc.core import (
     BadRequest,
+    Batch,
     Conflict,
     Document,
     NotFound,
     RequestBody,
     Runtime,
     RuntimeFailure,
+    StartRun,
     Store,
     Timeline,
     actor_of,
@@ -159,16 +162,29 @@ def view(doc: Document) -> dict[str, Any]:
     }
 
 
-async def note_scheduled_outcome(store: Store, install_id: str, ok: bool, error: str | None) -> None:
-    """Count a scheduled run's outcome; pause the schedule after `pauseOnFailure` failures in a row."""
+# How many run ids a schedule remembers having counted (`note_scheduled_outcome`): enough for
+# one settlement batch sent again.
+OUTCOMES_KEPT = 50
+
+
+def note_scheduled_outcome(batch: Batch, install_id: str, run_id: str, ok: bool) -> None:
+    """Count a scheduled run's outcome, as an operation of the run's settlement batch: a success
+    resets the failures in a row, a failure adds one; once per run however often the batch is
+    sent (the schedule remembers the runs it counted)."""
+    change: Document = {"$push": {"outcomes": {"$each": [run_id], "$slice": -OUTCOMES_KEPT}}}
     if ok:
-        await store["schedules"].update_one({"_id": install_id}, {"$set": {"consecutiveFailures": 0}})
-        return
-    doc = await store["schedules"].find_one_and_update(
-        {"_id": install_id}, {"$inc": {"consecutiveFailures": 1}}, return_document=ReturnDocument.AFTER
-    )
+        change["$set"] = {"consecutiveFailures": 0}
+    else:
+        change["$inc"] = {"consecutiveFailures": 1}
+    batch.update("schedules", {"_id": install_id, "outcomes": {"$ne": run_id}}, change)
+
+
+async def pause_if_failing(store: Store, install_id: str, error: str | None) -> None:
+    """Pause the schedule after `pauseOnFailure` failures in a row (after a failed run's outcome was
+    counted); a schedule already paused is left alone, so running this twice pauses it once."""
+    doc = await store["schedules"].find_one({"_id": install_id})
     limit = (doc or {}).get("pauseOnFailure") or 0
-    if doc is None or not limit or doc["consecutiveFailures"] < limit or not doc["enabled"]:
+    if doc is None or not limit or doc.get("consecutiveFailures", 0) < limit or not doc["enabled"]:
         return
     failures = doc["consecutiveFailures"]
     note = f"Paused after {failures} failed scheduled runs in a row (last: {error or 'failed'})"
@@ -180,9 +196,7 @@ async def note_scheduled_outcome(store: Store, install_id: str, ok: bool, error:
         await Timeline(store).record(
             "schedule", "schedule.paused", install_id=install_id, meta={"reason": note}
         )
-        await Events(store).emit(
-            install_id, "schedule_paused", meta={"reason": note, "failures": doc["consecutiveFailures"]}
-        )
+        await Events(store).emit(install_id, "schedule_paused", meta={"reason": note, "failures": failures})
 
 
 class Schedules:
@@ -424,12 +438,9 @@ class SchedulerCore:
                         waiting.add(install_id)
                 metas.append(meta)
                 events.append(self.events.document(install_id, "scheduler_run", meta=meta))
-        if runs:
-            await self.store["pipeline_runs"].insert_many(runs)
+        await ledger.enqueue_many(self.store, runs)
         await self.store["pipeline_events"].insert_many(events)
-        for run in runs:
-            if run["handoffAt"] is not None:
-                await self._hand_over(run["installId"], run["_id"])
+        await asyncio.gather(*(self._hand_over(run) for run in runs if run["handoffAt"] is not None))
         return metas
 
     async def _start_queued(self) -> None:
@@ -452,22 +463,20 @@ class SchedulerCore:
                 limit=1,
             )
             if not busy:
-                await self._start(run["_id"])
+                await self._start(run)
 
-    async def _start(self, run_id: str) -> None:
-        run = await self.store["pipeline_runs"].find_one_and_update(
-            {"_id": run_id, "status": "queued", "handoffAt": None}, {"$set": {"handoffAt": utcnow()}}
-        )
-        if run is None:
+    async def _start(self, run: Document) -> None:
+        now = utcnow()
+        if not await ledger.release(self.store, run["_id"], now):
             return  # another scheduler handed it over
-        await self._hand_over(run["installId"], run_id)
+        await self._hand_over({**run, "handoffAt": now})
 
-    async def _hand_over(self, install_id: str, run_id: str) -> None:
+    async def _hand_over(self, run: Document) -> None:
         """Ask the install's actor to start the run; when it cannot be reached the run stays
         queued and the job runner hands it over again (svc/jobs.py)."""
         if self.runtime is None:
             return
         try:
-            await self.runtime.submit(install_id, {"runId": run_id})
+            await self.runtime.submit(run["installId"], StartRun(run))
         except RuntimeFailure as exc:
             log.warning("scheduled run not handed over yet (%s)", exc)

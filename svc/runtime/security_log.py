@@ -1,18 +1,19 @@
 """The outbound-request security log: one entry per agent HTTP request, as the spec's resource.
 
 URLs are stored as the agent wrote them (with `${SECRET}` references), never with
-secrets substituted.
+secrets substituted. A run's journal keeps each entry with its tool call; the run's settlement
+stores them (svc/runtime/settlement.py), once each.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from svc.core import Store, Timeline, counters, iso, tokens, utcnow, windows
-from svc.runs import run_stats
+from svc.core import Batch, Document, Store, counters, iso, timeline, utcnow, windows
 
+COLLECTION = "security_requests"
 LOG_LIMIT = 200
 KEPT_FOR = timedelta(days=30)  # the TTL index on createdAt (svc/core/store.py)
 # The reasons the agent loop writes for a judge's refusal and an egress-guard refusal.
@@ -44,52 +45,53 @@ class RequestRecord:
     reportOnly: bool = False
 
 
-async def count_decision(store: Store, entry: RequestRecord) -> None:
+def decision_changes(entry: Document) -> list[counters.Change | None]:
     """Judge decisions and blocked requests, for GET /metrics (docs/operations.md).
 
     A policy in report mode blocks nothing: its judge verdicts count, its would-be blocks do not.
     """
-    judge_blocked = entry.reason == JUDGE_BLOCKED
-    if entry.decisionSource == "judge":
+    judge_blocked = entry.get("reason") == JUDGE_BLOCKED
+    changes: list[counters.Change | None] = []
+    if entry.get("decisionSource") == "judge":
         verdict = "block" if judge_blocked else "allow"
-        await counters.inc(store, "judge_decisions", {"decision": verdict})
-    if entry.reportOnly:
-        return
+        changes.append(counters.increment("judge_decisions", {"decision": verdict}))
+    if entry.get("reportOnly"):
+        return changes
     if judge_blocked:
-        await counters.inc(store, "egress_blocks", {"by": "judge"})
-    elif (entry.reason or "").startswith(GUARD_PREFIX):
-        await counters.inc(store, "egress_blocks", {"by": "guard"})
-    elif entry.decision == "BLOCK":
-        await counters.inc(store, "egress_blocks", {"by": "policy"})
+        changes.append(counters.increment("egress_blocks", {"by": "judge"}))
+    elif (entry.get("reason") or "").startswith(GUARD_PREFIX):
+        changes.append(counters.increment("egress_blocks", {"by": "guard"}))
+    elif entry.get("decision") == "BLOCK":
+        changes.append(counters.increment("egress_blocks", {"by": "policy"}))
+    return changes
+
+
+def add_to(batch: Batch, entry: Document, entry_id: str, timeline_id: str, at: datetime) -> None:
+    """One security-log entry as operations of a run's settlement (svc/runtime/settlement.py),
+    stored once under `entry_id` however often the batch is sent: the entry, and, for a verdict
+    that blocked (or would have, in report mode) or went to the judge, its timeline entry."""
+    batch.put(COLLECTION, {"_id": entry_id, **entry, "createdAt": at})
+    if entry.get("decision") in ("BLOCK", "JUDGE"):
+        action = "egress.judged" if entry["decision"] == "JUDGE" else "egress.blocked"
+        meta = {
+            "runId": entry.get("runId"),
+            "agentKey": entry.get("agentKey"),
+            "method": entry.get("method"),
+            "hostname": entry.get("hostname"),
+            "path": entry.get("path"),
+            "decisionSource": entry.get("decisionSource"),
+            "reason": entry.get("reason"),
+            "reportOnly": entry.get("reportOnly"),
+        }
+        doc = timeline.entry("egress", action, install_id=entry["installId"], meta=meta, entry_id=timeline_id)
+        timeline.add_to(batch, doc)
 
 
 class SecurityLog:
-    """Writes and reads the log."""
+    """Reads the log (the runs' settlements write it)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-
-    async def record(self, entry: RequestRecord) -> None:
-        """Store one entry, and count it as a tool call of the install (the log expires; counts stay)."""
-        await self.store["security_requests"].insert_one(
-            {"_id": tokens.new_id(), **asdict(entry), "createdAt": utcnow()}
-        )
-        await run_stats.count_tool_call(self.store, entry.installId, entry.statusCode)
-        await count_decision(self.store, entry)
-        if entry.decision in ("BLOCK", "JUDGE"):
-            # A verdict that blocked (or would have, in report mode) or went to the judge.
-            action = "egress.judged" if entry.decision == "JUDGE" else "egress.blocked"
-            meta = {
-                "runId": entry.runId,
-                "agentKey": entry.agentKey,
-                "method": entry.method,
-                "hostname": entry.hostname,
-                "path": entry.path,
-                "decisionSource": entry.decisionSource,
-                "reason": entry.reason,
-                "reportOnly": entry.reportOnly,
-            }
-            await Timeline(self.store).record("egress", action, install_id=entry.installId, meta=meta)
 
     async def latest(self, install_id: str, since: datetime | None = None) -> list[dict[str, Any]]:
         """The last 200 entries of an install, newest first.

@@ -9,6 +9,7 @@ from svc.templates.definitions import (
     hierarchy_depth,
     json_schema,
 )
+from svc.templates.mcp_fields import MAX_AGENT_SERVERS, McpServer, parse_argument_path
 from svc.templates.owner_archive import archive_user_templates
 from svc.templates.portability import ImportQuery, Portability, export_schema
 from svc.templates.price_changes import next_period_start, period_start, price_in_force
@@ -35,11 +36,13 @@ from svc.templates.versioning import diff_summary
 __all__ = [
     "LIST_DEFAULT",
     "LIST_MAX",
+    "MAX_AGENT_SERVERS",
     "PLATFORM_FEE_PERCENT",
     "VARIABLE_REFERENCE",
     "AccessPolicy",
     "CreateTemplateBody",
     "ImportQuery",
+    "McpServer",
     "Portability",
     "PricingBody",
     "PricingOut",
@@ -62,6 +65,7 @@ __all__ = [
     "json_schema",
     "next_period_start",
     "owner_of",
+    "parse_argument_path",
     "period_start",
     "price_in_force",
     "release_install",

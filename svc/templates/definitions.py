@@ -15,6 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from config.catalogue import AGENT_MODELS
 from svc.core import BadRequest, DisplayName, DisplayText
+from svc.templates.mcp_fields import (
+    MAX_AGENT_SERVERS,
+    MAX_TEAM_SERVERS,
+    McpPolicy,
+    McpServer,
+    ServerName,
+    check_mcp,
+)
 
 AgentModel = Literal[AGENT_MODELS]  # type: ignore[valid-type]
 HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -61,6 +69,12 @@ class Rule(Strict):
     match: RuleMatch = Field(default_factory=RuleMatch)
     action: Literal["allow", "deny", "require_approval"]
     reason: str | None = Field(default=None, max_length=500)
+    resendAfterCrash: bool = Field(
+        default=False,
+        description="the target deduplicates by the `Idempotency-Key` header: a request of this rule "
+        "that was in flight when the run's worker died is sent again with the same key (otherwise "
+        "the run waits at an `outcome-unknown` gate)",
+    )
 
 
 class AccessPolicy(Strict):
@@ -74,6 +88,7 @@ class AccessPolicy(Strict):
         description="report: every decision is computed and logged (reportOnly) but nothing is blocked; "
         "the egress guard is never in report mode",
     )
+    mcp: McpPolicy | None = Field(default=None, description="rules for MCP tool calls (docs/mcp.md)")
 
 
 class Agent(Strict):
@@ -91,6 +106,11 @@ class Agent(Strict):
         default=None, max_length=64, description="key of this agent's manager; none for the root"
     )
     accessPolicy: AccessPolicy | None = None
+    mcpServers: list[ServerName] | None = Field(
+        default=None,
+        max_length=MAX_AGENT_SERVERS,
+        description="names of the team's mcpServers this agent may use (docs/mcp.md)",
+    )
 
 
 class Gate(Strict):
@@ -117,6 +137,11 @@ class TeamDefinition(Strict):
     )
     agents: list[Agent] = Field(min_length=1, max_length=MAX_AGENTS)
     gates: list[Gate] = Field(default_factory=list, max_length=20)
+    mcpServers: list[McpServer] | None = Field(
+        default=None,
+        max_length=MAX_TEAM_SERVERS,
+        description="MCP servers the agents may use: remote by URL, or from the operator's catalogue",
+    )
 
     @field_validator("requiredVariables", "requiredSecrets")
     @classmethod
@@ -151,6 +176,7 @@ def check_definition(definition: TeamDefinition, path: str = "definition") -> No
         names.add(gate.name)
         if gate.after not in keys:
             raise BadRequest(f"{path}.gates[{index}].after: no agent has key {gate.after!r}")
+    check_mcp(definition, path)
 
 
 def _check_reporting_lines(definition: TeamDefinition, keys: dict[str, int], path: str) -> None:

@@ -261,13 +261,9 @@ class Templates:
 
     async def publish(self, principal: Principal, template_id: str, body: PublishBody) -> dict[str, Any]:
         """Publish a draft, or merge a version draft into its parent."""
-        try:
-            doc = await self._owned(principal, template_id)
-        except NotFound:
-            # A version draft is deleted once merged; a late publish of it is a conflict, not a 404.
-            if await self._versions.count_documents({"fromDraftId": template_id}, limit=1):
-                raise Conflict("This version draft has already been published") from None
-            raise
+        # A version draft's record is deleted once merged (spec): a later publish of its id is a
+        # 404 like any unknown id.
+        doc = await self._owned(principal, template_id)
         if doc["kind"] == "version_draft":
             return await self._publish_version(doc, body.changeLog)
         if doc["status"] != "draft":
@@ -303,12 +299,23 @@ class Templates:
             return_document=ReturnDocument.AFTER,
         )
         if updated is None:
-            raise Conflict("This version draft has already been published")
+            raise await self._publish_lost(draft)
         await self._snapshot(updated, bump, now, from_draft=draft["_id"])
         await self._templates.delete_one({"_id": draft["_id"]})
         if bump == "MAJOR":
             await self._notify_major(updated)
         return view(updated)
+
+    async def _publish_lost(self, draft: Document) -> NotFound | Conflict:
+        """Why a version draft's merge matched no parent: merged by a concurrent publish (its
+        record is gone, or going: 404 as for a publish that came a moment later), or its
+        parent left the published state meanwhile (409)."""
+        parent = await self._templates.find_one(
+            {"_id": draft["parentTemplateId"]}, {"version": 1, "status": 1}
+        )
+        if parent is not None and parent.get("version", 0) >= draft["version"]:
+            return NotFound("Template not found")
+        return Conflict("The parent template is not published")
 
     async def _snapshot(
         self, doc: Document, bump: str, when: datetime, from_draft: str | None = None

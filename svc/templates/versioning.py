@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from svc.templates.mcp_versioning import mcp_bump_reasons
+
 Bump = Literal["MAJOR", "MINOR", "PATCH"]
 FIRST_SEMVER = "1.0.0"
 
@@ -32,6 +34,7 @@ def bump_reasons(old: dict[str, Any], new: dict[str, Any]) -> tuple[Bump, list[s
         return "MAJOR", major
     minor = [f"agent {k!r} added" for k in sorted(new_agents - old_agents)]
     minor += [f"gate {g!r} added" for g in sorted(new_gates - old_gates)]
+    minor += mcp_bump_reasons(old, new)  # MCP (issue 32): servers added, tool rules widened
     if minor:
         return "MINOR", minor
     return "PATCH", ["no agent, input or gate added or removed (prompts, models, policies, descriptions)"]

@@ -27,6 +27,9 @@ class SmtpSink:
     implicit: bool = False
     # Answer this many DATA transfers with 451 (temporary failure) before accepting.
     refuse_data: int = 0
+    # While set and not yet released, a DATA transfer is held unanswered (a mail server that hangs).
+    hold_data: asyncio.Event | None = None
+    held: int = 0
     refused: int = 0
     # Whether each accepted message arrived over TLS.
     encrypted: list[bool] = field(default_factory=list)
@@ -84,6 +87,9 @@ class SmtpSink:
                     data = b""
                     while (chunk := await reader.readline()) != b".\r\n":
                         data += chunk
+                    if self.hold_data is not None:
+                        self.held += 1
+                        await self.hold_data.wait()
                     if self.refused < self.refuse_data:
                         self.refused += 1
                         await reply("451 4.3.0 try again later")

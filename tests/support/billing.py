@@ -1,19 +1,26 @@
 """Shared set-up for billing tests: the fake payment provider, an app wired to it, a builder with
 a paid template, a deployer with a saved payment method and an install, and run reports.
 
+Billing is the same on every platform (svc/billing/), so tests that need run records install on a
+platform that reports its runs (orchA through the fake Paperclip, orchC through the fake
+Bedrock) and report them as that platform does. An `svc` install's runs come from the managed
+runtime alone: reports for it are refused (409, `Runs.require_reportable`), so its runs are
+real managed runs (tests/support/runtime.py).
+
 A plain module (not a conftest): the test modules import what they use.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from config.settings import AppKey
 from tests.fakes.stripe import API_KEY, WEBHOOK_SECRET, FakeStripe, create_app
 from tests.support.accounts import Caller, bearer, create_key, signup
 from tests.support.installs import install_ok
+from tests.support.runs import ingest, orch_a_install
 from tests.support.templates import publish_template
 
 APP_KEY = "app-key-for-billing-tests"
@@ -50,6 +57,10 @@ class Deal:
     template: dict[str, Any]
     install_id: str
     customer_id: str | None
+    platform: str = "svc"
+    # orchA: the install token its agents report with; every platform: agent key -> platform id.
+    install_token: str | None = None
+    agents: dict[str, str] = field(default_factory=dict)
 
 
 async def paid_install(
@@ -61,8 +72,14 @@ async def paid_install(
     card: str | None = CARD,
     builder: tuple[Caller, str] | None = None,
     template: dict[str, Any] | None = None,
+    platform: str = "svc",
+    upstream: Any = None,
 ) -> Deal:
-    """A published template with this pricing, and an `svc` install with a saved card."""
+    """A published template with this pricing, and an install of it with a saved card.
+
+    `platform`: `svc` (the managed runtime; no upstream), `orchA` (`upstream`: a running fake
+    Paperclip, tests.support.runs.start_paperclip) or `orchC` (`upstream`: a running fake Bedrock,
+    tests.support.installs.start_fake_orch_c)."""
     if builder is None:
         caller = await signup(client)
         builder = (caller, await create_key(client, caller))
@@ -71,15 +88,33 @@ async def paid_install(
         template = await publish_template(client, builder_key, pricingModel=model, priceUsdCents=price)
     deployer = await signup(client)
     deployer_key = await create_key(client, deployer)
-    body: dict[str, Any] = {"templateId": template["id"], "platform": "svc", "deployerEmail": deployer.email}
+    body: dict[str, Any] = {"deployerEmail": deployer.email}
     customer_id = None
     if fake is not None and card is not None:
         intent = await setup_intent(client, deployer.email)
         customer_id = intent["customerId"]
         body.update(payCustomerId=customer_id, payPaymentMethodId=card)
-    created = await install_ok(client, deployer_key, **body)
+    token = None
+    if platform == "orchA":
+        assert upstream is not None, "an orchA install needs the fake Paperclip"
+        created, token = await orch_a_install(client, deployer_key, upstream, template["id"], **body)
+    else:
+        if platform == "orchC":
+            assert upstream is not None, "an orchC install needs the fake Bedrock"
+            body["credentials"] = upstream.credentials()
+        created = await install_ok(client, deployer_key, templateId=template["id"], platform=platform, **body)
+    agents = {a["key"]: a["externalId"] for a in created.get("deployedAgents") or []}
     return Deal(
-        builder_caller, builder_key, deployer, deployer_key, template, created["installId"], customer_id
+        builder_caller,
+        builder_key,
+        deployer,
+        deployer_key,
+        template,
+        created["installId"],
+        customer_id,
+        platform,
+        token,
+        agents,
     )
 
 
@@ -90,24 +125,39 @@ async def setup_intent(client: Any, email: str) -> dict[str, Any]:
     return dict(await response.json())
 
 
-async def self_report(
+async def report(
     client: Any,
     deal: Deal,
     status: str = "completed",
     input_tokens: int | None = None,
     output_tokens: int | None = None,
     run_id: str | None = None,
-) -> None:
-    """Self-report one run of the deal's install (the deployer's key is linked to it)."""
-    body: dict[str, Any] = {"agentKey": "lead", "status": status, "runId": run_id or uuid.uuid4().hex}
-    if input_tokens is not None:
-        body["inputTokens"] = input_tokens
-    if output_tokens is not None:
-        body["outputTokens"] = output_tokens
-    response = await client.post(
-        f"/api/installs/{deal.install_id}/runs", json=body, headers=bearer(deal.deployer_key)
-    )
+    agent: str = "lead",
+) -> str:
+    """Report one finished run of the deal's install the way its platform does; asserts 200 and
+    returns the run id. orchA: Paperclip's reporter posts it to the ingest route with the install
+    token; orchC: the deployer self-reports a run made directly on Bedrock. An `svc` install takes
+    no reports (the managed runtime records its runs itself)."""
+    run_id = run_id or uuid.uuid4().hex
+    tokens = {
+        name: value
+        for name, value in (("inputTokens", input_tokens), ("outputTokens", output_tokens))
+        if value is not None
+    }
+    if deal.platform == "orchA":
+        assert deal.install_token is not None
+        body = {"platformAgentId": deal.agents[agent], "platform": "orchA", "runId": run_id, "status": status}
+        response = await ingest(client, deal.install_token, {**body, **tokens})
+    elif deal.platform == "orchC":
+        body = {"agentKey": agent, "status": status, "runId": run_id, **tokens}
+        response = await client.post(
+            f"/api/installs/{deal.install_id}/runs", json=body, headers=bearer(deal.deployer_key)
+        )
+    else:
+        raise AssertionError(f"{deal.platform} installs take no run reports; run them instead")
     assert response.status == 200, await response.text()
+    assert await response.json() == {"ok": True, "runId": run_id}
+    return run_id
 
 
 async def post_event(client: Any, fake: FakeStripe, payload: bytes, signature: str | None = None) -> Any:

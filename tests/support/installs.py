@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from plugins.builtin import orch_c_bedrock
+from tests.fakes import orch_c
 from tests.fakes.orch_b import FakeOrchB, create_app
 from tests.support.accounts import bearer
 from tests.support.templates import agent, definition, publish_template
@@ -96,6 +98,15 @@ async def start_fake_orch_b(aiohttp_server: Any, monkeypatch: Any) -> FakeOrchB:
     server = await aiohttp_server(create_app(state))
     monkeypatch.setenv("SVC_ORCHB_BASE_URL", str(server.make_url("/latest")))
     return state
+
+
+async def start_fake_orch_c(aiohttp_server: Any, monkeypatch: Any) -> orch_c.FakeBedrockAgents:
+    """A running fake orchC upstream (Bedrock Agents); the driver's endpoint setting points at it.
+    Install with `credentials=fake.credentials()`."""
+    fake = orch_c.FakeBedrockAgents()
+    server = await aiohttp_server(orch_c.create_app(fake))
+    monkeypatch.setenv(orch_c_bedrock.ENDPOINT_ENV, f"http://127.0.0.1:{server.port}")
+    return fake
 
 
 async def nothing_written(store: Any) -> None:

@@ -40,18 +40,26 @@ async def paid_template(client: Any, key: str, pricing: str = "free", **fields: 
 
 
 async def orch_a_install(
-    client: Any, key: str, fake: FakePaperclip, template_id: str
+    client: Any, key: str, fake: FakePaperclip, template_id: str, **extra: Any
 ) -> tuple[dict[str, Any], str]:
-    """An orchA install through the fake; the install response and the install token the agents got."""
+    """An orchA install through the fake; the install response and the install token the agents got.
+
+    `extra`: more install body fields (the billing fields, say). The team needs one agent that
+    runs on Paperclip itself (not an `http` one, which the runtime runs and which gets no token)."""
     seen = set(fake.agents)
     body = {
         "templateId": template_id,
         "platform": "orchA",
         "companyName": "Acme",
         "credentials": {"orchABaseUrl": fake.base_url, "orchAApiKey": fake.api_key},  # type: ignore[attr-defined]
+        **extra,
     }
     install = await install_ok(client, key, **body)
-    tokens = {a["adapterConfig"]["env"]["SVC_INSTALL_TOKEN"] for i, a in fake.agents.items() if i not in seen}
+    tokens = {
+        a["adapterConfig"]["env"]["SVC_INSTALL_TOKEN"]
+        for i, a in fake.agents.items()
+        if i not in seen and "env" in a["adapterConfig"]
+    }
     assert len(tokens) == 1, tokens
     return install, tokens.pop()
 

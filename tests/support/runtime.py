@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,9 @@ class Target:
 
     received: list[dict[str, Any]] = field(default_factory=list)
     base: str = ""
+    # While set, a request to a path under `/hold` is recorded, then left unanswered until released
+    # (a slow upstream a test kills the caller in front of).
+    hold: asyncio.Event = field(default_factory=asyncio.Event)
 
     def app(self) -> web.Application:
         async def anything(request: web.Request) -> web.Response:
@@ -30,6 +34,8 @@ class Target:
                     "body": await request.text(),
                 }
             )
+            if request.path.startswith("/hold"):
+                await self.hold.wait()
             return web.json_response({"ok": True, "path": request.path})
 
         app = web.Application()

@@ -70,3 +70,20 @@ async def wait_status(store: Any, run_id: str, status: str, timeout_s: float = 6
     if found is None:
         raise AssertionError(f"run {run_id} never reached {status}")
     return dict(found)
+
+
+async def wait_settled(
+    store: Any, run_id: str, status: str = "completed", timeout_s: float = 60.0
+) -> dict[str, Any]:
+    """The managed run once it has reached `status` and its end has paid everything it owed
+    (its run record, the counters, the newest runs: svc/runtime/settlement.py), so lists, billing
+    and spend see it; AssertionError when it never does."""
+
+    async def paid() -> dict[str, Any] | None:
+        run = await store["pipeline_runs"].find_one({"_id": run_id})
+        return run if run is not None and run["status"] == status and not run.get("owed") else None
+
+    found = await wait_until(paid, timeout_s)
+    if found is None:
+        raise AssertionError(f"run {run_id} never reached {status} with nothing owed")
+    return dict(found)
