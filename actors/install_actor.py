@@ -40,10 +40,9 @@ from svc.core import (
     Vault,
     Watched,
     WatchEvents,
-    counters,
 )
 from svc.runtime import InstallHost, incarnations, pool
-from svc.wiring import build_host
+from svc.wiring import build_host, dropped_spans
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +73,7 @@ class InstallActor:
             self.settings.tracing,
             "install_actor",
             node=self.node,
-            on_dropped=counters.dropped_spans(self.store, "install_actor"),
+            on_dropped=dropped_spans(self.store, "install_actor"),
         )
         self.install_id: str | None = None
         self.host: InstallHost | None = None

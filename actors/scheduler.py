@@ -38,11 +38,11 @@ from actors.deployment import DeploymentConfig, current, deployment_id
 from actors.pool import PoolKeeper
 from actors.runtime import NAMESPACE, RayRuntime
 from plugins.tracing import sdk as tracing_sdk
-from svc.core import Lease, Store, Vault, counters
+from svc.core import Lease, Store, Vault
 from svc.jobs import NAMES as JOB_NAMES
 from svc.jobs import Jobs
 from svc.runtime import SchedulerCore
-from svc.wiring import build_services
+from svc.wiring import build_services, dropped_spans
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class SchedulerActor:
             settings.tracing,
             "scheduler",
             node=ray.get_runtime_context().get_node_id(),
-            on_dropped=counters.dropped_spans(store, "scheduler"),
+            on_dropped=dropped_spans(store, "scheduler"),
         )
         runtime = RayRuntime(settings.ray_address, config.mongodb_uri, settings, keys, store)
         services = build_services(settings, store, Vault(keys), runtime)

@@ -43,10 +43,10 @@ from api.routing import Handler, Route
 from config import catalogue
 from config.settings import Settings
 from plugins.tracing import sdk as tracing_sdk
-from svc.core import EmbeddedMongo, Store, Vault, counters, is_api_key
+from svc.core import EmbeddedMongo, Store, Vault, is_api_key
 from svc.runs import newest
 from svc.templates import backfill_install_counts
-from svc.wiring import build_services
+from svc.wiring import build_services, dropped_spans
 
 log = logging.getLogger(__name__)
 SCHEDULER_CHECK_S = 30.0
@@ -173,7 +173,7 @@ async def keep_database(embedded: EmbeddedMongo) -> None:
 async def traces(app: web.Application) -> AsyncIterator[None]:
     """This process's traces (OTEL_* settings; nothing without an endpoint), flushed on stop."""
     settings = app[SETTINGS]
-    stop = tracing_sdk.setup(settings.tracing, "api", on_dropped=counters.dropped_spans(app[STORE], "api"))
+    stop = tracing_sdk.setup(settings.tracing, "api", on_dropped=dropped_spans(app[STORE], "api"))
     try:
         yield
     finally:

@@ -269,6 +269,16 @@ def install_runner(
     )
 
 
+def dropped_spans(store: Store, process: str) -> Callable[[int], Awaitable[None]]:
+    """What a process's tracing calls when it loses spans (plugins/tracing/sdk.py): the deployment's
+    `svc_trace_spans_dropped_total{process}` in /metrics (tracing, #33)."""
+
+    async def report(n: int) -> None:
+        await counters.write(store, [counters.increment("trace_spans_dropped", {"process": process}, n)])
+
+    return report
+
+
 def build_host(settings: Settings, store: Store, vault: Vault, install_id: str) -> InstallHost:
     """The home of one install's runs, for its actor: models only (no platform drivers, whose
     imports an actor need not pay for), the store, the vault, mail and the spend caps."""

@@ -10,6 +10,7 @@ content capture is on (and secrets masked even then), and the W3C context on out
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from config import secrets
 from config.settings import Settings
 from config.tracing import TraceSettings
 from plugins import tracing
@@ -320,3 +322,19 @@ def test_a_full_export_queue_drops_spans_and_counts_them():
     release.set()
     provider.shutdown()
     assert extra <= sum(lost) <= extra + tracing_sdk.BATCH
+
+
+def test_the_collector_credentials_are_never_published_to_the_cluster():
+    """OTEL_EXPORTER_OTLP_HEADERS carry the collector's credentials: they are in the settings' secret
+    half (read on each Ray node), never in the public half the deployment publishes."""
+    settings = Settings.from_env(
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+            "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20otlp-s3cret",
+        }
+    )
+    assert settings.tracing.headers == (("Authorization", "Bearer otlp-s3cret"),)
+    published = secrets.public(settings)
+    assert "otlp-s3cret" not in json.dumps(published)
+    assert published["tracing"]["endpoint"] == "http://127.0.0.1:4318/v1/traces"
+    assert secrets.joined(published, secrets.secret(settings)) == settings

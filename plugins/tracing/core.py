@@ -158,8 +158,11 @@ def start(
     attributes: Mapping[str, Any],
     parent: otel_context.Context | None = None,
     links: Sequence[Link] = (),
+    pauses: tuple[type[BaseException], ...] = (),
 ) -> Iterator[Handle]:
-    """A current span; an exception leaving it marks it failed (its type, never its message)."""
+    """A current span; an exception leaving it marks it failed (its type, never its message),
+    except one of `pauses`: the work stopped at a gate its message names and goes on after it (a
+    `svc.gate.reached` event, no error)."""
     attrs = {k: v for k, v in attributes.items() if v is not None}
     with STATE.tracer.start_as_current_span(
         name,
@@ -173,6 +176,9 @@ def start(
         handle = Handle(span)
         try:
             yield handle
+        except pauses as exc:
+            handle.event("svc.gate.reached", {"svc.gate.name": str(exc)})
+            raise
         except BaseException as exc:
             handle.fail(type(exc).__name__)
             raise

@@ -143,9 +143,15 @@ def gate_paused(gate: str, next_step: int | None = None) -> None:
 
 
 @when_on(OFF_SPAN)
-def agent_span(key: str, name: str, model: str | None, secrets: Mapping[str, str]) -> Iterator[Handle]:
+def agent_span(
+    key: str,
+    name: str,
+    model: str | None,
+    secrets: Mapping[str, str],
+    pauses: tuple[type[BaseException], ...] = (),
+) -> Iterator[Handle]:
     """One agent's turn (its loop of model and tool calls): `invoke_agent`. Strings recorded inside
-    it are masked with the run's `secrets`."""
+    it are masked with the run's `secrets`; an exception of `pauses` is a gate, not a failure."""
     provider = (model or "").partition(":")[0]
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
@@ -157,7 +163,7 @@ def agent_span(key: str, name: str, model: str | None, secrets: Mapping[str, str
     values = tuple(sorted((v for v in secrets.values() if len(v) >= MIN_SECRET_CHARS), key=len, reverse=True))
     tokens = (SECRETS.set(values), PURPOSE.set("agent"))
     try:
-        with start(f"invoke_agent {name}", SpanKind.INTERNAL, attributes) as span:
+        with start(f"invoke_agent {name}", SpanKind.INTERNAL, attributes, pauses=pauses) as span:
             yield span
     finally:
         PURPOSE.reset(tokens[1])
@@ -174,8 +180,11 @@ def agent_finished(
 
 
 @when_on(OFF_SPAN)
-def tool_span(name: str, call_id: str | None, arguments: Any = None) -> Iterator[Handle]:
-    """One tool call: `execute_tool`. A model called inside it (the policy judge) is marked `judge`."""
+def tool_span(
+    name: str, call_id: str | None, arguments: Any = None, pauses: tuple[type[BaseException], ...] = ()
+) -> Iterator[Handle]:
+    """One tool call: `execute_tool`. A model called inside it (the policy judge) is marked `judge`;
+    an exception of `pauses` is a gate (a person settles the call), not a failure."""
     kind = (
         "delegate"
         if name.startswith("delegate_")
@@ -194,7 +203,7 @@ def tool_span(name: str, call_id: str | None, arguments: Any = None) -> Iterator
     }
     token = PURPOSE.set("judge")
     try:
-        with start(f"execute_tool {name}", SpanKind.INTERNAL, attributes) as span:
+        with start(f"execute_tool {name}", SpanKind.INTERNAL, attributes, pauses=pauses) as span:
             span.content("gen_ai.tool.call.arguments", arguments)
             yield span
     finally:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pymongo import UpdateOne
@@ -150,13 +150,3 @@ async def observe(
 async def read_all(store: Store) -> list[dict[str, Any]]:
     """Every counter and histogram document (bounded by READ_LIMIT)."""
     return await store[COLLECTION].find({}).to_list(READ_LIMIT)
-
-
-def dropped_spans(store: Store, process: str) -> Callable[[int], Awaitable[None]]:
-    """What a process's tracing calls when it loses spans (plugins/tracing/sdk.py): the deployment's
-    `svc_trace_spans_dropped_total{process}` in /metrics."""
-
-    async def report(n: int) -> None:
-        await write(store, [increment("trace_spans_dropped", {"process": process}, n)])
-
-    return report

@@ -18,8 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from bson import ObjectId
@@ -27,7 +26,7 @@ from pymongo.errors import PyMongoError
 
 from plugins import tracing
 from plugins.types import ChatMessage, CompletionResponse, ProviderError, ToolCall, ToolSpec
-from svc.core import Conflict, iso, utcnow
+from svc.core import Conflict, utcnow
 from svc.runtime.http_tool import HTTP_TOOL, INVALID, HttpTool, Outcome, Request, tool_event
 from svc.runtime.journal import (
     ReplayMismatch,
@@ -41,7 +40,15 @@ from svc.runtime.journal import (
 from svc.runtime.llm import LLM
 from svc.runtime.mcp_run import McpRun
 from svc.runtime.mcp_tools import McpToolbox
-from svc.runtime.security_log import RequestRecord
+from svc.runtime.steps import (
+    AgentStep,
+    TeamResult,
+    agent_entry,
+    answer_from,
+    step_finished,
+    step_from,
+    step_started,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +57,7 @@ OUTCOME_UNKNOWN = "outcome-unknown"
 APPROVAL = "tool-approval"
 REFUSED_BY_OPERATOR = "Refused by the operator"
 CANCELLED = "Run cancelled"
+UNKNOWN = "An earlier attempt may have been made: its outcome is unknown"
 
 
 class AgentFailed(Exception):
@@ -66,40 +74,6 @@ class GateReached(Exception):
         self.call = call
         # Where the run resumes (a pipeline names its step and that step's input).
         self.resume: dict[str, Any] = {}
-
-
-@dataclass
-class AgentStep:
-    """One agent invocation within a run."""
-
-    agent_key: str
-    path: str = ""
-    status: str = "completed"
-    input_tokens: int = 0
-    output_tokens: int = 0
-    error: str | None = None
-    output: str | None = None
-    started_at: datetime = field(default_factory=utcnow)
-    ended_at: datetime | None = None
-    model: str | None = None
-    iterations: int = 0
-
-
-@dataclass
-class TeamResult:
-    """What a run (or one execution of it) produced."""
-
-    status: str
-    response: str | None
-    agent: str
-    input_tokens: int
-    output_tokens: int
-    steps: list[AgentStep]
-    error: str | None = None
-    # A failed run whose tokens are billed all the same: it was stopped by its token cap (spend caps).
-    billable: bool = False
-    # The spend cap that refused a model call of the run (svc/billing/spend_caps.py), if one did.
-    refusal: Conflict | None = None
 
 
 @dataclass(frozen=True)
@@ -211,16 +185,11 @@ class TeamRunner:
             return step
         # The turn, made in this attempt of the run, as an `invoke_agent` span with its step's tokens
         # (tracing, #33); a turn the journal holds whole is replayed above without one.
-        with tracing.agent_span(agent["key"], agent["name"], agent.get("model"), scope.secrets) as span:
-            try:
-                step = await self._turn(scope, agent, task, path, delegation, steps)
-            except GateReached as gate:  # a pause, not a failure: the turn goes on after the gate
-                span.event("svc.gate.reached", {"svc.gate.name": gate.gate})
-                stopped = gate
-            else:
-                tracing.agent_finished(span, step.status, step.input_tokens, step.output_tokens, step.error)
-                return step
-        raise stopped
+        model, pauses = agent.get("model"), (GateReached,)
+        with tracing.agent_span(agent["key"], agent["name"], model, scope.secrets, pauses) as span:
+            step = await self._turn(scope, agent, task, path, delegation, steps)
+            tracing.agent_finished(span, step.status, step.input_tokens, step.output_tokens, step.error)
+            return step
 
     async def _turn(
         self,
@@ -368,21 +337,21 @@ class TeamRunner:
         if recorded is not None:
             return str(recorded.get("output") or "")
         resumed, recorder.resumed = recorder.resumed, False
+        record = None
         # The call, made in this attempt of the run, as an `execute_tool` span with the access
         # policy's verdict (tracing, #33); a call the journal answered is replayed above without one.
-        with tracing.tool_span(call.name, call.id, call.arguments) as span:
-            try:
-                output, record = await self._call(http, delegation, key, call, toolbox, resumed)
-            except GateReached as gate:  # a pause, not a failure: a person settles the call
-                if gate.gate == OUTCOME_UNKNOWN:
-                    tracing.policy_decision("unknown", reason="The outcome of an earlier attempt is unknown")
-                span.event("svc.gate.reached", {"svc.gate.name": gate.gate})
-                stopped = gate
+        with tracing.tool_span(call.name, call.id, call.arguments, (GateReached,)) as span:
+            if call.name == HTTP_TOOL.name:
+                outcome = await self._http(http, key, call, in_flight=resumed)
+                output, record = outcome.output, outcome.record
+            elif toolbox is not None and toolbox.owns(call.name):
+                output = await self._mcp(toolbox, http, key, call)  # logged by the toolbox itself
+            elif delegation is not None and call.name in {t.name for t in delegation[0]}:
+                await recorder.flush()
+                output = await delegation[1](call, key)
             else:
-                span.content("gen_ai.tool.call.result", output)
-                stopped = None
-        if stopped is not None:
-            raise stopped
+                output = f"Unknown tool {call.name!r}"
+            span.content("gen_ai.tool.call.result", output)
         entry: dict[str, Any] = {"kind": "tool", "key": key, "agent": http.agent["key"], "name": call.name}
         entry["output"] = cut(output)
         if record is not None:
@@ -392,26 +361,6 @@ class TeamRunner:
             recorder.emit("tool_call", tool_event(record))
         recorder.note(entry)
         return output
-
-    async def _call(
-        self,
-        http: HttpTool,
-        delegation: tuple[list[ToolSpec], Delegate] | None,
-        key: str,
-        call: ToolCall,
-        toolbox: McpToolbox | None,
-        resumed: bool,
-    ) -> tuple[str, RequestRecord | None]:
-        """Make one tool call: its output, and its security-log entry for `http_request`."""
-        if call.name == HTTP_TOOL.name:
-            outcome = await self._http(http, key, call, in_flight=resumed)
-            return outcome.output, outcome.record
-        if toolbox is not None and toolbox.owns(call.name):
-            return await self._mcp(toolbox, http, key, call), None  # logged by the toolbox itself
-        if delegation is not None and call.name in {t.name for t in delegation[0]}:
-            await self.recorder.flush()
-            return await delegation[1](call, key), None
-        return f"Unknown tool {call.name!r}", None
 
     async def _http(self, http: HttpTool, key: str, call: ToolCall, in_flight: bool) -> Outcome:
         """`http_request`, with what a crash or a person decided about an earlier attempt of it."""
@@ -431,6 +380,7 @@ class TeamRunner:
                         f"The operator failed the run at an unknown outcome ({request.method} {request.url})"
                     )
             elif not resend_allowed(http, request):
+                tracing.policy_decision("unknown", reason=UNKNOWN)  # on the tool call's span (#33)
                 raise GateReached(OUTCOME_UNKNOWN, unknown_call(http, key, request))
 
         async def mark() -> None:
@@ -465,6 +415,7 @@ class TeamRunner:
             )
         if recorder.journal.get("sending", key) is not None:
             if decision is None:
+                tracing.policy_decision("unknown", reason=UNKNOWN)  # on the tool call's span (#33)
                 raise GateReached(
                     OUTCOME_UNKNOWN, {"key": key, "agent": http.agent["key"], "tool": call.name}
                 )
@@ -524,80 +475,4 @@ def unknown_call(http: HttpTool, key: str, request: Request) -> dict[str, Any]:
         "question": "This request may have reached its target before the run's worker stopped. "
         "Continue with decision `done` (with a note the agent is told), `resend` (the same "
         "Idempotency-Key) or `fail`.",
-    }
-
-
-# ---- the journal's and the watchers' view of a step --------------------------------------------
-
-
-def answer_from(entry: dict[str, Any]) -> CompletionResponse:
-    """A recorded model answer, as the provider gave it."""
-    calls = tuple(
-        ToolCall(id=str(c.get("id") or ""), name=str(c["name"]), arguments=dict(c.get("arguments") or {}))
-        for c in entry.get("toolCalls") or []
-    )
-    return CompletionResponse(
-        text=entry.get("text") or "",
-        tool_calls=calls,
-        input_tokens=int(entry.get("in") or 0),
-        output_tokens=int(entry.get("out") or 0),
-    )
-
-
-def agent_entry(step: AgentStep) -> dict[str, Any]:
-    """The journal's record of an invocation's end (the run's steps are made from these). Its
-    `eventId` names the step's pipeline event: chosen once, so a settlement sent twice stores one,
-    and time-ordered like every other event id, so events of one millisecond keep their order."""
-    return {
-        "kind": "agent",
-        "key": step.path,
-        "eventId": str(ObjectId()),
-        "agent": step.agent_key,
-        "model": step.model,
-        "status": step.status,
-        "output": cut(step.output),
-        "error": step.error,
-        "in": step.input_tokens,
-        "out": step.output_tokens,
-        "iterations": step.iterations,
-        "startedAt": step.started_at,
-        "endedAt": step.ended_at,
-    }
-
-
-def step_from(entry: dict[str, Any]) -> AgentStep:
-    """An invocation that ended before, as the journal recorded it."""
-    return AgentStep(
-        agent_key=entry["agent"],
-        path=entry["key"],
-        status=entry.get("status") or "failed",
-        input_tokens=int(entry.get("in") or 0),
-        output_tokens=int(entry.get("out") or 0),
-        error=entry.get("error"),
-        output=entry.get("output"),
-        started_at=entry.get("startedAt") or utcnow(),
-        ended_at=entry.get("endedAt"),
-        model=entry.get("model"),
-        iterations=int(entry.get("iterations") or 0),
-    )
-
-
-def step_started(step: AgentStep) -> dict[str, Any]:
-    """A step has begun: which agent, on which model."""
-    return {"agent": step.agent_key, "model": step.model, "startedAt": iso(step.started_at)}
-
-
-def step_finished(step: AgentStep) -> dict[str, Any]:
-    """A step has ended: its outcome, model calls, tokens and duration."""
-    ended = step.ended_at or utcnow()
-    return {
-        "agent": step.agent_key,
-        "model": step.model,
-        "status": step.status,
-        "iterations": step.iterations,
-        "inputTokens": step.input_tokens,
-        "outputTokens": step.output_tokens,
-        "durationMs": int((ended - step.started_at).total_seconds() * 1000),
-        "startedAt": iso(step.started_at),
-        "error": step.error,
     }

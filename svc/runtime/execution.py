@@ -22,12 +22,11 @@ from pymongo.errors import PyMongoError
 from plugins import tracing
 from svc.core import Document, Mailer, RunOutcome, Store, Vault, tokens, utcnow
 from svc.installs import interpolate
-from svc.runtime import ledger
+from svc.runtime import ledger, run_traces
 from svc.runtime.agent_loop import (
     CANCELLED,
     GateReached,
     RunScope,
-    TeamResult,
     TeamRunner,
     root_agent,
 )
@@ -38,6 +37,7 @@ from svc.runtime.llm import LLM
 from svc.runtime.mcp_run import McpService
 from svc.runtime.pipelines import PipelineExecutor
 from svc.runtime.settlement import Settlement, owed_on_end, owed_on_pause
+from svc.runtime.steps import TeamResult, failed, tokens_by_agent
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +51,6 @@ Mode = Literal["start", "resume", "adopt"]
 Admission = Callable[[Document, Sequence[int]], Awaitable[None]]
 # What the run asks before each model call (the host binds it to the runs it holds).
 Admit = Callable[[Document], Awaitable[None]]
-# (install, completed?, billable?, tokens) -> (pricing model, price in cents, amount in cents) the run
-# is billed at (svc.billing.run_charge; injected, billing sits above the runtime): the run span's
-# billed amount (tracing, #33).
-Costing = Callable[[Document, bool, bool, int], Awaitable[tuple[str, int | None, int]]]
 
 
 @dataclass(frozen=True)
@@ -84,7 +80,7 @@ class InstallRunner:
         mailer: Mailer | None = None,
         admission: Admission | None = None,
         mcp: McpService | None = None,
-        costing: Costing | None = None,
+        costing: run_traces.Costing | None = None,
     ) -> None:
         self.store = store
         self.costing = costing  # the billed amount on the run's span (tracing, #33)
@@ -118,81 +114,55 @@ class InstallRunner:
             if not await ledger.claim(self.store, run_id, self.incarnation, []):
                 return await self.outcome_now(run_id)
             run = {**run, "status": "running", "incarnation": self.incarnation, "startedAt": utcnow()}
-        with tracing.run_span(  # the run's span, in the trace of whoever asked for it (tracing, #33)
-            run_id,
-            run.get("source"),
-            run.get("trace"),
-            retry_of=run.get("retryOf"),
-            resumed_gate=(run.get("state") or {}).get("gate") if mode == "resume" else None,
-            bypass_gates=bool(run.get("bypassGates")),
-            adopted=mode == "adopt",
-        ):
-            return await self._execute(run, mode, publish, on_recorder, admit)
-
-    async def _execute(
-        self,
-        run: Document,
-        mode: Mode,
-        publish: Callable[[list[dict[str, Any]]], None],
-        on_recorder: Callable[[RunRecorder], None],
-        admit: Admit | None,
-    ) -> RunOutcome:
-        """The claimed (resumed, adopted) run, inside its span: the team, then its end or pause."""
-        run_id = run["_id"]
-        # Written first (the claim), read second: a cancellation of the install that answered
-        # before this read is seen, so no run starts after it has answered (docs/consistency.md).
-        install = await self.store.installs.find_one({"_id": run["installId"]})
-        if install is None or install["status"] != "completed":
-            return await self._refused(run, install)
-        tracing.run_install(  # tracing (#33)
-            install["_id"],
-            install.get("templateId"),
-            install.get("templateVersion"),
-            install.get("templateName"),
-            install["platform"],
-        )
-        version = run.get("templateVersion") or install.get("templateVersion")
-        run = {**run, "templateVersion": version}
-        try:
-            recorder = RunRecorder.for_run(
-                self.store, run, self.incarnation, publish, resumed=mode == "adopt"
-            )
-        except ReplayMismatch as exc:  # a journal it cannot read: the run ends, clearly, here
-            recorder = RunRecorder.for_run(self.store, {**run, "journal": []}, self.incarnation, publish)
-            return await self._end(install, run, recorder, failed(str(exc)))
-        recorder.crash = self.limits.crash
-        on_recorder(recorder)
-        try:
-            definition = await self.definition(install, version)
-            root = root_agent(definition)
-            if mode == "start":
-                recorder.emit(
-                    "run_started",
-                    {"source": run.get("source") or "run", "agent": root["key"], "task": run.get("task")},
+        with run_traces.run_span(run, mode):  # in the trace of whoever asked for the run (tracing, #33)
+            # Written first (the claim), read second: a cancellation of the install that answered
+            # before this read is seen, so no run starts after it has answered (docs/consistency.md).
+            install = await self.store.installs.find_one({"_id": run["installId"]})
+            if install is None or install["status"] != "completed":
+                return await self._refused(run, install)
+            run_traces.started(install)  # tracing (#33)
+            version = run.get("templateVersion") or install.get("templateVersion")
+            run = {**run, "templateVersion": version}
+            try:
+                recorder = RunRecorder.for_run(
+                    self.store, run, self.incarnation, publish, resumed=mode == "adopt"
                 )
-            result, pause = await self._team(install, definition, run, recorder, admit)
-            if result.refusal is not None and recorder.totals.input + recorder.totals.output == 0:
-                # The spend cap refused the run's first model call: nothing ran (a 409 to a caller).
-                ended = await self._end(install, run, recorder, result)
-                return replace(ended, conflict=result.refusal.message, extra=result.refusal.extra)
-        except RunTaken:
-            return await self.outcome_now(run_id)
-        except ReplayMismatch as exc:
-            result, pause = failed(str(exc)), None
-        except GateReached as gate:
-            result, pause = (
-                TeamResult("paused", None, gate.call.get("agent") or "", 0, 0, []),
-                gate_state(gate),
-            )
-        except asyncio.CancelledError:
-            result, pause = failed(CANCELLED), None
-            return await asyncio.shield(self._end(install, run, recorder, result))
-        except PyMongoError as exc:
-            log.error("database error during a run: %s", type(exc).__name__)
-            result, pause = failed(DATABASE_DOWN), None
-        if pause is not None:
-            return await self._pause(install, run, recorder, result, pause)
-        return await self._end(install, run, recorder, result)
+            except ReplayMismatch as exc:  # a journal it cannot read: the run ends, clearly, here
+                recorder = RunRecorder.for_run(self.store, {**run, "journal": []}, self.incarnation, publish)
+                return await self._end(install, run, recorder, failed(str(exc)))
+            recorder.crash = self.limits.crash
+            on_recorder(recorder)
+            try:
+                definition = await self.definition(install, version)
+                root = root_agent(definition)
+                if mode == "start":
+                    recorder.emit(
+                        "run_started",
+                        {"source": run.get("source") or "run", "agent": root["key"], "task": run.get("task")},
+                    )
+                result, pause = await self._team(install, definition, run, recorder, admit)
+                if result.refusal is not None and recorder.totals.input + recorder.totals.output == 0:
+                    # The spend cap refused the run's first model call: nothing ran (a 409 to a caller).
+                    ended = await self._end(install, run, recorder, result)
+                    return replace(ended, conflict=result.refusal.message, extra=result.refusal.extra)
+            except RunTaken:
+                return await self.outcome_now(run_id)
+            except ReplayMismatch as exc:
+                result, pause = failed(str(exc)), None
+            except GateReached as gate:
+                result, pause = (
+                    TeamResult("paused", None, gate.call.get("agent") or "", 0, 0, []),
+                    gate_state(gate),
+                )
+            except asyncio.CancelledError:
+                result, pause = failed(CANCELLED), None
+                return await asyncio.shield(self._end(install, run, recorder, result))
+            except PyMongoError as exc:
+                log.error("database error during a run: %s", type(exc).__name__)
+                result, pause = failed(DATABASE_DOWN), None
+            if pause is not None:
+                return await self._pause(install, run, recorder, result, pause)
+            return await self._end(install, run, recorder, result)
 
     async def definition(self, install: Document, version: str | None) -> dict[str, Any]:
         """The definition a run executes: the install's, or (a run pinned to an earlier version of
@@ -318,7 +288,7 @@ class InstallRunner:
             return await self.outcome_now(run["_id"])
         self.limits.crash.reached("after-end")
         recorder.stored(events)
-        await self._traced_end(install, result, totals.input, totals.output)  # tracing (#33)
+        await run_traces.ended(self.costing, install, result, totals.input, totals.output)  # tracing (#33)
         final = {
             **run,
             **fields,
@@ -378,22 +348,6 @@ class InstallRunner:
         }
         await self._settle(final, install)
         return outcome(final)
-
-    async def _traced_end(
-        self, install: Document, result: TeamResult, tokens_in: int, tokens_out: int
-    ) -> None:
-        """The run span's outcome, tokens and billed amount (one template read, only when traced)."""
-        tracing.run_finished(result.status, tokens_in, tokens_out, result.error)
-        if self.costing is not None and tracing.enabled():
-            completed = result.status == "completed"
-            try:
-                model, price, amount = await self.costing(
-                    install, completed, result.billable, tokens_in + tokens_out
-                )
-            except PyMongoError as exc:  # the run has ended: its span goes without the amount
-                log.warning("billed amount not traced: %s", type(exc).__name__)
-                return
-            tracing.run_billed(model, amount, price)
 
     async def _refused(self, run: Document, install: Document | None) -> RunOutcome:
         """A run handed over after its install stopped being ready ends failed, marked `refused`
@@ -510,10 +464,6 @@ class InstallRunner:
         return values
 
 
-def failed(message: str) -> TeamResult:
-    return TeamResult("failed", None, "", 0, 0, [], message)
-
-
 def stopped(message: str, run: Document | None = None) -> Document:
     """The last event of a run settled from outside its team."""
     tokens_in = int((run or {}).get("inputTokens") or 0)
@@ -533,19 +483,6 @@ def gate_state(gate: GateReached) -> Document:
         "stepKey": gate.call.get("agent"),
         **gate.resume,
     }
-
-
-def tokens_by_agent(journal: list[Document]) -> list[dict[str, Any]]:
-    """Token totals per agent over the run's model calls, in the order the agents first ran."""
-    totals: dict[str, dict[str, Any]] = {}
-    for entry in journal:
-        if entry.get("kind") == "model":
-            row = totals.setdefault(
-                entry["agent"], {"agent": entry["agent"], "inputTokens": 0, "outputTokens": 0}
-            )
-            row["inputTokens"] += int(entry.get("in") or 0)
-            row["outputTokens"] += int(entry.get("out") or 0)
-    return list(totals.values())
 
 
 def outcome(run: Document) -> RunOutcome:

@@ -13,7 +13,9 @@ same recorded answers visits the same keys in the same order, so:
 - a run resumed by a new copy of the actor, or continued after a gate in the middle of an agent's
   loop, runs its team again from the start with `Journal` answering every call it recorded: no
   completed model or tool call is made twice, and no recorded token is counted twice;
-- what was in flight when a crash hit is the only uncertainty (svc/runtime/resume.py decides).
+- what was in flight when a crash hit is the only uncertainty: a model call is made again, an
+  idempotent request is sent again, and a non-idempotent one marked `sending` stops the run at
+  the outcome-unknown gate (svc/runtime/agent_loop.py).
 
 Entries (`kind`): `model` (text, tool calls, tokens, model, attempt), `lost` (an attempt whose
 answer died with its actor), `tool` (the result given to the model, with its security-log fields),

@@ -334,8 +334,8 @@ class McpToolbox:
         event = event_of(record, model_name)
         if self.events is not None:
             self.events("tool_call", event)
-        labels = {"verdict": verdict, "outcome": details["outcome"]}
-        self.run.count(counters.write(self.run.service.store, [counters.increment("mcp_tool_calls", labels)]))
+        count = counters.increment("mcp_tool_calls", {"verdict": verdict, "outcome": details["outcome"]})
+        self.run.count(counters.write(self.run.service.store, [count]))
         return ToolOutcome(output or reason or verdict, record, event, approval)
 
 

@@ -28,7 +28,8 @@ from svc.core import (
     tokens,
     utcnow,
 )
-from svc.runtime.agent_loop import AgentStep, GateReached, RunScope, TeamResult, TeamRunner, agent_entry
+from svc.runtime.agent_loop import GateReached, RunScope, TeamRunner
+from svc.runtime.steps import AgentStep, TeamResult, agent_entry
 
 log = logging.getLogger(__name__)
 
