@@ -29,8 +29,11 @@ from plugins.tracing import sdk as tracing_sdk
 from plugins.types import ChatMessage
 from svc.runtime import LLM
 from svc.runtime.agent_loop import RunScope, TeamRunner
-from svc.runtime.journal import scratch
+from svc.runtime.journal import Journal, ScratchRecorder, Totals, scratch
+from tests.support.mcp import exact_http, policy, rule
 from tests.support.runtime import provider_settings, start_llm, start_target
+from tests.test_mcp_toolbox import Harness, service_for
+from tests.test_mcp_toolbox import team as mcp_team
 
 SECRET = "tok-secret-0123456789"
 TASK = "Summarise the quarterly launch plan"
@@ -338,3 +341,82 @@ def test_the_collector_credentials_are_never_published_to_the_cluster():
     assert "otlp-s3cret" not in json.dumps(published)
     assert published["tracing"]["endpoint"] == "http://127.0.0.1:4318/v1/traces"
     assert secrets.joined(published, secrets.secret(settings)) == settings
+
+
+async def test_a_resumed_run_traces_only_the_calls_it_makes_again(store, aiohttp_server, exported):
+    """The journal answers what an earlier attempt of the run recorded (a run resumed after its
+    actor died): those model and tool calls are not made again, and get no span; the rest do."""
+    fake, url = await start_llm(aiohttp_server)
+    target = await start_target(aiohttp_server)
+    settings = Settings.from_env({}, providers=provider_settings(url), egress_allow_private=True)
+    llm = LLM(Plugins(builtins=PROVIDER_BUILTINS), settings)
+    first = scratch("run-4")
+    fake.script(tool_calls=[{"name": "delegate_worker", "arguments": {"task": "fetch it"}}], input_tokens=40)
+    fake.script(text="worker done", input_tokens=25, output_tokens=4)
+    fake.script(text="final answer", input_tokens=60, output_tokens=9)
+    scope = RunScope("inst-1", "run-4", {}, True, "providerA:small")
+    with tracing.run_span("run-4", "run", None):
+        await TeamRunner(llm, first).run_team(scope, team(target.base), TASK)
+    assert len([s for s in exported.get_finished_spans() if s.name.startswith("chat ")]) == 3
+    exported.clear()
+    # The second attempt finds the lead's first answer and the worker's whole turn in the journal.
+    done = [e for e in first.log if e["key"] in ("lead/m0", "lead/m0.t0/worker", "lead/m0.t0/worker/m0")]
+    done.append({**next(e for e in first.log if e["key"] == "lead/m0.t0"), "output": "worker done"})
+    resumed = ScratchRecorder(None, "run-4", "", Journal(done), 0, Totals())  # type: ignore[arg-type]
+    fake.script(text="final answer", input_tokens=60, output_tokens=9)
+    with tracing.run_span("run-4", "run", None, adopted=True):
+        result = await TeamRunner(llm, resumed).run_team(scope, team(target.base), TASK)
+    assert result.status == "completed" and result.response == "final answer"
+    spans = exported.get_finished_spans()
+    kinds = sorted(s.name.split(" ")[0] for s in spans if s.name.split(" ")[0] != "POST")
+    assert kinds == ["chat", "invoke_agent", "invoke_workflow"]  # no worker, no delegate tool call
+    chat = next(s for s in spans if s.name.startswith("chat "))
+    assert chat.attributes["gen_ai.usage.input_tokens"] == 60 and one(spans, "invoke_agent Lead")
+    assert [e.name for e in one(spans, "invoke_workflow").events] == ["svc.run.adopted"]
+
+
+async def test_an_mcp_calls_verdict_is_on_its_tool_span(store, aiohttp_server, exported):
+    """Like http_request's: allowed, denied (an error), and a person's approval asked, then granted."""
+    await store.ensure_indexes()
+    service, _ = await service_for(store, aiohttp_server)
+    rules = policy(
+        rule("deny", "echo", arguments=[{"path": "$.text", "pattern": "rm *"}]),
+        rule("require_approval", "echo"),
+        rule("allow", "picture"),
+    )
+    with exact_http() as url:
+        harness = Harness(service, mcp_team(url, rules))
+        box = harness.toolbox(secrets={"TOKEN": "s3cret-value"})
+        await box.specs()
+
+        async def call(name: str, arguments: dict[str, Any]) -> Any:
+            with tracing.tool_span(name, "call-1", arguments):
+                return await box.call(name, arguments)
+
+        await call("mcp__exact__picture", {})
+        await call("mcp__exact__echo", {"text": "rm -rf /"})
+        asked = await call("mcp__exact__echo", {"text": "pay s3cret-value"})
+        await service.approvals.decide("i1", asked.approval.approval_id, "approve", "u1")
+        made = await call("mcp__exact__echo", {"text": "pay s3cret-value"})
+        assert made.output == "pay s3cret-value"
+        await service.aclose()
+    tools = sorted(
+        (s for s in exported.get_finished_spans() if s.name.startswith("execute_tool ")),
+        key=lambda s: s.start_time,
+    )
+    assert [(s.name, s.attributes["svc.policy.outcome"]) for s in tools] == [
+        ("execute_tool mcp__exact__picture", "allowed"),
+        ("execute_tool mcp__exact__echo", "denied"),
+        ("execute_tool mcp__exact__echo", "approval_requested"),
+        ("execute_tool mcp__exact__echo", "approval_granted"),
+    ]
+    assert all(s.attributes["svc.tool.kind"] == "mcp" for s in tools)
+    assert tools[0].attributes["url.full"] == "mcp://exact/picture"
+    assert (
+        tools[1].status.status_code.name == "ERROR" and tools[1].attributes["error.type"] == "policy_denied"
+    )
+    assert (tools[3].attributes["svc.policy.decision"], tools[3].attributes["svc.policy.source"]) == (
+        "ALLOW",
+        "approval",
+    )
+    assert "s3cret-value" not in strings(tuple(tools))
