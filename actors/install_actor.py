@@ -110,7 +110,7 @@ class InstallActor:
             return ""
         host = self._serve(install_id)
         stale = timedelta(seconds=ACTOR_GONE_AFTER_S)
-        if not await host.recover(self.name, only_if_free=stale):
+        if not await host.recover(self.name, only_if_free=stale, node=self.node):
             self.install_id, self.host = None, None
             await pool.release(self.store, self.name)
             holder = await incarnations.holder(self.store, install_id)
@@ -189,7 +189,7 @@ class InstallActor:
         delay = 0.1
         while True:
             try:
-                await self.host.recover(self.name)
+                await self.host.recover(self.name, node=self.node)
                 return
             except Exception as exc:
                 log.warning("install actor recovery failed, trying again: %s", type(exc).__name__)

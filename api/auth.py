@@ -9,6 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from api.context import services
+from api.origins import cookie_secure, refusal, same_origin
 from api.routing import AuthCode
 from svc.core import Forbidden, Unauthorized
 from svc.identity import Principal
@@ -66,9 +67,10 @@ async def _session(request: web.Request) -> Principal:
     caller = await services(request).credentials.from_session(token)
     # SameSite=Lax already stops cross-site form posts; refusing a foreign Origin on
     # unsafe methods also covers same-site subdomains and older browsers.
+    # A client without Origin (curl with a cookie jar) is not a browser page of another site.
     origin = request.headers.get("Origin")
-    if request.method in UNSAFE_METHODS and origin and origin != services(request).settings.public_origin:
-        raise Forbidden("Cross-origin request refused")
+    if request.method in UNSAFE_METHODS and origin and not same_origin(request, origin):
+        raise Forbidden(refusal(request, origin))
     return caller
 
 
@@ -81,7 +83,7 @@ def set_session_cookie(response: web.StreamResponse, request: web.Request, token
         path="/",
         httponly=True,
         samesite="Lax",
-        secure=services(request).settings.cookie_secure,
+        secure=cookie_secure(request),
     )
 
 

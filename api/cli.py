@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from api import cli_keys, cli_templates, metrics
 from api.app import create_app
-from api.lifecycle import ListenError, listen_socket, serve
+from api.lifecycle import ListenError, link_origin, listen_socket, serve
 from api.logs import configure_logging
 from config.settings import Settings, settings_or_exit
 from svc.core import EmbeddedMongo, NoDatabaseError, ServiceError, Store, Vault, require_database
@@ -132,6 +132,8 @@ def serve_command(args: argparse.Namespace, settings: Settings) -> int:
         sock.close()
         print(f"error: {refused}", file=sys.stderr)
         return 2
+    if settings.public_url is None:  # links in mails lead back to this very service
+        settings = settings.model_copy(update={"local_url": link_origin(sock)})
     try:
         asyncio.run(serve(create_app(settings), sock, settings.shutdown_grace_seconds))
     except Exception as exc:  # start-up failed; everything started so far has been stopped

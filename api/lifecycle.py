@@ -86,6 +86,15 @@ def origin(sock: socket.socket) -> str:
     return f"http://{shown}:{port}"
 
 
+def link_origin(sock: socket.socket) -> str:
+    """Where links to a service on this socket should point: its origin, or for a wildcard
+    address (0.0.0.0, ::), which no browser can open, the machine's host name."""
+    host, port = sock.getsockname()[:2]
+    if host in ("0.0.0.0", "::"):
+        return f"http://{socket.gethostname()}:{port}"
+    return origin(sock)
+
+
 async def serve(app: web.Application, sock: socket.socket, grace_s: float) -> None:
     """Run the app on the socket until SIGTERM or SIGINT, then shut everything down in order."""
     loop = asyncio.get_running_loop()

@@ -149,6 +149,46 @@ ERROR = {
 }
 
 
+# What each group of routes (a handler module) is for, as a reader of the reference sees it:
+# complete sentences, in the words of the API, never of the code behind it. A route of another
+# module (a plugin's) is described by its module docstring's first sentence.
+TAG_DESCRIPTIONS = {
+    "health": "Whether the service can reach its database and its runtime.",
+    "accounts": "Sign up, sign in and out with a session, read and change your profile, and create, "
+    "list and revoke your personal API keys.",
+    "installs": "Install a published template on a platform, list your installs, set their variables, "
+    "secrets and credentials, remove them, and find out which install a key belongs to.",
+    "authoring": "Write team definitions with a model's help: generate one from a description, change "
+    "one by instruction, and try it in a chat; the answers stream as server-sent events.",
+    "templates": "Team templates: create, edit, check, publish and version them, roll back and fork, "
+    "list and search the published ones, set their price, export and import them, and read the "
+    "definition's JSON Schema.",
+    "runtime": "Run an install on the managed runtime and wait for its answer, start runs from a "
+    "webhook, receive platform heartbeats, and read each install's access policies and security log.",
+    "console": "Operate an install: its events, run log and agent steps, its schedule, its gates and "
+    "drafts queue, continuing a paused run and cancelling the active one, and its audit timeline.",
+    "billing": "The usage bill of an install, payment methods, monthly charges and cancelling them, "
+    "builder payouts and earnings, and the payment provider's webhook.",
+    "orgs": "Organisations: members and roles, invitations, organisation keys, approval of new "
+    "deployments, shared secrets, the plan and its billing, the audit log and analytics.",
+    "runs": "Run reports sent by platform integrations, and run analytics for template builders.",
+    "run_watch": "What happened in one run, and its events as they happen.",
+    "mcp": "MCP tools for managed agents: the operator's catalogue of servers, an install's servers "
+    "and their tools, accepting or refusing those tools, and approving or rejecting single tool calls.",
+    "caps": "Spend limits of an install, and sending a run's callback again.",
+    "openapi": "This reference, as an OpenAPI document.",
+}
+
+
+def tag_description(module: str) -> str:
+    """The tag's text: from the table above, else the first sentence of the module's docstring."""
+    tag = module.rsplit(".", 1)[-1]
+    if tag in TAG_DESCRIPTIONS:
+        return TAG_DESCRIPTIONS[tag]
+    text = " ".join((sys.modules[module].__doc__ or tag).split())
+    return text.split(". ", 1)[0].rstrip(".") + "."
+
+
 def build(routes: Iterable[Route], title: str = "svc", version: str = "v1") -> dict[str, Any]:
     """The document for these routes."""
     schemas: dict[str, Any] = {"Error": ERROR}
@@ -158,7 +198,7 @@ def build(routes: Iterable[Route], title: str = "svc", version: str = "v1") -> d
         name = route.handler.__name__
         module = route.handler.__module__
         tag = module.rsplit(".", 1)[-1]
-        tags.setdefault(tag, (sys.modules[module].__doc__ or tag).strip().splitlines()[0])
+        tags.setdefault(tag, tag_description(module))
         operation: dict[str, Any] = {
             "summary": route.summary,
             "description": _description(route),

@@ -2,7 +2,8 @@
 
 A comment line keeps the connection alive through long pauses. When the client
 goes away the next write fails and the event iterator is closed, which closes the
-upstream model stream. A failure after the stream has started becomes an
+upstream model stream; a client leaving is the ordinary end of a stream, logged at
+info level, never as an error. A failure after the stream has started becomes an
 `{error}` event, then a clean close (the status line is already sent).
 """
 
@@ -58,7 +59,11 @@ async def relay(request: web.Request, events: AsyncIterator[dict[str, Any]]) -> 
             if "error" in event or event.get("done"):
                 break
         await response.write_eof()
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionResetError:
+        # The browser went away (a tab closed, a page left): how a stream usually ends, not an
+        # error. The response is returned as it is; aiohttp logs the request like any other.
+        log.info("client left the stream")
+    except asyncio.CancelledError:
         log.info("client left the stream")
         raise
     finally:

@@ -4,7 +4,9 @@
 
 Starts a fake providerA whose every answer takes 2 s and `svc serve` (embedded
 database, local Ray) as a user would, seeds 2,000 runs of one template within the
-last hour (through the run self-report route), then measures:
+last hour (through the run self-report route, on orchC installs against a fake Bedrock Agents
+server: a managed install's runs are recorded by the runtime alone and its reports are refused),
+then measures:
 
 1. `GET /api/runs` alone, one client (and, with --big, again at 20,000 runs);
 2. 64 clients for 60 s over a mix: the public template list, `GET /api/runs`,
@@ -38,28 +40,19 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent))
 import dbprofile  # bench/dbprofile.py
-from harness import percentile, running_service  # bench/harness.py
+from harness import children, percentile, rss_mb, running_service, start_fake  # bench/harness.py
 
+from plugins.builtin.orch_c_bedrock import ENDPOINT_ENV
 from svc.core import Store
 from svc.core.embedded import STATE_FILE, free_port, uri_for
-from tests.fakes.llm import DEFAULT_KEY, FakeLLM
+from tests.fakes import orch_c
+from tests.fakes.llm import DEFAULT_KEY
 
 MODEL_S = 2.0
 AGENTS = [
     {"key": "lead", "name": "Lead", "model": "providerA:small", "prompt": "Lead."},
     {"key": "writer", "name": "Writer", "model": "providerA:small", "prompt": "Write.", "reportsTo": "lead"},
 ]
-
-
-def rss_mb(pid: int) -> float:
-    """Resident memory of one process (Linux /proc)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def cpu_s(pid: int) -> float:
@@ -69,17 +62,6 @@ def cpu_s(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / 100
     except (OSError, IndexError, ValueError):
         return 0.0
-
-
-def children(pid: int) -> list[int]:
-    """Direct children of a process."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return found
 
 
 def database_pid(pid: int) -> int | None:
@@ -122,15 +104,6 @@ class Client:
         return status, payload
 
 
-async def start_fake() -> tuple[FakeLLM, web.AppRunner, str]:
-    fake = FakeLLM("providerA", latency_s=MODEL_S, default_text="done")
-    runner = web.AppRunner(fake.app())
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return fake, runner, f"http://127.0.0.1:{port}"
-
-
 async def must(client: Client, method: str, path: str, key: str | None = None, body: Any = None) -> Any:
     status, payload = await client.call("setup", method, path, key, body)
     if status >= 300:
@@ -152,11 +125,27 @@ async def template(client: Client, key: str, slug: str) -> str:
     return str(created["id"])
 
 
-async def install(client: Client, cookie: str, template_id: str) -> tuple[str, str]:
-    """An svc install with its own key (an svc install links the creating key: whoami resolves)."""
+async def install(
+    client: Client, cookie: str, template_id: str, credentials: dict[str, str] | None = None
+) -> tuple[str, str]:
+    """An install with its own key (the install links the creating key: whoami resolves): on svc,
+    or on orchC with the fake account's `credentials` (the installs whose runs are reported)."""
     key = await new_key(client, cookie)
-    made = await must(client, "POST", "/api/installs", key, {"templateId": template_id, "platform": "svc"})
+    body: dict[str, Any] = {"templateId": template_id, "platform": "svc"}
+    if credentials is not None:
+        body = {"templateId": template_id, "platform": "orchC", "credentials": credentials}
+    made = await must(client, "POST", "/api/installs", key, body)
     return str(made["installId"]), key
+
+
+async def start_orch_c() -> tuple[orch_c.FakeBedrockAgents, web.AppRunner, str]:
+    """A fake Bedrock Agents API (the orchC upstream) for the reported installs."""
+    fake = orch_c.FakeBedrockAgents()
+    runner = web.AppRunner(orch_c.create_app(fake))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return fake, runner, f"http://127.0.0.1:{port}"
 
 
 def report(n: int) -> dict[str, Any]:
@@ -202,10 +191,12 @@ async def runs_alone(client: Client, template_id: str, key: str, n: int, label: 
 
 
 async def main(args: argparse.Namespace) -> None:
-    _fake, fake_runner, fake_url = await start_fake()
+    _fake, fake_runner, fake_url = await start_fake("providerA", MODEL_S)
+    bedrock, bedrock_runner, bedrock_url = await start_orch_c()
     lines: list[str] = []
     try:
         async with running_service(
+            **{ENDPOINT_ENV: bedrock_url},
             SVC_RATE_LIMITS="off",
             SVC_SCHEDULER="off",
             SVC_PROVIDERA_API_KEY=DEFAULT_KEY,
@@ -225,7 +216,9 @@ async def main(args: argparse.Namespace) -> None:
                 owner_key = await new_key(setup, cookie)
                 reported = await template(setup, owner_key, "load-reported")
                 ran = await template(setup, owner_key, "load-ran")
-                report_targets = [await install(setup, cookie, reported) for _ in range(10)]
+                report_targets = [
+                    await install(setup, cookie, reported, bedrock.credentials()) for _ in range(10)
+                ]
                 run_targets = [await install(setup, cookie, ran) for _ in range(10)]
                 for n in range(15):  # other published templates in the public list
                     await template(setup, owner_key, f"load-other-{n}")
@@ -391,6 +384,7 @@ async def main(args: argparse.Namespace) -> None:
             )
     finally:
         await fake_runner.cleanup()
+        await bedrock_runner.cleanup()
     print("\n" + "\n".join(lines))
 
 

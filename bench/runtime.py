@@ -45,7 +45,7 @@ from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import percentile, wait_ready  # bench/harness.py
+from harness import percentile, pss_mb, rss_mb, signup, start_fake, wait_ready  # bench/harness.py
 from policy import mixed_rules, policy
 
 from plugins import tracing
@@ -193,15 +193,9 @@ def round_trips(
 
 def actor_memory_mb() -> tuple[int, float, float]:
     """How many install actor processes run, and their mean RSS and PSS (Linux /proc)."""
-    rss, pss = [], []
-    for pid in actor_pids():
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
-        except OSError:
-            continue
-        rss.append(next(int(x.split()[1]) for x in status.splitlines() if x.startswith("VmRSS:")) / 1024)
-        pss.append(next(int(x.split()[1]) for x in rollup.splitlines() if x.startswith("Pss:")) / 1024)
+    pids = actor_pids()
+    rss = [m for m in map(rss_mb, pids) if m]
+    pss = [m for m in map(pss_mb, pids) if m]
     if not rss:
         return 0, 0.0, 0.0
     return len(rss), statistics.mean(rss), statistics.mean(pss)
@@ -233,15 +227,6 @@ async def serving(data_dir: Path, mongodb_uri: str, **env: str) -> AsyncIterator
     finally:
         process.terminate()
         process.wait(timeout=60)
-
-
-async def start_fake() -> tuple[FakeLLM, web.AppRunner, str]:
-    fake = FakeLLM("providerA", latency_s=LATENCY_S, default_text="done")
-    runner = web.AppRunner(fake.app())
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return fake, runner, f"http://127.0.0.1:{port}"
 
 
 async def install(
@@ -399,9 +384,7 @@ async def paired_overheads(
             async with aiohttp.ClientSession(timeout=timeout) as session:
                 targets = {}
                 for base in (off, on):
-                    body = {"email": "pair@example.com", "password": "bench-password"}
-                    async with session.post(f"{base}/api/auth/signup", json=body) as response:
-                        cookie = f"svc_session={response.cookies['svc_session'].value}"
+                    cookie = await signup(session, base, "pair@example.com")
                     targets[base] = (
                         await install(session, base, cookie, [LEAD, HELPER], "pair-duo"),
                         await install(session, base, cookie, [LEAD], "pair-solo"),
@@ -427,7 +410,7 @@ async def paired_overheads(
 
 
 async def main(args: argparse.Namespace) -> None:
-    fake, fake_runner, fake_url = await start_fake()
+    fake, fake_runner, fake_url = await start_fake("providerA", LATENCY_S)
     rows: list[tuple[str, str, str]] = []
     untraced: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
@@ -498,9 +481,7 @@ async def measure(
 ) -> None:
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        body = {"email": "bench@example.com", "password": "bench-password"}
-        async with session.post(f"{base}/api/auth/signup", json=body) as response:
-            cookie = f"svc_session={response.cookies['svc_session'].value}"
+        cookie = await signup(session, base, "bench@example.com")
         lead = LEAD
         duo = await install(session, base, cookie, [lead, HELPER], "bench-duo")
         solo = await install(session, base, cookie, [lead], "bench-solo")

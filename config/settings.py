@@ -243,7 +243,12 @@ class Settings(BaseModel):
     data_dir: Path = DEFAULT_DATA_DIR
     ray_address: str | None = None
     secret_keys: tuple[str, ...] = ()
-    public_url: str = "http://127.0.0.1:8080"
+    # SVC_PUBLIC_URL, the one origin browsers use; None when unset: the dashboard then accepts
+    # the address it is opened on (api/origins.py) and links start at `local_url`.
+    public_url: str | None = None
+    # Where this process serves when SVC_PUBLIC_URL is unset (`svc serve` sets it to the address
+    # it listens on), so a mailed link reaches the service that sent it.
+    local_url: str = "http://127.0.0.1:8080"
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
     # The upstream model name behind each catalogue id, and the Bedrock id orchC provisions with.
     models_file: Path | None = None
@@ -303,15 +308,29 @@ class Settings(BaseModel):
         return parse_cron(value)
 
     @property
-    def cookie_secure(self) -> bool:
-        """Session cookies are marked Secure when the public origin is https."""
-        return urlsplit(self.public_url).scheme == "https"
+    def base_url(self) -> str:
+        """Where links the service hands out start (mails, webhook and return URLs)."""
+        return self.public_url or self.local_url
 
     @property
-    def public_origin(self) -> str:
-        """Scheme and authority of the public URL, as browsers send in `Origin`."""
+    def cookie_secure(self) -> bool:
+        """Session cookies are marked Secure when the public URL is https (unset: api/origins.py
+        decides per request, from the scheme the request came in on)."""
+        return urlsplit(self.base_url).scheme == "https"
+
+    @property
+    def public_origin(self) -> str | None:
+        """Scheme and authority of SVC_PUBLIC_URL, as browsers send in `Origin`; None when unset."""
+        if self.public_url is None:
+            return None
         parts = urlsplit(self.public_url)
         return f"{parts.scheme}://{parts.netloc}"
+
+    @property
+    def configured_providers(self) -> frozenset[str]:
+        """The LLM providers this server can call (an API key is set): an agent on another
+        provider's model validates, but every run of it here fails."""
+        return frozenset(name for name, provider in self.providers.items() if provider.api_key)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -349,7 +368,7 @@ class Settings(BaseModel):
             "data_dir": parsed("SVC_DATA_DIR", parse_directory, DEFAULT_DATA_DIR),
             "ray_address": parsed("SVC_RAY_ADDRESS", parse_ray_address, None),
             "secret_keys": parsed("SVC_SECRET_KEYS", parse_fernet_keys, ()),
-            "public_url": parsed("SVC_PUBLIC_URL", parse_http_url, "http://127.0.0.1:8080"),
+            "public_url": parsed("SVC_PUBLIC_URL", parse_http_url, None),
             "providers": {
                 name: ProviderSettings(
                     api_key=parsed(f"SVC_PROVIDER{name[-1]}_API_KEY", parse_token, None),

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
         Schedules,
         SecurityLog,
     )
-    from svc.templates import Portability, Templates
+    from svc.templates import Definitions, Portability, Templates
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,8 @@ class Services:
     credentials: Credentials
     rate_limiter: RateLimiter | None
     templates: Templates
+    # Checks definitions against the spec and against the providers configured here (the editor).
+    definitions: Definitions
     portability: Portability
     runs: Runs
     run_analytics: RunAnalytics
@@ -158,7 +160,7 @@ def build_services(
         Schedules,
         SecurityLog,
     )
-    from svc.templates import Portability, Templates
+    from svc.templates import Definitions, Portability, Templates
 
     plugins = plugins if plugins is not None else Plugins(settings.disabled_plugins)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
@@ -171,14 +173,14 @@ def build_services(
     runs = Runs(store, tokenless, managed)
     audit = AuditLog(store)
     org_access = OrgAccess(store, accounts)
-    governance = Governance(store, org_access, audit, mailer, settings.public_url)
+    governance = Governance(store, org_access, audit, mailer, settings.base_url)
     installs = Installs(store, vault, plugins, credentials, settings, runs, governance)
     outreach = Outreach(store, installs)
     api_keys = ApiKeys(store, vault, key_cache, installs.deployer_may_reach)
     llm = LLM(plugins, settings, partial(counters.write, store))
     # MCP (issue 32): the catalogue, consent, approvals and test chats' connections.
     mcp = McpService(store, llm, settings.judge_model, settings.mcp_servers, settings.egress_allow_private)
-    invitations = Invitations(store, org_access, audit, mailer, settings.public_url)
+    invitations = Invitations(store, org_access, audit, mailer, settings.base_url)
     approvals = Approvals(store, org_access, audit, mailer, governance, installs)
     org_secrets = OrgSecrets(store, org_access, audit, vault)
     plans = Plans(store, org_access, audit, approvals)
@@ -205,6 +207,7 @@ def build_services(
         credentials=credentials,
         rate_limiter=RateLimiter(store, multiplier) if multiplier is not None else None,
         templates=templates,
+        definitions=Definitions(settings.configured_providers),
         portability=Portability(store, templates),
         runs=runs,
         run_analytics=RunAnalytics(store),

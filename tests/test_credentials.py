@@ -11,7 +11,7 @@ from api.context import ROUTE_TABLE, SERVICES, principal
 from api.routing import AuthCode, Route
 from svc.core import tokens
 from tests.fakes.stripe import API_KEY, WEBHOOK_SECRET
-from tests.support.accounts import app_store, bearer, create_key, signup
+from tests.support.accounts import app_store, bearer, create_key, own_origin, signup
 from tests.support.billing import start_fake_stripe
 
 APP_KEY = "app-key-for-tests-0123456789"
@@ -164,6 +164,6 @@ async def test_session_route_refuses_foreign_origin_on_unsafe_methods(walk_clien
     assert response.status == 403
     response = await walk_client.get("/api/auth/keys", headers=headers)
     assert response.status == 200
-    same = {**credentials["session"], "Origin": "http://127.0.0.1:8080"}
+    same = {**credentials["session"], **own_origin(walk_client)}  # SVC_PUBLIC_URL unset: its own address
     response = await walk_client.post("/api/auth/keys", json={}, headers=same)
     assert response.status == 201

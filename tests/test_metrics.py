@@ -15,6 +15,7 @@ from svc.core import counters
 from tests.support.accounts import bearer
 from tests.support.cli import run_cli
 from tests.support.runtime import member, provider_settings, start_llm, start_target, svc_install
+from tests.support.waiting import wait_for
 from tests.test_runtime_runs import http_call, run
 
 
@@ -138,7 +139,15 @@ async def test_runs_tokens_blocks_and_judge_decisions_reach_the_scrape(make_clie
     assert (await run(client, key, install_id))["status"] == "completed"
     await store["pipeline_runs"].insert_one({"_id": "waiting", "installId": install_id, "status": "queued"})
 
-    samples = await scrape(client)
+    # The actor writes model-call token counts once a second (counters.Buffered), not per call.
+    samples: dict[Any, float] = {}
+
+    async def tokens_counted() -> bool:
+        samples.clear()
+        samples.update(await scrape(client))
+        return value(samples, "svc_llm_tokens_total", provider="providerA", kind="output") == 18
+
+    assert await wait_for(tokens_counted, 30), "the actor's buffered token counts never reached the scrape"
     assert value(samples, "svc_runs_total", platform="svc", status="completed") == 1
     assert value(samples, "svc_run_duration_seconds_count", platform="svc") == 1
     assert value(samples, "svc_llm_tokens_total", provider="providerA", kind="input") == 157

@@ -9,8 +9,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from api.pages.install_settings import fire_times
-from tests.support.accounts import Caller, app_store, bearer, create_key, signup
+from api.pages.schedule import fire_times
+from tests.support.accounts import Caller, app_store, bearer, create_key, own_origin, signup
 from tests.support.orgs import invitation_token, invite, world
 from tests.support.runtime import member, provider_settings, start_llm, svc_install
 from tests.support.templates import publish_template
@@ -34,10 +34,13 @@ async def csrf_of(client: Any, caller: Caller) -> str:
 
 
 async def submit(client: Any, caller: Caller, path: str, data: dict[str, Any], **headers: str) -> Any:
-    """POST a form with the caller's session and CSRF token."""
+    """POST a form with the caller's session and CSRF token, from the page's own origin (as a browser)."""
     token = await csrf_of(client, caller)
     return await client.post(
-        path, data={"_csrf": token, **data}, headers={**caller.cookie, **headers}, allow_redirects=False
+        path,
+        data={"_csrf": token, **data},
+        headers={**caller.cookie, **own_origin(client), **headers},
+        allow_redirects=False,
     )
 
 
@@ -76,6 +79,7 @@ async def test_sign_up_sign_in_sign_out(client):
     response = await client.post(
         "/signup",
         data={"email": "ada@example.com", "password": "correct horse battery", "name": "Ada"},
+        headers=own_origin(client),
         allow_redirects=False,
     )
     assert response.status == 303 and response.headers["Location"] == "/"
@@ -83,21 +87,30 @@ async def test_sign_up_sign_in_sign_out(client):
     ada = Caller("", "ada@example.com", "correct horse battery", session)
     home = await page(client, ada, "/")
     assert home.status == 200 and "ada@example.com" in await home.text()
-    taken = await client.post("/signup", data={"email": "ada@example.com", "password": "another password"})
+    taken = await client.post(
+        "/signup",
+        data={"email": "ada@example.com", "password": "another password"},
+        headers=own_origin(client),
+    )
     assert taken.status == 409
     client.session.cookie_jar.clear()
-    wrong = await client.post("/signin", data={"email": "ada@example.com", "password": "nope nope nope"})
+    wrong = await client.post(
+        "/signin", data={"email": "ada@example.com", "password": "nope nope nope"}, headers=own_origin(client)
+    )
     assert wrong.status == 401 and "Invalid email or password" in await wrong.text()
     client.session.cookie_jar.clear()
     # The next parameter is followed to local paths only.
     signed_in = await client.post(
         "/signin?next=//evil.example/x",
         data={"email": "ada@example.com", "password": "correct horse battery"},
+        headers=own_origin(client),
         allow_redirects=False,
     )
     assert signed_in.status == 303 and signed_in.headers["Location"] == "/"
     client.session.cookie_jar.clear()
-    out = await client.post("/signout", data={}, headers=ada.cookie, allow_redirects=False)
+    out = await client.post(
+        "/signout", data={}, headers={**ada.cookie, **own_origin(client)}, allow_redirects=False
+    )
     assert out.status == 403  # no CSRF token
     out = await submit(client, ada, "/signout", {})
     assert out.status == 303
@@ -109,7 +122,9 @@ async def test_the_sign_in_page_has_the_api_s_rate_limit(client):
     statuses = []
     for _ in range(20):
         response = await client.post(
-            "/signin", data={"email": "rl@example.com", "password": "wrong password!"}
+            "/signin",
+            data={"email": "rl@example.com", "password": "wrong password!"},
+            headers=own_origin(client),
         )
         statuses.append(response.status)
     assert statuses[:19] == [401] * 19 and statuses[19] == 429
@@ -122,23 +137,24 @@ async def test_the_sign_in_page_has_the_api_s_rate_limit(client):
 
 async def test_csrf_needs_the_origin_and_the_token(client):
     ada = await signup(client)
-    no_token = await client.post("/keys", data={"label": "x"}, headers=ada.cookie)
-    assert no_token.status == 403 and "CSRF" in await no_token.text()
     token = await csrf_of(client, ada)
-    wrong_token = await client.post("/keys", data={"_csrf": "0" * 64, "label": "x"}, headers=ada.cookie)
+    mine = {**ada.cookie, **own_origin(client)}
+    no_token = await client.post("/keys", data={"label": "x"}, headers=mine)
+    assert no_token.status == 403 and "CSRF" in await no_token.text()
+    wrong_token = await client.post("/keys", data={"_csrf": "0" * 64, "label": "x"}, headers=mine)
     assert wrong_token.status == 403
-    foreign = await client.post(
-        "/keys", data={"_csrf": token, "label": "x"}, headers={**ada.cookie, "Origin": "https://evil.example"}
-    )
-    assert foreign.status == 403
+    # A forged Origin, an opaque one (a sandboxed or data: page) or none at all: refused, token or not.
+    for origin in ({"Origin": "https://evil.example"}, {"Origin": "null"}, {}):
+        refused = await client.post(
+            "/keys", data={"_csrf": token, "label": "x"}, headers={**ada.cookie, **origin}
+        )
+        assert refused.status == 403, origin
     other = await signup(client)
-    stolen = await client.post("/keys", data={"_csrf": token, "label": "x"}, headers=other.cookie)
-    assert stolen.status == 403  # a token is bound to its session
-    made = await client.post(
-        "/keys",
-        data={"_csrf": token, "label": "ok"},
-        headers={**ada.cookie, "Origin": "http://127.0.0.1:8080"},
+    stolen = await client.post(
+        "/keys", data={"_csrf": token, "label": "x"}, headers={**other.cookie, **own_origin(client)}
     )
+    assert stolen.status == 403  # a token is bound to its session
+    made = await client.post("/keys", data={"_csrf": token, "label": "ok"}, headers=mine)
     assert made.status == 200
     assert made.headers["Cache-Control"] == "no-store"
     html = await made.text()
@@ -146,6 +162,49 @@ async def test_csrf_needs_the_origin_and_the_token(client):
     assert raw is not None and raw.group(1).startswith("svc_")
     # The list afterwards never shows the value again.
     assert raw.group(1) not in await (await page(client, ada, "/keys")).text()
+
+
+async def test_with_no_public_url_the_dashboard_works_on_the_address_it_is_opened_on(client):
+    """SVC_PUBLIC_URL unset: the request's own origin is same-origin on any port, on 127.0.0.1
+    and on localhost; a DNS name re-pointed at this machine is not (DNS rebinding)."""
+    port = client.make_url("/").port
+    form = {"email": "", "password": "correct horse battery", "name": "Ada"}
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+        form["email"] = f"ada-{host.split(':')[0]}@example.com"
+        headers = {"Host": host, "Origin": f"http://{host}"}
+        made = await client.post("/signup", data=form, headers=headers, allow_redirects=False)
+        assert made.status == 303, (host, await made.text())
+        client.session.cookie_jar.clear()
+        signed_in = await client.post(
+            "/signin",
+            data={k: form[k] for k in ("email", "password")},
+            headers=headers,
+            allow_redirects=False,
+        )
+        assert signed_in.status == 303 and "svc_session" in signed_in.cookies
+        client.session.cookie_jar.clear()
+    # Another port of the same host is another origin.
+    elsewhere = {"Host": f"127.0.0.1:{port}", "Origin": f"http://127.0.0.1:{port + 1}"}
+    form["email"] = "eve@example.com"
+    assert (await client.post("/signup", data=form, headers=elsewhere)).status == 403
+    for headers in ({}, {"Origin": "https://evil.example"}, {"Origin": "null"}):
+        refused = await client.post("/signup", data=form, headers=headers)
+        assert refused.status == 403 and refused.content_type == "text/html", headers
+    rebound = {"Host": f"rebind.example:{port}", "Origin": f"http://rebind.example:{port}"}
+    refused = await client.post("/signin", data=form, headers=rebound)
+    assert refused.status == 403 and "SVC_PUBLIC_URL" in await refused.text()
+    assert await app_store(client).users.count_documents({"email": "eve@example.com"}) == 0
+
+
+async def test_with_a_public_url_only_that_origin_is_same_origin(make_client):
+    client = await make_client(public_url="https://svc.example.com")
+    form = {"email": "bo@example.com", "password": "correct horse battery", "name": "Bo"}
+    own = await client.post("/signup", data=form, headers=own_origin(client))
+    assert own.status == 403  # the address the request reached is not the public one
+    public = await client.post(
+        "/signup", data=form, headers={"Origin": "https://svc.example.com"}, allow_redirects=False
+    )
+    assert public.status == 303 and public.cookies["svc_session"]["secure"]
 
 
 async def test_every_page_as_stranger_member_and_admin(make_client, aiohttp_server):
@@ -192,7 +251,16 @@ async def test_every_page_as_stranger_member_and_admin(make_client, aiohttp_serv
         f"/orgs/{w.slug}/analytics",
         f"/orgs/{w.slug}/billing",
     ]
-    own_pages = ["/", "/templates", "/templates/new", "/orgs", "/keys"]
+    own_pages = [
+        "/",
+        "/installs",
+        "/browse",
+        "/browse?q=team",
+        "/templates",
+        "/templates/new",
+        "/orgs",
+        "/keys",
+    ]
     for path in [*install_pages, *template_pages[1:], *org_pages, *own_pages, template_pages[0]]:
         anonymous = await page(client, None, path)
         assert anonymous.status == 303 and anonymous.headers["Location"].startswith("/signin?next="), path
@@ -350,6 +418,26 @@ async def test_schedule_editor_saves_and_previews(make_client, aiohttp_server):
     client = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
     caller, _, install_id = await svc_install(client, [member("lead")])
     base = f"/installs/{install_id}/schedule"
+    # A new schedule's form is filled in and its fire times are shown on load.
+    fresh = await (await page(client, caller, base)).text()
+    assert 'value="0 9 * * 1-5"' in fresh and fresh.count("<time>") == 5
+    # A refused value answers the form as typed, the message at its field, and saves nothing.
+    typed = {
+        "cronExpression": "15 7 * * *",
+        "timezone": "Europe/Berln",
+        "label": "morning",
+        "jitterSeconds": "12",
+    }
+    refused = await submit(client, caller, base, {**typed, "enabled": "on", "onBacklog": "queue"})
+    assert refused.status == 400 and refused.content_type == "text/html"
+    html = await refused.text()
+    assert 'value="Europe/Berln"' in html and 'value="15 7 * * *"' in html and 'value="morning"' in html
+    assert 'value="12"' in html and 'value="queue" checked' in html
+    assert re.search(r'id="timezone"[^>]*aria-invalid="true"', html)
+    assert "unknown IANA time zone" in html and "did you mean Europe/Berlin" in html
+    assert "<time>" not in html  # no fire times for a zone that does not exist
+    api = await (await client.get(f"/api/installs/{install_id}/schedule", headers=caller.cookie)).json()
+    assert api["schedule"] is None
     bad = await client.get(f"{base}/preview?cron=61+*+*+*+*&timezone=UTC", headers=caller.cookie)
     assert bad.status == 200 and "cronExpression" in (await bad.json())["error"]
     zone = await client.get(f"{base}/preview?cron=0+9+*+*+*&timezone=Mars/Base", headers=caller.cookie)
@@ -399,7 +487,9 @@ async def test_definition_editor_reports_errors_at_their_path(client):
     }
     for text, path in cases.items():
         response = await client.post(
-            "/templates/validate", data={"_csrf": token, "definition": text}, headers=ada.cookie
+            "/templates/validate",
+            data={"_csrf": token, "definition": text},
+            headers={**ada.cookie, **own_origin(client)},
         )
         errors = (await response.json())["errors"]
         assert errors and errors[0]["path"] == path, errors
@@ -407,9 +497,15 @@ async def test_definition_editor_reports_errors_at_their_path(client):
         {"version": "v1", "agents": [{"key": "a", "name": "A", "model": "providerA:small", "prompt": "p"}]}
     )
     response = await client.post(
-        "/templates/validate", data={"_csrf": token, "definition": valid}, headers=ada.cookie
+        "/templates/validate",
+        data={"_csrf": token, "definition": valid},
+        headers={**ada.cookie, **own_origin(client)},
     )
-    assert (await response.json()) == {"errors": []}
+    report = await response.json()
+    # Valid, with a warning: no provider has a key in these settings, so its runs would fail here.
+    assert report["valid"] is True and report["errors"] == []
+    assert [w["path"] for w in report["warnings"]] == ["definition.agents[0].model"]
+    assert "providerA is not configured on this server" in report["warnings"][0]["message"]
 
 
 async def test_invitation_link_and_template_lifecycle(client):

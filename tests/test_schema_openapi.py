@@ -328,3 +328,25 @@ async def test_export_diff_and_schedule_answers_fit_their_declared_models(make_c
     triggered = await client.post(f"/api/installs/{install_id}/schedule/trigger", headers=key)
     assert triggered.status == 200, await triggered.text()
     ScheduleTriggered.model_validate(await triggered.json())
+
+
+def test_every_tag_is_described_in_complete_sentences_without_internal_names():
+    """Each group of routes reads as a sentence for an API user (issue 37): no cut-off first line
+    of a docstring, no module, file or design-document names, no auth-code shorthand."""
+    from api import openapi
+    from api.app import ROUTES
+
+    document = openapi.build(ROUTES)
+    tags = {tag["name"]: tag["description"] for tag in document["tags"]}
+    assert set(tags) == set(openapi.TAG_DESCRIPTIONS)  # every built-in group has its own words
+    jargon = re.compile(r"svc\.|\.py\b|design|spec\b|K/S|`|\(S\)|\bRULES\b")
+    for name, text in tags.items():
+        assert text[0].isupper() and text.endswith(".") and not text.endswith(".."), (name, text)
+        assert text.count("(") == text.count(")"), (name, text)
+        assert not jargon.search(text), (name, text)
+    # Another module's routes (a plugin's) get their module docstring's whole first sentence,
+    # even when it runs over several lines.
+    import api.origins
+
+    first = openapi.tag_description(api.origins.__name__)
+    assert first.startswith("Which origin may change state") and first.endswith("cookie's `Secure` flag.")

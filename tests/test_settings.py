@@ -22,10 +22,30 @@ def test_defaults_need_no_environment():
     assert settings.mongodb_uri is None
     assert settings.data_dir.is_absolute() and settings.data_dir == DEFAULT_DATA_DIR
     assert settings.rate_limit_multiplier == 1.0
-    assert settings.public_url == "http://127.0.0.1:8080"
+    assert settings.public_url is None and settings.public_origin is None
+    assert settings.base_url == "http://127.0.0.1:8080"  # links, until `svc serve` names its address
     assert settings.billing_cron_schedule == "0 0 1 * *"
     assert not settings.cookie_secure
     assert settings.egress_allow_private is False
+
+
+def test_unset_public_url_links_follow_the_address_served_on():
+    """SVC_PUBLIC_URL unset: links start where `svc serve` listens (it sets `local_url`); set, there."""
+    import socket
+
+    from api.lifecycle import link_origin
+
+    served = Settings.from_env({}, local_url="http://127.0.0.1:9000")
+    assert served.public_url is None and served.base_url == "http://127.0.0.1:9000"
+    assert not served.cookie_secure
+    public = Settings.from_env({"SVC_PUBLIC_URL": "https://svc.example.com"}, local_url="http://127.0.0.1:9000")
+    assert public.base_url == "https://svc.example.com" and public.cookie_secure
+    with socket.socket() as loopback:
+        loopback.bind(("127.0.0.1", 0))
+        assert link_origin(loopback) == f"http://127.0.0.1:{loopback.getsockname()[1]}"
+    with socket.socket() as everywhere:  # 0.0.0.0 is no address to open: the machine's name is
+        everywhere.bind(("0.0.0.0", 0))
+        assert link_origin(everywhere) == f"http://{socket.gethostname()}:{everywhere.getsockname()[1]}"
 
 
 def test_every_variable_is_read():

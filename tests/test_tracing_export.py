@@ -162,6 +162,8 @@ async def test_a_run_is_one_trace_from_the_caller_through_the_actor(make_client,
     detail = await (await client.get(f"/api/installs/{install_id}/runs/{run['runId']}", headers=key)).json()
     assert detail["traceId"] == CALLER_TRACE
     assert detail["traceUrl"] == f"https://phoenix.example/projects/svc/traces/{CALLER_TRACE}"
+    page = await client.get(f"/installs/{install_id}/runs/{run['runId']}", headers=caller.cookie)
+    assert f'<a href="{detail["traceUrl"]}"' in await page.text(), "the dashboard's run page links it"
     # A warm actor: the run is the child of the hand-over the command carried across Ray.
     llm.script(text="again")
     second = f"{CALLER_TRACE[:-4]}beef"

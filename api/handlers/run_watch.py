@@ -64,7 +64,9 @@ async def run_stream(request: web.Request) -> web.StreamResponse:
             elif not (newest["seq"] <= after and newest["type"] in TERMINAL):
                 await follow(request, response, install_id, run_id, after, full)
         await response.write_eof()
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionResetError:  # the watcher went away: the ordinary end of a stream, not an error
+        log.info("client left the run stream")
+    except asyncio.CancelledError:
         log.info("client left the run stream")
         raise
     return response

@@ -10,7 +10,13 @@ from pydantic import BaseModel, Field
 from api.bodies import read_json
 from api.context import PRINCIPAL, principal, services
 from api.routing import RouteTable
-from api.schemas import ExportSchemaDocument, TeamSchemaDocument, TemplateExportDocument, VersionDiff
+from api.schemas import (
+    DefinitionReport,
+    ExportSchemaDocument,
+    TeamSchemaDocument,
+    TemplateExportDocument,
+    VersionDiff,
+)
 from svc.identity import Principal
 from svc.templates import (
     LIST_DEFAULT,
@@ -24,6 +30,7 @@ from svc.templates import (
     TemplateList,
     TemplateOut,
     UpdateTemplateBody,
+    ValidateBody,
     VersionList,
     export_schema,
     json_schema,
@@ -46,6 +53,9 @@ class ListQuery(BaseModel):
 
     limit: int = Field(default=LIST_DEFAULT, ge=1, le=LIST_MAX)
     cursor: str | None = Field(default=None, max_length=200)
+    q: str | None = Field(
+        default=None, max_length=200, description="only templates whose name, slug or description contains it"
+    )
 
 
 def caller_or_none(request: web.Request) -> Principal | None:
@@ -55,9 +65,10 @@ def caller_or_none(request: web.Request) -> Principal | None:
 
 @routes.get("/api/templates", auth="P", optional_key=True, query=ListQuery, response=TemplateList)
 async def list_templates(request: web.Request, query: ListQuery) -> web.Response:
-    """Published public templates (and, with a key, the caller's own team ones), newest first."""
+    """Published public templates (and, with a key, the caller's own team ones), newest first;
+    `q` searches their names, slugs and descriptions."""
     templates, next_cursor = await services(request).templates.list_published(
-        caller_or_none(request), query.limit, query.cursor
+        caller_or_none(request), query.limit, query.cursor, query.q or None
     )
     return web.json_response({"templates": templates, "nextCursor": next_cursor})
 
@@ -67,6 +78,13 @@ async def create_template(request: web.Request, body: CreateTemplateBody) -> web
     """Create a template in draft status."""
     template = await services(request).templates.create(principal(request), body)
     return web.json_response(template, status=201)
+
+
+@routes.post("/api/templates/validate", auth="K/S", body=ValidateBody, response=DefinitionReport)
+async def validate_definition(request: web.Request, body: ValidateBody) -> web.Response:
+    """Check a definition without saving it: errors at their paths (what publishing would refuse),
+    and warnings for agents on a model whose provider is not configured on this server."""
+    return web.json_response(services(request).definitions.check(body.definition).as_dict())
 
 
 @routes.get("/api/templates/{id}", auth="P", optional_key=True, response=TemplateOut)

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from api.context import REQUEST_ID
 from api.errors import from_service_error
-from api.pages import auth, builder, install_settings, installs, keys, orgs
+from api.pages import auth, browse, builder, install_settings, installs, keys, orgs, schedule
 from api.pages.base import guard, viewer_of, wants_json
 from api.pages.filters import FILTERS
 from svc.core import ServiceError
@@ -31,7 +31,7 @@ TEMPLATES = ROOT / "templates"
 STATIC = ROOT / "static"
 # The JSON API, and the API reference (its own headers and JSON errors for its assets).
 NOT_PAGES = ("/api/", "/docs/")
-MODULES = (auth, installs, install_settings, builder, orgs, keys)
+MODULES = (auth, installs, schedule, install_settings, browse, builder, orgs, keys)
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from api.auth import SESSION_COOKIE
 from api.context import PRINCIPAL, services
+from api.origins import refusal, same_origin
 from svc.core import BadRequest, Forbidden, ServiceError, Unauthorized
 from svc.identity import Principal
 
@@ -103,10 +104,10 @@ async def viewer_of(request: web.Request) -> Viewer | None:
 
 async def check_csrf(request: web.Request, viewer: Viewer | None) -> None:
     """Refuse a state-changing request from another origin or without the session's token."""
+    # Browsers send Origin with every POST; a form without one did not come from our pages.
     origin = request.headers.get("Origin")
-    expected_origin = services(request).settings.public_origin
-    if origin is not None and origin != expected_origin:
-        raise Forbidden("Cross-origin request refused")
+    if not same_origin(request, origin):
+        raise Forbidden(refusal(request, origin))
     if viewer is None:
         return  # sign-in and sign-up forms: no session to ride on, the Origin check is what applies
     offered = request.headers.get(CSRF_HEADER)

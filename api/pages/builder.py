@@ -13,7 +13,6 @@ from collections import Counter
 from typing import Any
 
 from aiohttp import web
-from pydantic import ValidationError
 from pymongo import DESCENDING
 
 from api.context import services
@@ -26,52 +25,22 @@ from svc.templates import (
     PricingBody,
     PublishBody,
     RollbackBody,
-    TeamDefinition,
     UpdateTemplateBody,
-    check_definition,
     diff_summary,
     owner_of,
 )
 
 routes = PageTable()
 LISTED = 200
-STARTER = {
-    "version": "v1",
-    "agents": [{"key": "lead", "name": "Lead", "model": "providerA:small", "prompt": "You lead the team."}],
-}
 
 
-def error_path(loc: tuple[int | str, ...]) -> str:
-    """A pydantic error location as the API names fields: `definition.agents[0].model`."""
-    path = "definition"
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return path
-
-
-def validate_definition(text: str) -> tuple[dict[str, Any] | None, list[dict[str, str]]]:
-    """Parse and validate a definition exactly as publishing does; every error with its field path."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return None, [{"path": f"line {exc.lineno}, column {exc.colno}", "message": exc.msg}]
-    try:
-        definition = TeamDefinition.model_validate(data)
-    except ValidationError as exc:
-        return None, [{"path": error_path(e["loc"]), "message": e["msg"]} for e in exc.errors()[:50]]
-    try:
-        check_definition(definition)
-    except BadRequest as exc:
-        path, _, message = exc.message.partition(": ")
-        return None, [{"path": path, "message": message or exc.message}]
-    return data, []
-
-
-def definition_of(data: dict[str, str]) -> dict[str, Any]:
+def definition_of(request: web.Request, data: dict[str, str]) -> dict[str, Any]:
     """The definition field of a form, or 400 with the first error at its path."""
-    parsed, errors = validate_definition(data.get("definition", ""))
-    if parsed is None:
-        raise BadRequest(f"{errors[0]['path']}: {errors[0]['message']}")
+    text = data.get("definition", "")
+    report = services(request).definitions.check_text(text)
+    if report.errors:
+        raise BadRequest(f"{report.errors[0].path}: {report.errors[0].message}")
+    parsed: dict[str, Any] = json.loads(text)
     return parsed
 
 
@@ -100,7 +69,7 @@ async def new_template_page(request: web.Request, viewer: Viewer) -> web.StreamR
         viewer,
         error=None,
         values={"visibility": "team"},
-        definition=json.dumps(STARTER, indent=2),
+        definition=json.dumps(services(request).definitions.starter(), indent=2),
     )
 
 
@@ -116,7 +85,7 @@ async def create_template(request: web.Request, viewer: Viewer) -> web.StreamRes
                 "name": data.get("name", ""),
                 "description": data.get("description", ""),
                 "visibility": data.get("visibility", "team"),
-                "definition": definition_of(data),
+                "definition": definition_of(request, data),
             },
         )
         created = await services(request).templates.create(viewer.principal, body)
@@ -135,9 +104,10 @@ async def create_template(request: web.Request, viewer: Viewer) -> web.StreamRes
 
 @routes.post("/templates/validate")
 async def validate(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """Validate a definition as the editor's text changes: {errors: [{path, message}]}."""
-    _, errors = validate_definition((await form(request)).get("definition", ""))
-    return web.json_response({"errors": errors})
+    """Check the editor's text as it changes: the answer of POST /api/templates/validate
+    (`{valid, errors, warnings}`, each at its path), from the same `Definitions.check`."""
+    report = services(request).definitions.check_text((await form(request)).get("definition", ""))
+    return web.json_response(report.as_dict())
 
 
 @routes.get("/templates/{id}")
@@ -174,7 +144,8 @@ async def save_draft(request: web.Request, viewer: Viewer) -> web.StreamResponse
     """Save the draft's definition and change log."""
     data = await form(request)
     body = parse(
-        UpdateTemplateBody, {"definition": definition_of(data), "changeLog": data.get("changeLog") or None}
+        UpdateTemplateBody,
+        {"definition": definition_of(request, data), "changeLog": data.get("changeLog") or None},
     )
     await services(request).templates.update_draft(viewer.principal, request.match_info["id"], body)
     return done(request, f"/templates/{request.match_info['id']}")
@@ -182,10 +153,18 @@ async def save_draft(request: web.Request, viewer: Viewer) -> web.StreamResponse
 
 @routes.post("/templates/{id}/publish")
 async def publish(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """Publish a draft (a version draft publishes into its parent)."""
+    """Publish a draft (a version draft publishes into its parent). From the editor, what the
+    editor holds is saved first, so what the builder sees is what is published."""
     data = await form(request)
-    body = parse(PublishBody, {"changeLog": data.get("changeLog") or None})
-    published = await services(request).templates.publish(viewer.principal, request.match_info["id"], body)
+    svc = services(request)
+    change_log = data.get("changeLog") or None
+    if "definition" in data:
+        edited = parse(
+            UpdateTemplateBody, {"definition": definition_of(request, data), "changeLog": change_log}
+        )
+        await svc.templates.update_draft(viewer.principal, request.match_info["id"], edited)
+    body = parse(PublishBody, {"changeLog": change_log})
+    published = await svc.templates.publish(viewer.principal, request.match_info["id"], body)
     return done(request, f"/templates/{published['id']}", id=published["id"])
 
 

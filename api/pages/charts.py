@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from api.pages.filters import plural
+
 WIDTH = 640
 HEIGHT = 180
 PAD_LEFT = 40
@@ -79,8 +81,9 @@ def bar_chart(
         if failed_h:
             bars.append(Bar(x, width, base - good_h - failed_h, failed_h, label, text, "bad", False))
     total = sum(value for _, value in points)
+    highest = max([v for _, v in points] + [0])
     description = (
-        f"{len(points)} bars, total {total:g}{unit}, highest {max([v for _, v in points] + [0]):g}{unit}"
+        f"{plural(len(points), 'bar')}, total {total:g}{unit}, highest {highest:g}{unit}"
         if points
         else "No data yet"
     )
@@ -94,8 +97,8 @@ def rate_chart(title: str, points: list[tuple[str, int, int]]) -> Chart:
     total = sum(t for _, t, _ in points)
     succeeded = sum(ok for _, _, ok in points)
     description = (
-        f"{100 * succeeded / total:.1f}% of {total:g} succeeded overall; "
-        f"{sum(1 for _, t, _ in points if t)} of {len(points)} bars have runs"
+        f"{100 * succeeded / total:.1f}% of {plural(total, 'run')} succeeded overall; "
+        f"{plural(sum(1 for _, t, _ in points if t), 'bar')} of {len(points)} with runs"
         if total
         else "No runs yet"
     )

@@ -42,4 +42,23 @@ def percent(value: Any) -> str:
     return f"{float(value):.1f}%"
 
 
-FILTERS: dict[str, Callable[[Any], str]] = {"when": when, "money": money, "count": count, "percent": percent}
+def version(semver: Any) -> str:
+    """A template version as every page writes it: `v1.2.0` (its semver; a dash for none)."""
+    return f"v{semver}" if semver else "—"
+
+
+def plural(count: Any, one: str, many: str | None = None) -> str:
+    """`1 bar`, `3 bars`, `1 entry`, `0 entries`: the count with the word that fits it."""
+    number = int(count)
+    word = one if number == 1 else (many or f"{one}s")
+    return f"{number:,} {word}"
+
+
+FILTERS: dict[str, Callable[..., str]] = {
+    "when": when,
+    "money": money,
+    "count": count,
+    "percent": percent,
+    "version": version,
+    "plural": plural,
+}

@@ -1,133 +1,24 @@
-"""An install's other tabs: schedule editor, variables and secrets, security log, usage and spend."""
+"""An install's other tabs: variables and secrets, security log, usage and spend (the schedule
+tab: schedule.py)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 from aiohttp import web
 
 from api.context import services
-from api.pages.base import PageTable, Viewer, done, form, parse, render
+from api.pages.base import PageTable, Viewer, done, form, render
 from api.pages.charts import bar_chart, rate_chart
+from api.pages.install_view import heading
 from svc.billing import BillingQuery
-from svc.core import BadRequest, ServiceError, aware, utcnow
-from svc.runtime import ScheduleBody, check_cron, check_timezone, next_fire
+from svc.core import ServiceError, aware, utcnow
 
 routes = PageTable()
-PREVIEW_COUNT = 5
-CONTROLS = ("catchupWindowSeconds", "jitterSeconds", "pauseOnFailure")
-
-
-def number(value: str) -> int | str | None:
-    """A form's whole number for the API's strict models (blank: unset; other text: refused there)."""
-    value = value.strip()
-    if not value:
-        return None
-    return int(value) if value.isdigit() else value
-
-
 USAGE_DAYS = 30
 MAX_AGENT_COUNTERS = 500
-
-
-def fire_times(
-    expression: str, zone: str, count: int = PREVIEW_COUNT, now: datetime | None = None
-) -> list[dict[str, str]]:
-    """The next fire times, computed exactly as the scheduler computes them (DST included),
-    each shown on the zone's wall clock with its UTC offset and in UTC."""
-    expression = check_cron(expression)
-    tz = check_timezone(zone)
-    moments: list[dict[str, str]] = []
-    after = now or utcnow()
-    for _ in range(count):
-        after = next_fire(expression, zone, after)
-        local = after.astimezone(tz)
-        moments.append(
-            {
-                "local": local.strftime("%a %Y-%m-%d %H:%M"),
-                "offset": local.strftime("%z")[:3] + ":" + local.strftime("%z")[3:],
-                "zoneName": local.tzname() or zone,
-                "utc": after.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            }
-        )
-    return moments
-
-
-@routes.get("/installs/{id}/schedule")
-async def schedule_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """The schedule editor with the next five fire times."""
-    svc = services(request)
-    install = await svc.installs.owned(viewer.principal, request.match_info["id"])
-    current = await svc.schedules.get(viewer.principal, install["_id"])
-    schedule = current["schedule"]
-    preview: list[dict[str, str]] = []
-    if schedule is not None:
-        preview = fire_times(schedule["cronExpression"], schedule["timezone"])
-    return render(
-        request,
-        "schedule.html",
-        viewer,
-        install=install,
-        schedule=schedule,
-        timezones=current["timezones"],
-        preview=preview,
-        tab="schedule",
-    )
-
-
-@routes.get("/installs/{id}/schedule/preview")
-async def schedule_preview(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """The next five fire times of a cron expression in a zone (for the editor, as you type);
-    an invalid expression or zone answers 200 with `error`, as the definition validator does."""
-    await services(request).installs.owned(viewer.principal, request.match_info["id"])
-    try:
-        times = fire_times(request.query.get("cron", ""), request.query.get("timezone", "UTC") or "UTC")
-    except BadRequest as exc:
-        # A half-typed expression is a normal state of the editor, not a failed request.
-        return web.json_response({"error": exc.message, "fireTimes": []})
-    return web.json_response({"fireTimes": times})
-
-
-@routes.post("/installs/{id}/schedule")
-async def save_schedule(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """Create or change the schedule (or delete it with the delete button)."""
-    data = await form(request)
-    if data.get("delete"):
-        body = parse(ScheduleBody, {"cronExpression": None})
-    else:
-        body = parse(
-            ScheduleBody,
-            {
-                "cronExpression": data.get("cronExpression", ""),
-                "label": data.get("label") or None,
-                "enabled": data.get("enabled") == "on",
-                "onBacklog": data.get("onBacklog") or "skip",
-                "timezone": data.get("timezone") or "UTC",
-                "bypassGates": data.get("bypassGates") == "on",
-                **{name: number(data.get(name, "")) for name in CONTROLS},
-            },
-        )
-    await services(request).schedules.update(viewer.principal, request.match_info["id"], body)
-    return done(request, f"/installs/{request.match_info['id']}/schedule")
-
-
-@routes.post("/installs/{id}/schedule/trigger")
-async def trigger_schedule(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """Fire the schedule now, as its next fire would (POST /api/installs/:id/schedule/trigger)."""
-    await services(request).schedules.trigger(viewer.principal, request.match_info["id"])
-    return done(request, f"/installs/{request.match_info['id']}")
-
-
-@routes.post("/installs/{id}/schedule/toggle")
-async def toggle_schedule(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """Switch the schedule on or off."""
-    data = await form(request)
-    await services(request).schedules.toggle(
-        viewer.principal, request.match_info["id"], data.get("enabled") == "true"
-    )
-    return done(request, f"/installs/{request.match_info['id']}/schedule")
 
 
 @routes.get("/installs/{id}/settings")
@@ -142,6 +33,7 @@ async def settings_page(request: web.Request, viewer: Viewer) -> web.StreamRespo
         "install_settings.html",
         viewer,
         install=install,
+        heading=await heading(request, install),
         tab="settings",
         variables=[{"name": n, "value": variables.get(n)} for n in definition.get("requiredVariables") or []],
         secrets=[{"name": n, "set": n in held} for n in definition.get("requiredSecrets") or []],
@@ -188,6 +80,7 @@ async def security_page(request: web.Request, viewer: Viewer) -> web.StreamRespo
         "security.html",
         viewer,
         install=install,
+        heading=await heading(request, install),
         tab="security",
         entries=shown,
         filters=filters,
@@ -242,6 +135,7 @@ async def usage_page(request: web.Request, viewer: Viewer) -> web.StreamResponse
         "usage.html",
         viewer,
         install=install,
+        heading=await heading(request, install),
         tab="usage",
         charts=[per_day, success, by_agent],
         spend=spend,

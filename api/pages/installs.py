@@ -1,4 +1,5 @@
-"""Deployer pages: home (my installs), an install's runs (live), a run's detail, gates and drafts.
+"""Deployer pages: my installs (also the home page), an install's runs (live), a run's detail, gates
+and drafts.
 
 Every page starts from `installs.owned(...)` with the viewer's session principal,
 the same reach check the JSON console uses, so a stranger gets the 404 page.
@@ -8,78 +9,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from typing import Any
 
 import aiohttp_jinja2
 from aiohttp import web
-from pymongo import DESCENDING
 
 from api.context import services
 from api.pages.base import PageTable, Viewer, done, form, parse, render
+from api.pages.install_view import LIST_PROJECTION, badge, heading, latest_runs, run_row
 from api.sse import relay
-from plugins import tracing
-from svc.core import BadRequest, Document, NotFound, aware, iso, utcnow
+from svc.core import BadRequest, Document, NotFound
 from svc.installs import CreateInstallBody
-from svc.runtime import MAX_DRAFT_ID, BulkBody, DraftEdit, RejectBody, RunBody
+from svc.runtime import MAX_DRAFT_ID, BulkBody, DraftEdit, RejectBody, RunBody, ledger
 
 routes = PageTable()
-RUNS_SHOWN = 50
 LIVE_POLL_S = 1.0
-FIRST_WINDOW = timedelta(hours=1)
-WIDEST_WINDOW = timedelta(days=365)
-STEPS_READ = 1000
 
 
 async def acting(request: web.Request, viewer: Viewer) -> dict[str, str | None]:
     """Who acted, for pipeline events (as the JSON console records it)."""
     return {"actor_id": viewer.user_id, "actor_email": viewer.user["email"]}
-
-
-def run_row(doc: Document) -> dict[str, Any]:
-    """A pipeline run as the runs table shows it."""
-    return {
-        "id": doc["_id"],
-        "status": doc["status"],
-        "source": doc.get("source", "run"),
-        "agentKey": doc.get("agentKey"),
-        "pausedAtGate": doc.get("pausedAtGate") if doc["status"] == "paused" else None,
-        "inputTokens": doc.get("inputTokens"),
-        "outputTokens": doc.get("outputTokens"),
-        "errorMessage": doc.get("errorMessage"),
-        "createdAt": iso(doc.get("createdAt")),
-        "endedAt": iso(doc.get("endedAt")),
-    }
-
-
-async def latest_runs(request: web.Request, install_id: str, limit: int = RUNS_SHOWN) -> list[dict[str, Any]]:
-    """The install's newest runs, read through widening time windows.
-
-    On the embedded store a query costs what its filter matches, whatever the limit,
-    so "newest 50 of all runs" would read every run of the install. The first window
-    is an hour; when it holds fewer than `limit` runs, the next one is sized from the
-    rate it saw (with a margin), at least four times wider, and the last has no bound.
-    A busy install is served by its last hour, a quiet one by one wider read.
-    """
-    runs = services(request).store["pipeline_runs"]
-    now = utcnow()
-    window: timedelta | None = FIRST_WINDOW
-    docs: list[Document] = []
-    while True:
-        query: Document = {"installId": install_id}
-        if window is not None:
-            query["createdAt"] = {"$gte": now - window}
-        docs = (
-            await runs.find(query, {"state": 0})
-            .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
-            .limit(limit)
-            .to_list(limit)
-        )
-        if len(docs) >= limit or window is None:
-            break
-        wider = max(window * 4, window * (limit / max(len(docs), 1)) * 1.5)
-        window = wider if wider < WIDEST_WINDOW else None
-    return [run_row(doc) for doc in docs]
 
 
 async def gate_state(request: web.Request, viewer: Viewer, install: Document) -> dict[str, Any]:
@@ -90,8 +39,8 @@ async def gate_state(request: web.Request, viewer: Viewer, install: Document) ->
     if not has_gates:
         return {"hasGates": False, "paused": [], "drafts": [], "targets": {"records": [], "total": 0}}
     paused = (
-        await svc.store["pipeline_runs"]
-        .find({"installId": install_id, "status": "paused"}, {"state": 0})
+        await svc.store[ledger.RUNS]
+        .find({"installId": install_id, "status": "paused"}, LIST_PROJECTION)
         .sort([("pausedAt", 1), ("_id", 1)])
         .to_list(20)
     )
@@ -117,23 +66,29 @@ async def gate_state(request: web.Request, viewer: Viewer, install: Document) ->
 
 
 @routes.get("/")
+@routes.get("/installs")
 async def home(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """My installs: status, platform, version, last and next run, what is missing."""
+    """My installs (the nav's "Installs"; also the home page): state, platform, version, last and
+    next run, what is missing. The same service calls as GET /api/installs and /api/installs/mine."""
     svc = services(request)
     personal = {row["id"]: row for row in await svc.installs.list(viewer.principal)}
     managed = {row["id"]: row for row in await svc.installs.mine(viewer.user_id)}
+    semvers = await svc.templates.semvers(
+        (row["templateId"], row["templateVersion"]) for row in personal.values() if row.get("templateId")
+    )
     rows: list[dict[str, Any]] = []
     for install_id in dict.fromkeys([*managed, *personal]):
         base = personal.get(install_id, {})
         extra = managed.get(install_id, {})
+        state = extra.get("status") or base.get("status")
         rows.append(
             {
                 "id": install_id,
                 "name": extra.get("pipelineName") or base.get("templateName"),
                 "orgSlug": extra.get("orgSlug"),
-                "status": extra.get("status") or base.get("status"),
+                "state": badge({"status": state}, None),
                 "platform": extra.get("platform") or base.get("platform"),
-                "templateVersion": base.get("templateVersion"),
+                "version": semvers.get((base.get("templateId", ""), base.get("templateVersion", 0))),
                 "lastRunAt": extra.get("lastRunAt"),
                 "nextRunAt": extra.get("nextRunAt"),
                 "missingVariables": extra.get("missingVariables", []),
@@ -164,26 +119,37 @@ async def install_page(request: web.Request, viewer: Viewer) -> web.StreamRespon
     """One install: run form, runs (live), gates and drafts, links to its settings."""
     svc = services(request)
     install = await svc.installs.owned(viewer.principal, request.match_info["id"])
-    runs = await latest_runs(request, install["_id"])
+    runs = await latest_runs(request, install)
     gates = await gate_state(request, viewer, install)
-    return render(request, "install.html", viewer, install=install, runs=runs, gates=gates, tab="runs")
+    return render(
+        request,
+        "install.html",
+        viewer,
+        install=install,
+        runs=runs,
+        gates=gates,
+        heading=await heading(request, install, runs),
+        tab="runs",
+    )
 
 
 @routes.get("/installs/{id}/live")
 async def live(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """Server-sent events: the runs table and the gate panel, sent again whenever they change."""
+    """Server-sent events: the runs table (with the header badge) and the gate panel, sent again
+    whenever they change."""
     svc = services(request)
     install = await svc.installs.owned(viewer.principal, request.match_info["id"])
     env = aiohttp_jinja2.get_env(request.app)
     rows_template = env.get_template("partials/run_rows.html")
     gate_template = env.get_template("partials/gates.html")
+    badge_template = env.get_template("partials/badge.html")
 
     async def changes() -> AsyncIterator[dict[str, Any]]:
         seen_runs: object = None
         seen_gates: object = None
         # Stop as soon as the browser has gone (the keep-alive write would notice only later).
         while request.transport is not None and not request.transport.is_closing():
-            runs = await latest_runs(request, install["_id"])
+            runs = await latest_runs(request, install)
             gates = await gate_state(request, viewer, install)
             marks = [(r["id"], r["status"]) for r in runs]
             gate_marks = (
@@ -195,6 +161,7 @@ async def live(request: web.Request, viewer: Viewer) -> web.StreamResponse:
             if marks != seen_runs:
                 seen_runs = marks
                 event["runs"] = rows_template.render(runs=runs, install=install)
+                event["badge"] = badge_template.render(badge=badge(install, runs[0] if runs else None))
             if gate_marks != seen_gates:
                 seen_gates = gate_marks
                 event["gates"] = gate_template.render(gates=gates, install=install, viewer=viewer)
@@ -207,65 +174,32 @@ async def live(request: web.Request, viewer: Viewer) -> web.StreamResponse:
 
 @routes.get("/installs/{id}/runs/{runId}")
 async def run_detail(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """A run: each agent step, tokens per agent, the run's security-log entries, its errors."""
+    """A run: its task and the team's answer, each step with its model, tokens per agent, the
+    run's security-log entries. The same `RunDetail.get` as GET /api/installs/:id/runs/:runId."""
     svc = services(request)
     install = await svc.installs.owned(viewer.principal, request.match_info["id"])
-    run = await svc.store["pipeline_runs"].find_one(
-        {"_id": request.match_info["runId"], "installId": install["_id"]}, {"state": 0}
-    )
-    if run is None:
-        raise NotFound("Run not found")
-    # The run's own time span bounds the reads (see latest_runs on what a query costs).
-    span = {"$gte": aware(run["createdAt"]) - timedelta(seconds=1)}
-    if run.get("endedAt") is not None:
-        span["$lte"] = aware(run["endedAt"]) + timedelta(minutes=1)
-    # runId is matched here rather than in the filter: with it the embedded store's planner
-    # leaves the (installId, createdAt) index, and the span holds few other runs' rows.
-    steps = sorted(
-        (
-            doc
-            for doc in await svc.store["agent_runs"]
-            .find({"installId": install["_id"], "createdAt": span})
-            .to_list(STEPS_READ)
-            if doc["runId"] == run["_id"]
-        ),
-        key=lambda doc: (aware(doc.get("startedAt") or doc["createdAt"]), aware(doc["createdAt"])),
-    )
-    tokens: dict[str, dict[str, int]] = {}
-    for step in steps:
-        agent = tokens.setdefault(step["agentKey"], {"input": 0, "output": 0, "steps": 0})
-        agent["input"] += step.get("inputTokens") or 0
-        agent["output"] += step.get("outputTokens") or 0
-        agent["steps"] += 1
-    requests = [
-        doc
-        for doc in await svc.store["security_requests"]
-        .find({"installId": install["_id"], "createdAt": span})
-        .sort([("createdAt", 1)])
-        .to_list(STEPS_READ)
-        if doc["runId"] == run["_id"]
-    ]
+    detail = await svc.run_detail.get(viewer.principal, install["_id"], request.match_info["runId"])
     return render(
         request,
         "run.html",
         viewer,
         install=install,
-        run=run_row(run),
-        steps=steps,
-        tokens=tokens,
-        requests=requests,
-        trace=tracing.detail_fields(run.get("trace"), svc.settings.tracing.viewer_url),  # tracing (#33)
+        run=detail,
+        heading=await heading(request, install),
         tab="runs",
     )
 
 
 @routes.post("/installs/{id}/run")
 async def start_run(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """Run the team on a task (synchronous, like POST /api/installs/:id/run)."""
+    """Start a run on a task without waiting for it (POST /api/installs/:id/run with `wait: false`):
+    the answer is the queued run, which the page then follows in its live runs table."""
     svc = services(request)
-    body = parse(RunBody, await form(request))
+    body = parse(RunBody, {"task": (await form(request)).get("task", ""), "wait": False})
     result = await svc.run_service.run(viewer.principal, request.match_info["id"], body)
-    return done(request, f"/installs/{request.match_info['id']}", runId=result.get("runId"))
+    return done(
+        request, f"/installs/{request.match_info['id']}", runId=result["runId"], status=result["status"]
+    )
 
 
 @routes.post("/installs/{id}/continue")

@@ -83,7 +83,7 @@ from api.schemas.runtime import (
     RuntimeTestReply,
     SecurityRequestList,
 )
-from api.schemas.templates import ExportSchemaDocument, TemplateExportDocument, VersionDiff
+from api.schemas.templates import DefinitionReport, ExportSchemaDocument, TemplateExportDocument, VersionDiff
 
 __all__ = [
     "AgentRunList",
@@ -103,6 +103,7 @@ __all__ = [
     "CreatedOrgKey",
     "CreatedPersonalKey",
     "CredentialsUpdated",
+    "DefinitionReport",
     "DraftEdited",
     "DraftList",
     "Earnings",

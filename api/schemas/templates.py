@@ -137,3 +137,19 @@ class VersionDiff(Reply):
     gates: GateDiff
     variables: NameDiff
     secrets: NameDiff
+
+
+class DefinitionFinding(BaseModel):
+    """One problem of a definition, at its field path (`definition.agents[0].model`)."""
+
+    path: str
+    message: str
+
+
+class DefinitionReport(Reply):
+    """POST /api/templates/validate: errors block publishing; warnings (a model whose provider is not
+    configured on this server) do not."""
+
+    valid: bool
+    errors: list[DefinitionFinding]
+    warnings: list[DefinitionFinding]

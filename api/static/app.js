@@ -52,7 +52,14 @@
     buttons.forEach(function (b) { b.disabled = true; });
     if (status) { status.textContent = "Working…"; status.className = "async-status"; }
     post(form.action, form).then(function (result) {
-      if (status) {
+      if (status && result.ok && result.data.runId && form.hasAttribute("data-follow-run")) {
+        // A run was queued: its line follows the run's row in the live table until it ends.
+        status.setAttribute("data-run", result.data.runId);
+        status.textContent = "Queued…";
+        status.className = "async-status";
+        followRuns();
+      } else if (status) {
+        status.removeAttribute("data-run");
         status.textContent = result.ok ? "Done" : (result.data.error || "Failed");
         status.className = "async-status " + (result.ok ? "ok" : "error");
       }
@@ -63,6 +70,27 @@
       buttons.forEach(function (b) { b.disabled = false; });
     });
   });
+
+  // A started run's status line says what its row in the runs table says: never "Done" while
+  // the run is still going, never green when it failed.
+  var RUN_WORDS = {
+    queued: ["Queued…", ""], starting: ["Starting…", ""], running: ["Running…", ""],
+    completed: ["Completed", "ok"], paused: ["Paused at a gate", "warn"],
+    failed: ["Failed", "error"], cancelled: ["Cancelled", "warn"]
+  };
+  function followRuns() {
+    document.querySelectorAll(".async-status[data-run]").forEach(function (status) {
+      var row = document.querySelector('#runs tr[data-run="' + status.getAttribute("data-run") + '"]');
+      if (!row) { return; }
+      var state = row.getAttribute("data-status");
+      var words = RUN_WORDS[state] || [state, ""];
+      var text = words[0];
+      var error = row.querySelector(".error-text");
+      if (state === "failed" && error && error.textContent.trim()) { text += ": " + error.textContent.trim(); }
+      status.textContent = text;
+      status.className = "async-status " + words[1];
+    });
+  }
 
   // Live parts of a page: the server sends fresh HTML for each part that changed.
   var live = document.querySelector("[data-live]");
@@ -78,6 +106,7 @@
         var target = document.querySelector('[data-live-part="' + part + '"]');
         if (target && typeof data[part] === "string") { target.innerHTML = data[part]; }
       });
+      followRuns();
     };
     window.addEventListener("pagehide", function () { source.close(); });
   }
@@ -96,28 +125,47 @@
       }).then(function (r) { return r.json(); }).then(function (data) {
         box.textContent = "";
         var errors = data.errors || [];
+        editor.setAttribute("aria-invalid", errors.length ? "true" : "false");
         if (!errors.length) {
           var ok = document.createElement("span");
           ok.className = "ok"; ok.textContent = "Valid team definition.";
           box.appendChild(ok);
-          editor.setAttribute("aria-invalid", "false");
-          return;
         }
-        editor.setAttribute("aria-invalid", "true");
-        var list = document.createElement("ul");
-        errors.forEach(function (e) {
-          var item = document.createElement("li");
-          var path = document.createElement("code");
-          path.textContent = e.path;
-          item.appendChild(path);
-          item.appendChild(document.createTextNode(" " + e.message));
-          list.appendChild(item);
+        // Errors block publishing; warnings (a provider this server has no key for) do not.
+        [[errors, "errors"], [data.warnings || [], "warnings"]].forEach(function (pair) {
+          if (!pair[0].length) { return; }
+          var list = document.createElement("ul");
+          list.className = pair[1];
+          pair[0].forEach(function (e) {
+            var item = document.createElement("li");
+            var path = document.createElement("code");
+            path.textContent = e.path;
+            item.appendChild(path);
+            item.appendChild(document.createTextNode(" " + e.message));
+            list.appendChild(item);
+          });
+          box.appendChild(list);
         });
-        box.appendChild(list);
       }).catch(function () { box.textContent = "Could not check the definition."; });
     }, 300);
     editor.addEventListener("input", check);
     check();
+  }
+
+  // A new template's slug follows its name until the person edits the slug (clearing it
+  // hands it back to the name).
+  function slugify(text) {
+    return text.normalize("NFKD").replace(/[\u0300-\u036f]/g, "").toLowerCase()
+      .replace(/[^a-z0-9]+/g, "-").replace(/^-+/, "").slice(0, 64).replace(/-+$/, "");
+  }
+  var slug = document.querySelector("input[data-slug]");
+  var slugSource = document.querySelector("input[data-slug-source]");
+  if (slug && slugSource) {
+    var follows = slug.value === "" || slug.value === slugify(slugSource.value);
+    slug.addEventListener("input", function () { follows = slug.value === ""; });
+    slugSource.addEventListener("input", function () {
+      if (follows) { slug.value = slugify(slugSource.value); }
+    });
   }
 
   // The schedule editor's next fire times, computed by the server in the chosen zone.
@@ -132,9 +180,9 @@
         "&timezone=" + encodeURIComponent(zone.value);
       fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } })
         .then(function (r) { return r.json(); }).then(function (data) {
+          listEl.textContent = "";  // fire times of an earlier value are no answer for this one
           if (data.error) { errorEl.textContent = data.error; errorEl.hidden = false; return; }
           errorEl.hidden = true;
-          listEl.textContent = "";
           (data.fireTimes || []).forEach(function (t) {
             var item = document.createElement("li");
             var time = document.createElement("time");
@@ -151,6 +199,20 @@
     cron.addEventListener("input", preview);
     zone.addEventListener("input", preview);
     zone.addEventListener("change", preview);
+    // Suggest the browser's own zone when it is not the one in the field.
+    var hint = document.getElementById("zone-hint");
+    var mine = window.Intl ? Intl.DateTimeFormat().resolvedOptions().timeZone : "";
+    var known = mine && document.querySelector('#zones option[value="' + mine + '"]');
+    if (hint && known && zone.value !== mine) {
+      var use = hint.querySelector("[data-use-zone]");
+      use.textContent = "Use your time zone, " + mine;
+      hint.hidden = false;
+      use.addEventListener("click", function () {
+        zone.value = mine;
+        hint.hidden = true;
+        preview();
+      });
+    }
   }
 
   // Copy a freshly created key to the clipboard.

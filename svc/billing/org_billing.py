@@ -86,7 +86,7 @@ class OrgBilling:
         }
 
     def _billing_page(self, slug: str) -> str:
-        return f"{self.settings.public_url}/orgs/{slug}/billing"
+        return f"{self.settings.base_url}/orgs/{slug}/billing"
 
     async def checkout(self, user_id: str, slug: str) -> Document:
         """The provider's checkout URL for a Pro subscription with a trial."""

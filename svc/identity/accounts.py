@@ -129,7 +129,7 @@ class Accounts:
     async def login(self, body: LoginBody) -> tuple[Document, str]:
         """Check the password and start a session; the same 401 for any mismatch."""
         user = await self.store.users.find_one({"email": body.email.strip().lower()})
-        encoded = user["passwordHash"] if user else passwords.DUMMY_HASH
+        encoded = user["passwordHash"] if user else passwords.dummy_hash()
         matches = await asyncio.to_thread(passwords.verify_password, body.password, encoded)
         if user is None or not matches or user.get("disabled"):
             raise Unauthorized("Invalid email or password")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import secrets
 
 from cryptography.exceptions import InvalidKey
@@ -40,5 +41,9 @@ def _unb64(text: str) -> bytes:
     return base64.b64decode(text.encode())
 
 
-# Verified against when the email is unknown, so both failures take the same time.
-DUMMY_HASH = hash_password(secrets.token_hex(16))
+@functools.cache
+def dummy_hash() -> str:
+    """Verified against when the email is unknown, so both failures take the same time. Made on
+    first use, not at import: a scrypt hash costs about 0.1 s of CPU, and every process that
+    imports the identity package (each install actor) would pay it for nothing."""
+    return hash_password(secrets.token_hex(16))

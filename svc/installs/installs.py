@@ -199,9 +199,9 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
             secrets=install_secrets,
             options=doc["options"] | ({"companyId": company_id} if company_id else {}),
             install_token=install_token,
-            runtime_webhook_url=f"{self.settings.public_url}/api/runtime/webhook",
+            runtime_webhook_url=f"{self.settings.base_url}/api/runtime/webhook",
             webhook_secret=webhook_secret,
-            ingest_url=f"{self.settings.public_url}/api/runs/ingest",
+            ingest_url=f"{self.settings.base_url}/api/runs/ingest",
             allow_private=self.settings.egress_allow_private,
             on_created=lambda agent: self._record_upstream(install_id, agent),
         )

@@ -118,17 +118,20 @@ class InstallHost:
 
     # ---- start-up --------------------------------------------------------------------------------
 
-    async def recover(self, actor: str | None = None, only_if_free: timedelta | None = None) -> bool:
-        """Take the install over from any earlier copy (see the module docstring); `actor` names
-        the Ray actor this host lives in. A spare adopting the install (`only_if_free`: how old a
-        holder's beat must be to count as gone) takes it only when no live copy holds it: False."""
+    async def recover(
+        self, actor: str | None = None, only_if_free: timedelta | None = None, node: str | None = None
+    ) -> bool:
+        """Take the install over from any earlier copy (see the module docstring); `actor` and
+        `node` name the Ray actor this host lives in and its node. A spare adopting the install
+        (`only_if_free`: how old a holder's beat must be to count as gone) takes it only when no
+        live copy holds it: False."""
         if only_if_free is not None:
             if not await incarnations.adopt_install(
-                self.store, self.install_id, self.incarnation, actor or "", utcnow(), only_if_free
+                self.store, self.install_id, self.incarnation, actor or "", utcnow(), only_if_free, node
             ):
                 return False
         else:
-            await incarnations.take_over(self.store, self.install_id, self.incarnation, actor)
+            await incarnations.take_over(self.store, self.install_id, self.incarnation, actor, node)
         for run in await ledger.of_install(self.store, self.install_id):
             if run["status"] == "queued":
                 if run.get("handoffAt") is not None:  # asked for (not waiting behind another run)

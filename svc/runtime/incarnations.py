@@ -18,15 +18,19 @@ from svc.core import Document, Store, utcnow
 INCARNATIONS = "actor_incarnations"
 
 
-async def take_over(store: Store, install_id: str, incarnation: str, actor: str | None = None) -> None:
+async def take_over(
+    store: Store, install_id: str, incarnation: str, actor: str | None = None, node: str | None = None
+) -> None:
     """Make `incarnation` the copy of the install's actor that may act (its constructor), naming
-    the Ray actor it lives in (how a spare that adopted the install is found)."""
+    the Ray actor it lives in (how a spare that adopted the install is found) and its node (where
+    the install runs, for operators and the cluster tests)."""
     await store[INCARNATIONS].update_one(
         {"_id": install_id},
         {
             "$set": {
                 "incarnation": incarnation,
                 "actor": actor,
+                "node": node,
                 "since": utcnow(),
                 "seenAt": utcnow(),
                 "gone": False,
@@ -37,12 +41,25 @@ async def take_over(store: Store, install_id: str, incarnation: str, actor: str 
 
 
 async def adopt_install(
-    store: Store, install_id: str, incarnation: str, actor: str, now: datetime, stale: timedelta
+    store: Store,
+    install_id: str,
+    incarnation: str,
+    actor: str,
+    now: datetime,
+    stale: timedelta,
+    node: str | None = None,
 ) -> bool:
     """A spare takes the install over, only if no live copy holds it (none, one that left, or one
     whose beat is `stale`): two spares adopting one install at once give one winner."""
     change = {
-        "$set": {"incarnation": incarnation, "actor": actor, "since": now, "seenAt": now, "gone": False}
+        "$set": {
+            "incarnation": incarnation,
+            "actor": actor,
+            "node": node,
+            "since": now,
+            "seenAt": now,
+            "gone": False,
+        }
     }
     live = {"$or": [{"gone": True}, {"seenAt": {"$lt": now - stale}}]}
     try:

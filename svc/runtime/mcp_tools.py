@@ -334,8 +334,12 @@ class McpToolbox:
         event = event_of(record, model_name)
         if self.events is not None:
             self.events("tool_call", event)
-        count = counters.increment("mcp_tool_calls", {"verdict": verdict, "outcome": details["outcome"]})
-        self.run.count(counters.write(self.run.service.store, [count]))
+        self.run.count(
+            counters.write(
+                self.run.service.store,
+                [counters.increment("mcp_tool_calls", {"verdict": verdict, "outcome": details["outcome"]})],
+            )
+        )
         return ToolOutcome(output or reason or verdict, record, event, approval)
 
 

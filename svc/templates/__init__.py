@@ -1,5 +1,6 @@
 """Team templates: definitions and their schema, the lifecycle, versions and their classification."""
 
+from svc.templates.checking import Definitions, Report, ValidateBody
 from svc.templates.claims import backfill_install_counts, claim_install, release_install
 from svc.templates.definitions import (
     VARIABLE_REFERENCE,
@@ -41,18 +42,21 @@ __all__ = [
     "VARIABLE_REFERENCE",
     "AccessPolicy",
     "CreateTemplateBody",
+    "Definitions",
     "ImportQuery",
     "McpServer",
     "Portability",
     "PricingBody",
     "PricingOut",
     "PublishBody",
+    "Report",
     "RollbackBody",
     "TeamDefinition",
     "TemplateList",
     "TemplateOut",
     "Templates",
     "UpdateTemplateBody",
+    "ValidateBody",
     "VersionList",
     "archive_user_templates",
     "backfill_install_counts",

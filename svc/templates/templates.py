@@ -14,8 +14,7 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from pymongo import DESCENDING, ReturnDocument
-from pymongo.asynchronous.collection import AsyncCollection
+from pymongo import ReturnDocument
 from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.errors import DuplicateKeyError
 
@@ -28,7 +27,6 @@ from svc.core import (
     NotFound,
     Store,
     Unprocessable,
-    iso,
     tokens,
     utcnow,
 )
@@ -49,9 +47,9 @@ from svc.templates.price_changes import (
     pricing_answer,
     scheduled_history,
 )
+from svc.templates.reading import TemplateReading
 from svc.templates.resources import (
     ACTIVE_INSTALL,
-    LIST_DEFAULT,
     MERGED_FIELDS,
     NULLABLE_FIELDS,
     PLATFORM_FEE_PERCENT,
@@ -61,8 +59,6 @@ from svc.templates.resources import (
     RollbackBody,
     UpdateTemplateBody,
     check_pricing,
-    decode_cursor,
-    encode_cursor,
     is_listed,
     is_owner,
     owner_of,
@@ -73,84 +69,19 @@ from svc.templates.versioning import FIRST_SEMVER, classify, next_semver
 log = logging.getLogger(__name__)
 
 
-class Templates:
-    """The template lifecycle."""
+class Templates(TemplateReading):
+    """The template lifecycle (reading it: `TemplateReading`)."""
 
     def __init__(self, store: Store, mailer: Mailer) -> None:
         self.store = store
         self.mailer = mailer
 
-    @property
-    def _templates(self) -> AsyncCollection[Document]:
-        return self.store["templates"]
-
-    @property
-    def _versions(self) -> AsyncCollection[Document]:
-        return self.store["template_versions"]
-
-    # ---- reading -------------------------------------------------------------------
+    # ---- ownership -----------------------------------------------------------------
 
     async def hand_back(self, org_id: str, owner: Document) -> None:
         """An org being deleted gives its templates to `owner` (its owner)."""
         as_org = {"owner.kind": "org", "owner.id": org_id}
         await self._templates.update_many(as_org, {"$set": {"owner": owner, "updatedAt": utcnow()}})
-
-    async def list_published(
-        self, principal: Principal | None, limit: int = LIST_DEFAULT, cursor: str | None = None
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        """Published public templates (and the caller's own published team ones), newest first."""
-        visible: list[Document] = [{"visibility": "public"}]
-        if principal is not None:
-            visible.append({"owner": owner_of(principal)})
-        query: Document = {"kind": "template", "status": "published", "$or": visible}
-        if cursor:
-            stamp, doc_id = decode_cursor(cursor)
-            query = {
-                "$and": [
-                    query,
-                    {
-                        "$or": [
-                            {"publishedAt": {"$lt": stamp}},
-                            {"publishedAt": stamp, "_id": {"$lt": doc_id}},
-                        ]
-                    },
-                ]
-            }
-        docs = (
-            await self._templates.find(query)
-            .sort([("publishedAt", DESCENDING), ("_id", DESCENDING)])
-            .limit(limit + 1)
-            .to_list(limit + 1)
-        )
-        next_cursor = encode_cursor(docs[limit - 1]) if len(docs) > limit else None
-        return [view(doc) for doc in docs[:limit]], next_cursor
-
-    async def get(self, principal: Principal | None, template_id: str) -> dict[str, Any]:
-        """One template the caller may see (its owner, or anyone for a listed one)."""
-        return view(await self._visible(principal, template_id))
-
-    async def versions(self, principal: Principal | None, template_id: str) -> list[dict[str, Any]]:
-        """Every published version, newest first, with its bump and change log."""
-        doc = await self._visible(principal, template_id)
-        snapshots = (
-            await self._versions.find({"templateId": doc["_id"]}).sort("version", DESCENDING).to_list(None)
-        )
-        return [
-            {
-                "version": snap["version"],
-                "semver": snap["semver"],
-                "bump": snap["bump"],
-                "changeLog": snap.get("changeLog"),
-                "publishedAt": iso(snap["publishedAt"]),
-            }
-            for snap in snapshots
-        ]
-
-    async def _visible(self, principal: Principal | None, template_id: str) -> Document:
-        doc = await self._templates.find_one({"_id": template_id})
-        if doc is None or not (is_owner(principal, doc) or is_listed(doc)):
-            raise NotFound("Template not found")
-        return doc
 
     async def _owned(self, principal: Principal, template_id: str) -> Document:
         """The template, if the caller owns it: 404 when they cannot see it, 403 when they can."""

@@ -5,44 +5,9 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any
 
 from tests.browser.conftest import Api, LiveServer, Tab
-
-PASSWORD = "correct horse battery"
-
-
-def email() -> str:
-    """An address no other test uses."""
-    return f"b-{uuid.uuid4().hex[:10]}@example.com"
-
-
-def agent(key: str, **fields: Any) -> dict[str, Any]:
-    """A valid agent on the fake providerA."""
-    return {
-        "key": key,
-        "name": key.title(),
-        "model": "providerA:small",
-        "prompt": f"You are {key}.",
-        **fields,
-    }
-
-
-def seeded_install(api: Api, agents: list[dict[str, Any]], **definition: Any) -> tuple[str, str, str]:
-    """A user with a published public template installed on svc: (session, key, install id)."""
-    session = api.signup(email())
-    key = api.call("POST", "/api/auth/keys", session=session, json={"label": "seed"})["key"]
-    body = {
-        "slug": f"t-{uuid.uuid4().hex[:10]}",
-        "name": "Outreach team",
-        "description": "writes and sends",
-        "visibility": "public",
-        "definition": {"version": "v1", "agents": agents, **definition},
-    }
-    draft = api.call("POST", "/api/templates", key=key, json=body)
-    api.call("POST", f"/api/templates/{draft['id']}/publish", key=key, json={"changeLog": "first"})
-    install = api.call("POST", "/api/installs", key=key, json={"templateId": draft["id"], "platform": "svc"})
-    return session, key, install["installId"]
+from tests.support.dashboard import PASSWORD, agent, email, seeded_install
 
 
 def test_sign_up_key_publish_install_and_a_run_appears_live(tab: Tab, live: LiveServer) -> None:
@@ -204,6 +169,9 @@ def test_no_console_errors_on_any_page(tab: Tab, live: LiveServer, api: Api) -> 
     tab.sign_in_as(session)
     paths = [
         "/",
+        "/installs",
+        "/browse",
+        "/browse?q=outreach",
         "/keys",
         "/templates",
         "/templates/new",

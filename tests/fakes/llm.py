@@ -110,6 +110,10 @@ class FakeLLM:
     provider: str = "providerA"
     api_key: str = DEFAULT_KEY
     latency_s: float = 0.0
+    # While True, every call waits (after it is recorded) until a test sets it False: calls held in
+    # flight as long as a scenario needs, and released together (polled: the server may run in
+    # another thread than the test).
+    holding: bool = False
     chunk_delay_s: float = 0.0
     # Streaming faults: cut the connection after this many events; count finished and abandoned streams.
     break_stream_after: int | None = None
@@ -196,6 +200,8 @@ class FakeLLM:
         self.requests.append(
             Recorded(request.method, request.path, dict(request.query), headers, body, time.monotonic())
         )
+        while self.holding:
+            await asyncio.sleep(0.05)
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         received = self._received_key(headers)

@@ -28,6 +28,11 @@ class Caller:
         return {"Cookie": f"svc_session={self.session}"}
 
 
+def own_origin(client: TestClient[web.Request, web.Application]) -> dict[str, str]:
+    """The `Origin` header a browser on the test server's own address sends with a form."""
+    return {"Origin": str(client.make_url("/")).rstrip("/")}
+
+
 def bearer(token: str) -> dict[str, str]:
     """Headers that carry a bearer credential."""
     return {"Authorization": f"Bearer {token}"}
