@@ -26,6 +26,7 @@ from typing import Any
 import ray
 
 from actors import deployment
+from plugins.tracing import sdk as tracing_sdk
 from svc.core import (
     Accepted,
     AskAgain,
@@ -41,7 +42,7 @@ from svc.core import (
     WatchEvents,
 )
 from svc.runtime import InstallHost, incarnations, pool
-from svc.wiring import build_host
+from svc.wiring import build_host, dropped_spans
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,12 @@ class InstallActor:
         context = ray.get_runtime_context()
         self.name: str = context.get_actor_name() or ""
         self.node: str = context.get_node_id()
+        tracing_sdk.setup(  # this process's traces (tracing, #33)
+            self.settings.tracing,
+            "install_actor",
+            node=self.node,
+            on_dropped=dropped_spans(self.store, "install_actor"),
+        )
         self.install_id: str | None = None
         self.host: InstallHost | None = None
         if install_id is not None:

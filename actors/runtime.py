@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -28,6 +29,7 @@ from actors import capacity, deployment
 from actors.install_actor import InstallActor
 from actors.pool import Finder
 from config.settings import Settings
+from plugins import tracing
 from svc.core import (
     Accepted,
     AskAgain,
@@ -215,6 +217,18 @@ class RayRuntime:
         raise RuntimeFailure(NOT_STARTED)
 
     async def _command(self, install_id: str, method: str, *args: Any, trust_warm: bool = True) -> Any:
+        """Send one typed command to the install's actor, as a client span whose trace context a
+        command that starts work (StartRun, Continue) carries in its `trace`: the actor's run joins
+        the caller's trace (tracing, #33)."""
+        with tracing.handover_span(method, install_id) as carrier:
+            if carrier:
+                args = tuple(
+                    replace(arg, trace=carrier) if isinstance(arg, StartRun | Continue) else arg
+                    for arg in args
+                )
+            return await self._send(install_id, method, *args, trust_warm=trust_warm)
+
+    async def _send(self, install_id: str, method: str, *args: Any, trust_warm: bool = True) -> Any:
         """Send one typed command to the install's actor; a copy that is leaving (`AskAgain`) is
         asked again once a fresh one answers. RuntimeFailure when the actor cannot be started or
         dies."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +37,12 @@ import ray
 from actors.deployment import DeploymentConfig, current, deployment_id
 from actors.pool import PoolKeeper
 from actors.runtime import NAMESPACE, RayRuntime
+from plugins.tracing import sdk as tracing_sdk
 from svc.core import Lease, Store, Vault
 from svc.jobs import NAMES as JOB_NAMES
 from svc.jobs import Jobs
 from svc.runtime import SchedulerCore
-from svc.wiring import build_services
+from svc.wiring import build_services, dropped_spans
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,7 @@ class Built:
     core: SchedulerCore
     jobs: Jobs
     pool: PoolKeeper
+    stop_traces: Callable[[], None]  # undoes this version's tracing set-up (tracing, #33)
 
 
 @ray.remote(num_cpus=0, max_restarts=-1)
@@ -148,9 +151,16 @@ class SchedulerActor:
             if running:
                 await asyncio.wait(running)  # jobs in progress finish on their store
             await built.store.close()
+            await asyncio.to_thread(built.stop_traces)  # the previous configuration's traces
         settings = config.settings
         keys = list(config.vault_keys)
         store = Store.connect(config.mongodb_uri, settings.db_timeout_seconds)
+        stop_traces = tracing_sdk.setup(  # this process's traces: schedule fires, callback retries (#33)
+            settings.tracing,
+            "scheduler",
+            node=ray.get_runtime_context().get_node_id(),
+            on_dropped=dropped_spans(store, "scheduler"),
+        )
         runtime = RayRuntime(settings.ray_address, config.mongodb_uri, settings, keys, store)
         services = build_services(settings, store, Vault(keys), runtime)
         lease = Lease(store, scheduler_name(self.deployment), self.holder, LEASE_TTL_S)
@@ -161,6 +171,7 @@ class SchedulerActor:
             SchedulerCore(store, runtime),
             Jobs.for_services(services),
             PoolKeeper(store, settings, self.deployment),
+            stop_traces,
         )
         return self._built
 

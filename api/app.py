@@ -40,14 +40,15 @@ from api.handlers import (
 from api.heavy import HEAVY_GATE, HeavyGate, is_heavy
 from api.lifecycle import timed
 from api.logs import PathRedactor
-from api.middleware import rate_limit, request_context
+from api.middleware import rate_limit, request_context, traced
 from api.routing import Handler, Route
 from config import catalogue
 from config.settings import Settings
+from plugins.tracing import sdk as tracing_sdk
 from svc.core import EmbeddedMongo, Store, Vault, is_api_key
 from svc.runs import newest
 from svc.templates import backfill_install_counts
-from svc.wiring import build_services
+from svc.wiring import build_services, dropped_spans
 
 log = logging.getLogger(__name__)
 SCHEDULER_CHECK_S = 30.0
@@ -83,7 +84,8 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
     # The deployment's model names (SVC_MODELS_FILE) are the ones this process calls with.
     catalogue.use(settings.upstream_models, settings.bedrock_models, settings.orch_a_models)
     app = web.Application(
-        middlewares=[metrics.measure, request_context, rate_limit], client_max_size=settings.max_body_bytes
+        middlewares=[traced, metrics.measure, request_context, rate_limit],
+        client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
     app[ROUTE_TABLE] = (*ROUTES, *extra_routes)
@@ -95,7 +97,12 @@ def create_app(settings: Settings, *, extra_routes: Sequence[Route] = ()) -> web
     app.router.add_routes(openapi.pages)
     metrics.setup(app)
     app.cleanup_ctx.extend(
-        [timed("database", database), timed("Ray", ray_runtime), timed("domain services", domain_services)]
+        [
+            timed("database", database),
+            timed("traces", traces),
+            timed("Ray", ray_runtime),
+            timed("domain services", domain_services),
+        ]
     )
     pages.setup(app)  # the operator dashboard, outside /api
     app.on_shutdown.append(run_watch.end_streams)
@@ -165,6 +172,16 @@ async def keep_database(embedded: EmbeddedMongo) -> None:
             await embedded.revive()
         except Exception as exc:  # retried on the next round
             log.warning("could not start the embedded database again: %s", type(exc).__name__)
+
+
+async def traces(app: web.Application) -> AsyncIterator[None]:
+    """This process's traces (OTEL_* settings; nothing without an endpoint), flushed on stop."""
+    settings = app[SETTINGS]
+    stop = tracing_sdk.setup(settings.tracing, "api", on_dropped=dropped_spans(app[STORE], "api"))
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(stop)
 
 
 async def ray_runtime(app: web.Application) -> AsyncIterator[None]:

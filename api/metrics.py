@@ -54,6 +54,10 @@ STORED_COUNTERS = {
     "mcp_tool_calls": ("svc_mcp_tool_calls", "Agents' MCP tool calls, by verdict and outcome (docs/mcp.md)."),
     "payment_failures": ("svc_payment_failures", "Failed charges (declined, or failed per provider event)."),
     "mail_failures": ("svc_mail_failures", "Failed mail delivery attempts (final: no retry left)."),
+    "trace_spans_dropped": (
+        "svc_trace_spans_dropped",
+        "Spans lost before reaching the trace collector (queue full or export failed), by process kind.",
+    ),
 }
 STORED_HISTOGRAMS = {
     "run_duration_seconds": ("svc_run_duration_seconds", "Duration of managed runs, start to finish."),

@@ -15,11 +15,15 @@ from api.context import PATH_REDACTOR, REQUEST_ID, services
 from api.errors import error_response, from_http_exception, known_error
 from api.logs import CREDENTIAL_PARAMS, request_id_var
 from api.metrics import PATH as METRICS_PATH
+from api.metrics import route_template
+from plugins import tracing
 
 log = logging.getLogger("svc.access")
 error_log = logging.getLogger("svc.errors")
 
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{8,64}")
+# Probes and scrapes, every few seconds from machines: no trace is wanted of them.
+UNTRACED = frozenset({METRICS_PATH, "/api/health"})
 
 
 @web.middleware
@@ -106,3 +110,24 @@ async def rate_limit(request: web.Request, handler: web.Handler) -> web.StreamRe
     if limiter is not None and request.path != METRICS_PATH:
         await limiter.hit(client_ip(request, svc.settings.trusted_proxies), request.method, request.path)
     return await handler(request)
+
+
+@web.middleware
+async def traced(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+    """The request as a server span (outermost): a valid incoming `traceparent` makes it, and the
+    runs it asks for, part of the caller's trace; a malformed one is ignored. The path is logged
+    with its credentials cut out, as in the access log (docs/observability.md, "Traces")."""
+    if not tracing.enabled() or request.path in UNTRACED:
+        return await handler(request)
+    route = route_template(request)
+    path = request.app[PATH_REDACTOR](request.path)
+    with tracing.server_span(
+        request.method, None if route == "unmatched" else route, path, request.scheme, request.headers
+    ) as span:
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            span.status_code(exc.status, server=True)
+            raise
+        span.status_code(response.status, server=True)
+        return response

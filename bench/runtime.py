@@ -12,9 +12,14 @@ database URI is the proxy's, then measures:
 (c) the cold start of one actor; 20 installs run at once with cold actors, then again warm,
     wall time against the ideal (one warm run's time);
 (d) access-policy evaluation with 100 rules, in microseconds;
-(e) memory per active install actor: RSS and PSS (Linux /proc).
+(e) memory per active install actor: RSS and PSS (Linux /proc);
+(f) traces (issue #33): (a) on two services side by side, one with no endpoint and one whose
+    every process exports to a local OTLP/HTTP receiver (OTEL_EXPORTER_OTLP_ENDPOINT), runs
+    alternated between them so both meet the same load; and what the tracing helpers of one
+    2-agent run cost with no endpoint, in microseconds.
 Targets (issue #14): (a) single-agent p50 under 15 ms; (b) at most 4 round trips per run;
-(c) 20 cold under 6 s, 20 warm within 2x the ideal; (d) under 20 µs; (e) RSS under 80 MB.
+(c) 20 cold under 6 s, 20 warm within 2x the ideal; (d) under 20 µs; (e) RSS under 80 MB;
+(f) traced within 2 ms p50 of no endpoint; no endpoint: no measurable difference.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
@@ -42,12 +48,26 @@ sys.path.insert(0, str(Path(__file__).parent))
 from harness import percentile, pss_mb, rss_mb, signup, start_fake, wait_ready  # bench/harness.py
 from policy import mixed_rules, policy
 
+from plugins import tracing
+from plugins.tracing import sdk
+from plugins.types import CompletionResponse
 from svc.core.embedded import EmbeddedMongo, free_port
 from svc.core.store import Store
 from svc.runtime.policy import compile_policy, evaluate
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
+from tests.fakes.otlp import Collector
 
 LATENCY_S = 0.05
+LEAD = {"key": "lead", "name": "Lead", "model": "providerA:small", "prompt": "Lead."}
+HELPER = {**LEAD, "key": "helper", "name": "Helper", "prompt": "Help.", "reportsTo": "lead"}
+SERVE_ENV = {
+    "SVC_RATE_LIMITS": "off",
+    "SVC_SCHEDULER": "off",
+    "SVC_PROVIDERA_API_KEY": DEFAULT_KEY,
+    "SVC_ACTOR_IDLE_SECONDS": "600",
+    # Measure a cold burst to the end instead of answering 503 (docs/deploy.md, "Sizing").
+    "SVC_ACTOR_PLACEMENT_SECONDS": "600",
+}
 OP_MSG_HEADER = struct.Struct("<iiii")  # messageLength, requestID, responseTo, opCode
 
 
@@ -273,9 +293,126 @@ def p50_p99(values: list[float]) -> str:
     return f"p50 {percentile(values, 0.5):.1f} ms / p99 {percentile(values, 0.99):.1f} ms"
 
 
+def helpers_micros() -> float:
+    """What the tracing helpers of one 2-agent run (3 model calls, a delegation, an HTTP request)
+    cost in this process: every call a run makes, timed in a loop, in microseconds (with no
+    endpoint: the flag tests; with one: making the run's spans and queueing them for export)."""
+
+    def one_run() -> None:
+        tracing.context_fields()
+        with tracing.server_span("POST", "/api/installs/{installId}/run", "/x", "http", {}):
+            with tracing.handover_span("run", "i"):
+                pass
+        with tracing.run_span("r", "run", None):
+            tracing.run_install("i", "t", 1, "team", "svc")
+            for agent in ("lead", "helper"):
+                with tracing.agent_span(agent, agent, "providerA:small", {}) as span:
+                    for _ in range(2 if agent == "lead" else 1):
+                        call = tracing.chat_attempt("providerA", "m", "u", 0, 100, "http://h")
+                        call.prompt("s", (), ())
+                        with call.current(), tracing.client_span("POST", "http", "h", 80, "/", {}):
+                            pass
+                        call.succeeded(CompletionResponse("x"))
+                    with tracing.tool_span("http_request", "c1", {}):
+                        tracing.policy_decision("allowed", decision="ALLOW")
+                        with tracing.client_span("GET", "http", "h", 80, "/", {}):
+                            pass
+                    tracing.agent_finished(span, "completed", 1, 1, None)
+            tracing.run_finished("completed", 2, 2)
+            tracing.run_billed("free", 0, None)
+
+    for _ in range(50):
+        one_run()
+    sdk.flush()
+    timings = []
+    for _ in range(20):
+        started = time.perf_counter()
+        for _ in range(50):  # 50 runs' spans fit the export queue: nothing is dropped
+            one_run()
+        timings.append((time.perf_counter() - started) / 50 * 1e6)
+        sdk.flush()  # not timed: the export thread's work, off the run's path
+    return statistics.median(timings)
+
+
+async def helpers_exporting_micros() -> float:
+    """`helpers_micros` with tracing on, exporting to a local OTLP/HTTP receiver on this loop."""
+    from config.tracing import TraceSettings
+
+    collector = Collector()
+    runner = web.AppRunner(collector.app())
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    stop = sdk.setup(TraceSettings(endpoint=f"http://127.0.0.1:{port}/v1/traces"), "api")
+    try:
+        return await asyncio.to_thread(helpers_micros)
+    finally:
+        await asyncio.to_thread(stop)
+        await runner.cleanup()
+
+
+async def paired_overheads(
+    args: argparse.Namespace, scratch: Path, proxy_port: int, fake: FakeLLM, fake_url: str
+) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
+    """(f): two services side by side, one with no endpoint and one exporting every process's
+    spans to a local OTLP/HTTP receiver (each its own database and local Ray), their runs
+    alternated so that both meet the same machine load; (no endpoint, traced, spans received)."""
+    collector = Collector()
+    runner = web.AppRunner(collector.app())
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+
+    def database(name: str) -> str:
+        return f"mongodb://127.0.0.1:{proxy_port}/{name}?directConnection=true"
+
+    traced_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
+    try:
+        async with (
+            serving(
+                scratch / "api-off", database("svc_off"), **SERVE_ENV, SVC_PROVIDERA_BASE_URL=fake_url
+            ) as off,
+            serving(
+                scratch / "api-on",
+                database("svc_on"),
+                **SERVE_ENV,
+                SVC_PROVIDERA_BASE_URL=fake_url,
+                **traced_env,
+            ) as on,
+        ):
+            timeout = aiohttp.ClientTimeout(total=600)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                targets = {}
+                for base in (off, on):
+                    cookie = await signup(session, base, "pair@example.com")
+                    targets[base] = (
+                        await install(session, base, cookie, [LEAD, HELPER], "pair-duo"),
+                        await install(session, base, cookie, [LEAD], "pair-solo"),
+                    )
+                found: dict[str, dict[str, list[float]]] = {off: {}, on: {}}
+                for name, index, duo in (("2 agents", 0, True), ("1 agent", 1, False)):
+                    for base in (off, on):  # warm each actor first
+                        await overheads(session, base, fake, targets[base][index], 0, duo)
+                    for _ in range(args.runs):
+                        for base in (off, on):
+                            if duo:
+                                fake.script(
+                                    tool_calls=[{"name": "delegate_helper", "arguments": {"task": "h"}}]
+                                )
+                                fake.script(text="helped")
+                                fake.script(text="final")
+                            elapsed = await timed_run(session, base, targets[base][index])
+                            calls = 3 if duo else 1
+                            found[base].setdefault(name, []).append((elapsed - calls * LATENCY_S) * 1000)
+        return found[off], found[on], len(collector.spans)
+    finally:
+        await runner.cleanup()
+
+
 async def main(args: argparse.Namespace) -> None:
     fake, fake_runner, fake_url = await start_fake("providerA", LATENCY_S)
     rows: list[tuple[str, str, str]] = []
+    untraced: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         database = EmbeddedMongo(Path(scratch) / "db")
         await database.start()
@@ -287,20 +424,21 @@ async def main(args: argparse.Namespace) -> None:
             async with serving(
                 Path(scratch) / "api",
                 f"mongodb://127.0.0.1:{proxy.port}/svc?directConnection=true",
-                SVC_RATE_LIMITS="off",
-                SVC_SCHEDULER="off",
-                SVC_PROVIDERA_API_KEY=DEFAULT_KEY,
+                **SERVE_ENV,
                 SVC_PROVIDERA_BASE_URL=fake_url,
-                SVC_ACTOR_IDLE_SECONDS="600",
-                # Measure a cold burst to the end instead of answering 503 (docs/deploy.md, "Sizing").
-                SVC_ACTOR_PLACEMENT_SECONDS="600",
             ) as base:
-                await measure(args, base, fake, proxy, rows)
+                await measure(args, base, fake, proxy, rows, untraced)
+            paired_off, paired_on, spans = await paired_overheads(
+                args, Path(scratch), proxy.port, fake, fake_url
+            )
         finally:
             await proxy.stop()
             await fake_runner.cleanup()
             await database.stop()
     rows.append(("(d) policy evaluation, 100 rules", f"{policy_micros():.1f} µs", "< 20 µs"))
+    rows.append(("(f) tracing helpers of a 2-agent run, no endpoint", f"{helpers_micros():.1f} µs", ""))
+    exporting = await helpers_exporting_micros()
+    rows.append(("(f) the same, exporting to a local collector", f"{exporting:.1f} µs", ""))
     if args.seed_runs:
         rows.append(("pipeline_runs seeded before measuring", f"{args.seed_runs} finished runs", ""))
     width = max(len(r[0]) for r in rows) + 2
@@ -308,6 +446,14 @@ async def main(args: argparse.Namespace) -> None:
     print("-" * (width + 64))
     for name, result, target in rows:
         print(f"{name:<{width}}{result:<52}{target}")
+    # (f) the two columns: no endpoint and tracing on, exporting; runs alternated between them.
+    print(f"\n(f) overhead per run{'':<12}{'no endpoint':<34}{'traced, local collector':<34}p50 difference")
+    print("-" * 110)
+    for name in ("2 agents", "1 agent"):
+        off, traced = paired_off[name], paired_on[name]
+        delta = percentile(traced, 0.5) - percentile(off, 0.5)
+        print(f"{name:<32}{p50_p99(off):<34}{p50_p99(traced):<34}{delta:+.1f} ms (target <= 2 ms)")
+    print(f"spans received by the local collector: {spans}")
 
 
 async def seed_runs(uri: str, n: int) -> None:
@@ -326,24 +472,23 @@ async def seed_runs(uri: str, n: int) -> None:
 
 
 async def measure(
-    args: argparse.Namespace, base: str, fake: FakeLLM, proxy: CountingProxy, rows: list[tuple[str, str, str]]
+    args: argparse.Namespace,
+    base: str,
+    fake: FakeLLM,
+    proxy: CountingProxy,
+    rows: list[tuple[str, str, str]],
+    untraced: dict[str, list[float]],
 ) -> None:
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         cookie = await signup(session, base, "bench@example.com")
-        lead = {"key": "lead", "name": "Lead", "model": "providerA:small", "prompt": "Lead."}
-        helper = {**lead, "key": "helper", "name": "Helper", "prompt": "Help.", "reportsTo": "lead"}
-        duo = await install(session, base, cookie, [lead, helper], "bench-duo")
+        lead = LEAD
+        duo = await install(session, base, cookie, [lead, HELPER], "bench-duo")
         solo = await install(session, base, cookie, [lead], "bench-solo")
         # (a) warm overhead, 2-agent team then a single agent.
-        rows.append(
-            (
-                "(a) overhead per run, 2 agents",
-                p50_p99(await overheads(session, base, fake, duo, args.runs, True)),
-                "",
-            )
-        )
-        single = await overheads(session, base, fake, solo, args.runs, False)
+        untraced["2 agents"] = await overheads(session, base, fake, duo, args.runs, True)
+        rows.append(("(a) overhead per run, 2 agents", p50_p99(untraced["2 agents"]), ""))
+        single = untraced["1 agent"] = await overheads(session, base, fake, solo, args.runs, False)
         rows.append(("(a) overhead per run, 1 agent", p50_p99(single), "p50 < 15 ms"))
         # (b) round trips of one single-agent run, on the wire.
         actor_ports = ports_of(actor_pids())

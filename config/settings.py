@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config import catalogue
+from config import tracing as trace_config
 from config.mcp_catalogue import McpCatalogueEntry, McpServersFileError, load_mcp_servers_file
 from config.parsing import (
     AppKey,
@@ -48,6 +49,7 @@ from config.parsing import (
     positive_seconds,
     whole_number,
 )
+from config.tracing import TraceSettings
 
 ENV_FILE_VARIABLE = "SVC_ENV_FILE"
 SECRETS_DIR_VARIABLE = "SVC_SECRETS_DIR"
@@ -125,6 +127,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_DISABLED_PLUGINS", "comma-separated plugin names"),
     Variable("SVC_ORCHB_BASE_URL", "an http(s) URL (read by the orchB driver at call time)"),
     Variable("SVC_ORCHC_ENDPOINT_URL", "an http(s) URL (read by the orchC driver at call time)"),
+    *(Variable(name, accepted) for name, accepted in trace_config.VARIABLES),
 )
 ACCEPTED = {variable.name: variable.accepted for variable in VARIABLES}
 # Read from the process environment by the platform drivers at call time: a value from `.env`
@@ -142,10 +145,12 @@ SECRET_VARIABLES = frozenset(
         "SVC_METRICS_TOKEN",
         "APP_API_KEYS",
         *(f"SVC_PROVIDER{letter}_API_KEY" for letter in "ABC"),
+        # The trace collector's credentials travel in the export headers (tracing, #33).
+        *trace_config.SECRET,
     }
 )
 # Secret URLs: an error shows them with the password masked.
-SECRET_URLS = frozenset({"SVC_MONGODB_URI", "SVC_SMTP_URL"})
+SECRET_URLS = frozenset({"SVC_MONGODB_URI", "SVC_SMTP_URL", *trace_config.URLS})
 # Fields whose variable is not `SVC_<FIELD>` (the rest are; `variable_of`).
 FIELD_VARIABLES = {
     "billing_cron_schedule": "BILLING_CRON_SCHEDULE",
@@ -300,6 +305,8 @@ class Settings(BaseModel):
     run_stall_seconds: float = Field(default=900.0, gt=0)
     # A test hook (svc/runtime/faults.py): points of a run's end where install actors die once.
     crash_points: frozenset[str] = frozenset()
+    # Traces: the OTEL_* variables and SVC_TRACE_* (config/tracing.py); off without an endpoint.
+    tracing: TraceSettings = Field(default_factory=TraceSettings)
 
     @field_validator("billing_cron_schedule")
     @classmethod
@@ -417,6 +424,7 @@ class Settings(BaseModel):
         }
         for name in EXPORTED:
             parsed(name, parse_http_url, None)
+        values["tracing"] = _trace_settings(get, parsed)
         values.update(overrides)
         try:
             return cls.model_validate(values)
@@ -430,6 +438,28 @@ class Settings(BaseModel):
             raise SettingsError(
                 f"{variable}={shown}: {first['msg']}; accepted: {ACCEPTED[variable]}"
             ) from None
+
+
+def _trace_settings(get: Callable[[str], str | None], parsed: Callable[..., Any]) -> TraceSettings:
+    """The OTEL_* variables and SVC_TRACE_*: no endpoint (or OTEL_SDK_DISABLED) is tracing off."""
+    parsed("OTEL_EXPORTER_OTLP_PROTOCOL", trace_config.parse_protocol, None)
+    base = parsed("OTEL_EXPORTER_OTLP_ENDPOINT", trace_config.parse_endpoint, None)
+    endpoint = parsed("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", trace_config.parse_endpoint, None)
+    endpoint = endpoint or (trace_config.traces_url(base) if base else None)
+    headers = dict(parsed("OTEL_EXPORTER_OTLP_HEADERS", trace_config.parse_pairs, ()))
+    headers.update(parsed("OTEL_EXPORTER_OTLP_TRACES_HEADERS", trace_config.parse_pairs, ()))
+    if parsed("OTEL_SDK_DISABLED", parse_strict_bool, False):
+        endpoint = None
+    return TraceSettings(
+        endpoint=endpoint,
+        headers=tuple(headers.items()),
+        service_name=get("OTEL_SERVICE_NAME") or "svc",
+        resource=parsed("OTEL_RESOURCE_ATTRIBUTES", trace_config.parse_pairs, ()),
+        sampler=parsed("OTEL_TRACES_SAMPLER", trace_config.parse_sampler, "parentbased_always_on"),
+        sampler_arg=parsed("OTEL_TRACES_SAMPLER_ARG", trace_config.parse_ratio, 1.0),
+        capture_content=parsed("SVC_TRACE_CONTENT", parse_on_off, False),
+        viewer_url=parsed("SVC_TRACE_URL", trace_config.parse_viewer_url, None),
+    )
 
 
 def settings_or_exit(env: Mapping[str, str] | None = None) -> Settings:

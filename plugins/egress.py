@@ -19,6 +19,8 @@ from typing import Any
 import certifi
 import httpx
 
+from plugins import tracing
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # Beyond what `is_global` excludes: IPv6 forms that embed an IPv4 address. An embedded
@@ -121,6 +123,22 @@ class EgressTransport(httpx.AsyncBaseTransport):
         self._inner = inner or httpx.AsyncHTTPTransport(verify=tls_context())
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Vet, pin the address, forward; inside a trace, as a client span whose `traceparent` the
+        request carries (every outbound request: agents', callbacks', providers')."""
+        url = request.url
+        with tracing.client_span(
+            request.method, url.scheme, url.host, url.port, url.path, request.headers
+        ) as span:
+            try:
+                response = await self._send(request)
+            except EgressDenied as exc:
+                span.event("svc.egress.denied", {"svc.egress.reason": exc.reason})
+                span.fail("egress_denied", exc.reason)
+                raise
+            span.status_code(response.status_code)
+            return response
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
         """Vet, pin the address, forward."""
         host = request.url.host
         address = await vet(request.url, self.allow_private)

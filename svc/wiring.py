@@ -248,7 +248,7 @@ def build_services(
         charges=charges,
         payouts=Payouts(store, accounts, charges, provider, org_billing.handle_event),
         org_billing=org_billing,
-        run_detail=RunDetail(store, run_cost),
+        run_detail=RunDetail(store, run_cost, settings.tracing.viewer_url),  # the trace link (tracing, #33)
         run_watch=RunWatch(store, runtime),
         callbacks=callbacks,
         spend_caps=spend_caps,
@@ -269,9 +269,31 @@ def install_runner(
 ) -> InstallRunner:
     """What runs and settles an install's runs, with the deployment's settings (the same for an
     install's actor, the API's sweeper and the tests)."""
+    from svc.billing import run_charge
+
     crash = CrashPoints(settings.crash_points, settings.data_dir / "crash-points")  # a test hook
     limits = RunLimits(settings.judge_model, settings.egress_allow_private, settings.run_max_resumes, crash)
-    return InstallRunner(store, vault, llm, Settlement(store, callbacks), limits, mailer, admission, mcp)
+    return InstallRunner(
+        store,
+        vault,
+        llm,
+        Settlement(store, callbacks),
+        limits,
+        mailer,
+        admission,
+        mcp,
+        costing=partial(run_charge, store),  # the billed amount on a run's span (tracing, #33)
+    )
+
+
+def dropped_spans(store: Store, process: str) -> Callable[[int], Awaitable[None]]:
+    """What a process's tracing calls when it loses spans (plugins/tracing/sdk.py): the deployment's
+    `svc_trace_spans_dropped_total{process}` in /metrics (tracing, #33)."""
+
+    async def report(n: int) -> None:
+        await counters.write(store, [counters.increment("trace_spans_dropped", {"process": process}, n)])
+
+    return report
 
 
 def build_host(settings: Settings, store: Store, vault: Vault, install_id: str) -> InstallHost:

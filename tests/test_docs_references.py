@@ -162,12 +162,26 @@ def name_problem(span: str) -> str | None:
         try:
             resolve(name)
         except (ImportError, AttributeError) as exc:
+            if name in span_names():  # a span attribute or event the traces carry (observability.md)
+                return None
             return f"cannot be resolved ({type(exc).__name__})"
         return None
     if head in classes() and "." not in rest:
         if not any(has_attribute(module, path, head, rest) for module, path in classes()[head]):
             return f"class {head} has no attribute {rest}"
     return None
+
+
+@cache
+def span_names() -> frozenset[str]:
+    """The `svc.*` span attribute and event names the plugins write (string literals)."""
+    names = set()
+    for path in (ROOT / "plugins").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            value = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(value, str) and value.startswith("svc."):
+                names.add(value)
+    return frozenset(names)
 
 
 def file_problem(span: str) -> str | None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.accounts import bearer
+from tests.support.accounts import bearer, own_origin
 from tests.support.runtime import managed_client
 from tests.support.templates import (
     agent,
@@ -410,7 +410,7 @@ async def test_the_dashboard_runs_a_suite_and_shows_the_scorecard_and_each_case_
     response = await client.post(
         f"/templates/{draft['id']}/evals/run",
         data={"_csrf": token},
-        headers=caller.cookie,
+        headers={**caller.cookie, **own_origin(client)},
         allow_redirects=False,
     )
     assert response.status == 303

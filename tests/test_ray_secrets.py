@@ -28,6 +28,7 @@ from actors.scheduler import SchedulerActor
 from api.app import RUNTIME, STORE
 from api.context import SETTINGS
 from config.settings import Settings
+from config.tracing import TraceSettings
 from tests.fakes.llm import FakeLLM
 from tests.support.runtime import member, svc_install
 from tests.support.waiting import wait_for
@@ -76,6 +77,8 @@ async def test_the_cluster_holds_no_secret(make_client, aiohttp_server, store, s
         "metrics_token": f"metrics-{uuid.uuid4().hex}",
         "app_api_keys": Settings.from_env({"APP_API_KEYS": f"app-{uuid.uuid4().hex}"}).app_api_keys,
         "providers": {"providerA": {"api_key": fake.api_key, "base_url": fake.url(server)}},
+        # The trace collector's credentials (OTEL_EXPORTER_OTLP_HEADERS); no endpoint: nothing sent.
+        "tracing": TraceSettings(headers=(("Authorization", f"Bearer otlp-{uuid.uuid4().hex}"),)),
     }
     client = await make_client(rate_limit_multiplier=None, scheduler_enabled=True, **secrets)
     settings = client.server.app[SETTINGS]
@@ -94,6 +97,7 @@ async def test_the_cluster_holds_no_secret(make_client, aiohttp_server, store, s
         settings.metrics_token,
         settings.app_api_keys[0].key,
         fake.api_key,
+        settings.tracing.headers[0][1],
         client.server.app[STORE].uri,
     ]
     blobs = [*every_kv_value().values(), *actor_and_job_rows()]

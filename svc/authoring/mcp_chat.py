@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from plugins import tracing
 from plugins.types import ChatMessage
 from svc.core import tokens
 from svc.runtime import LLM, McpService
@@ -69,7 +70,9 @@ async def mcp_chat(
             conversation.append(ChatMessage("assistant", answer.text, tool_calls=answer.tool_calls))
             for call in answer.tool_calls:
                 if box.owns(call.name):
-                    output = (await box.call(call.name, call.arguments)).output
+                    # Its verdict on a span of its own, not on the request's (tracing, #33).
+                    with tracing.tool_span(call.name, call.id, call.arguments):
+                        output = (await box.call(call.name, call.arguments)).output
                 else:
                     output = f"Unknown tool {call.name!r}"
                 conversation.append(ChatMessage("tool", output, tool_call_id=call.id, name=call.name))

@@ -4,7 +4,7 @@ from svc.billing.charges import ChargeCycleBody, Charges
 from svc.billing.org_billing import OrgBilling
 from svc.billing.payments import PaymentProvider
 from svc.billing.payouts import OnboardBody, Payouts, SetupIntentBody
-from svc.billing.run_cost import run_cost
+from svc.billing.run_cost import run_charge, run_cost
 from svc.billing.spend_caps import SpendCaps
 from svc.billing.usage import BillingQuery, UsageReport
 
@@ -19,5 +19,6 @@ __all__ = [
     "SetupIntentBody",
     "SpendCaps",
     "UsageReport",
+    "run_charge",
     "run_cost",
 ]

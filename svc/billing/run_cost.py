@@ -8,9 +8,11 @@ of many runs' costs can exceed their invoice by under a cent per run; the invoic
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
-from svc.billing.usage import amount_cents, split_fee
+from svc.billing.usage import amount_cents, price_segments, split_fee
+from svc.core import Document, Store, utcnow
 from svc.templates import PLATFORM_FEE_PERCENT
 
 
@@ -27,3 +29,25 @@ def run_cost(pricing_model: str, price_cents: int | None, completed: bool, token
         "envelopeFeeCents": fee,
         "builderAmountCents": builder,
     }
+
+
+async def run_charge(
+    store: Store, install: Document, completed: bool, billable: bool, tokens: int, at: datetime | None = None
+) -> tuple[str, int | None, int]:
+    """(pricing model, price in cents, amount in cents) one run is billed: the template's price in
+    force when the run ended, the invoice's maths for a period holding this run alone. A failed run
+    costs nothing, except the tokens of one its token cap stopped (`billable`, per_k_tokens)."""
+    template = await store["templates"].find_one(
+        {"_id": install.get("templateId")}, {"pricingModel": 1, "priceUsdCents": 1, "priceHistory": 1}
+    )
+    if template is None:
+        return "free", None, 0
+    at = at or utcnow()
+    segments = price_segments(template, at, at + timedelta(milliseconds=1))
+    model, price = (
+        (segments[0][0], segments[0][1])
+        if segments
+        else (template.get("pricingModel", "free"), template.get("priceUsdCents"))
+    )
+    amount = amount_cents(model, price, 1 if completed else 0, tokens if completed or billable else 0)
+    return model, price, amount

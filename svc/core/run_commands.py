@@ -74,13 +74,16 @@ class Accepted:
 class Continue:
     """Resume a paused run: the oldest, or `run_id`. `decision` settles what the gate asks: for a
     pipeline gate, nothing; for a tool call awaiting approval, `approve` or `reject`; for a request
-    whose outcome is unknown, `done` (with `note`), `resend` or `fail`."""
+    whose outcome is unknown, `done` (with `note`), `resend` or `fail`. `trace` carries the trace
+    context of whoever continued it."""
 
     run_id: str | None = None
     bypass_gates: bool = False
     actor: dict[str, Any] = field(default_factory=dict)
     decision: str | None = None
     note: str | None = None
+    # The trace context of whoever continued it: the resumed part links to it (tracing, #33).
+    trace: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 from bson import ObjectId
 from pymongo.errors import PyMongoError
 
+from plugins import tracing
 from plugins.types import ChatMessage, CompletionResponse, ProviderError, ToolCall, ToolSpec
 from svc.core import Conflict, utcnow
 from svc.runtime.http_tool import HTTP_TOOL, INVALID, HttpTool, Outcome, Request, tool_event
@@ -56,6 +57,7 @@ OUTCOME_UNKNOWN = "outcome-unknown"
 APPROVAL = "tool-approval"
 REFUSED_BY_OPERATOR = "Refused by the operator"
 CANCELLED = "Run cancelled"
+UNKNOWN = "An earlier attempt may have been made: its outcome is unknown"
 
 
 class AgentFailed(Exception):
@@ -176,12 +178,30 @@ class TeamRunner:
         steps: list[AgentStep],
     ) -> AgentStep:
         """Run one agent's loop at `path` (or read its end from the journal when it finished before)."""
-        recorder = self.recorder
-        finished = recorder.journal.get("agent", path)
+        finished = self.recorder.journal.get("agent", path)
         if finished is not None:
             step = step_from(finished)
             steps.append(step)
             return step
+        # The turn, made in this attempt of the run, as an `invoke_agent` span with its step's tokens
+        # (tracing, #33); a turn the journal holds whole is replayed above without one.
+        model, pauses = agent.get("model"), (GateReached,)
+        with tracing.agent_span(agent["key"], agent["name"], model, scope.secrets, pauses) as span:
+            step = await self._turn(scope, agent, task, path, delegation, steps)
+            tracing.agent_finished(span, step.status, step.input_tokens, step.output_tokens, step.error)
+            return step
+
+    async def _turn(
+        self,
+        scope: RunScope,
+        agent: dict[str, Any],
+        task: str,
+        path: str,
+        delegation: tuple[list[ToolSpec], Delegate] | None,
+        steps: list[AgentStep],
+    ) -> AgentStep:
+        """One agent's loop of model and tool calls, its journalled calls replayed."""
+        recorder = self.recorder
         step = AgentStep(agent_key=agent["key"], path=path, model=agent.get("model"))
         steps.append(step)
         parent, recorder.current_agent = recorder.current_agent, agent["key"]
@@ -320,16 +340,20 @@ class TeamRunner:
             return str(recorded.get("output") or "")
         resumed, recorder.resumed = recorder.resumed, False
         record = None
-        if call.name == HTTP_TOOL.name:
-            outcome = await self._http(http, key, call, in_flight=resumed)
-            output, record = outcome.output, outcome.record
-        elif toolbox is not None and toolbox.owns(call.name):
-            output = await self._mcp(toolbox, http, key, call)  # logged by the toolbox itself
-        elif delegation is not None and call.name in {t.name for t in delegation[0]}:
-            await recorder.flush()
-            output = await delegation[1](call, key)
-        else:
-            output = f"Unknown tool {call.name!r}"
+        # The call, made in this attempt of the run, as an `execute_tool` span with the access
+        # policy's verdict (tracing, #33); a call the journal answered is replayed above without one.
+        with tracing.tool_span(call.name, call.id, call.arguments, (GateReached,)) as span:
+            if call.name == HTTP_TOOL.name:
+                outcome = await self._http(http, key, call, in_flight=resumed)
+                output, record = outcome.output, outcome.record
+            elif toolbox is not None and toolbox.owns(call.name):
+                output = await self._mcp(toolbox, http, key, call)  # logged by the toolbox itself
+            elif delegation is not None and call.name in {t.name for t in delegation[0]}:
+                await recorder.flush()
+                output = await delegation[1](call, key)
+            else:
+                output = f"Unknown tool {call.name!r}"
+            span.content("gen_ai.tool.call.result", output)
         entry: dict[str, Any] = {"kind": "tool", "key": key, "agent": http.agent["key"], "name": call.name}
         entry["output"] = cut(output)
         if record is not None:
@@ -358,6 +382,7 @@ class TeamRunner:
                         f"The operator failed the run at an unknown outcome ({request.method} {request.url})"
                     )
             elif not resend_allowed(http, request):
+                tracing.policy_decision("unknown", reason=UNKNOWN)  # on the tool call's span (#33)
                 raise GateReached(OUTCOME_UNKNOWN, unknown_call(http, key, request))
 
         async def mark() -> None:
@@ -392,6 +417,7 @@ class TeamRunner:
             )
         if recorder.journal.get("sending", key) is not None:
             if decision is None:
+                tracing.policy_decision("unknown", reason=UNKNOWN)  # on the tool call's span (#33)
                 raise GateReached(
                     OUTCOME_UNKNOWN, {"key": key, "agent": http.agent["key"], "tool": call.name}
                 )

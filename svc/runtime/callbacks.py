@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 
+from plugins import tracing
 from plugins.egress import EgressDenied, egress_client
 from svc.core import Batch, Conflict, Document, NotFound, Store, Vault, aware, iso, tokens, utcnow
 
@@ -118,11 +119,19 @@ class CallbackDelivery:
         self.max_attempts = max_attempts
 
     def owe(
-        self, batch: Batch, install_id: str, url: str, outcome: dict[str, Any], phase: str, now: datetime
+        self,
+        batch: Batch,
+        install_id: str,
+        url: str,
+        outcome: dict[str, Any],
+        phase: str,
+        now: datetime,
+        trace: dict[str, str] | None = None,
     ) -> None:
         """The callback of one outcome of a run, as operations of the run's settlement batch: stored
         due now, once per `phase` (a paused pipeline posts at its gate and again at its end: each
-        outcome starts a fresh delivery; sending the batch again starts nothing twice)."""
+        outcome starts a fresh delivery; sending the batch again starts nothing twice). `trace`: the
+        run's trace context, which every attempt joins, whichever process sends it (tracing, #33)."""
         run_id = outcome["runId"]
         batch.update(
             COLLECTION,
@@ -142,6 +151,7 @@ class CallbackDelivery:
                     "windowStart": now,
                     "nextAttemptAt": now,
                     "phase": phase,
+                    **({"trace": trace} if trace else {}),  # attempts join the run's trace (tracing, #33)
                 },
                 "$unset": {"leasedUntil": "", "lease": ""},
             },
@@ -244,7 +254,8 @@ class CallbackDelivery:
         tries = int(doc.get("tries") or 0) + 1
         window_start = doc.get("windowStart") or doc.get("createdAt") or now
         started = time.monotonic()
-        status_code, error, final = await self._send(doc["url"], doc["body"].encode(), install)
+        with tracing.attached(doc.get("trace")):  # in the run's trace, whichever process sends (#33)
+            status_code, error, final = await self._send(doc["url"], doc["body"].encode(), install)
         latency_ms = int((time.monotonic() - started) * 1000)
         attempt = {"at": now, "status": status_code, "latencyMs": latency_ms, "error": error}
         delivered = status_code is not None and 200 <= status_code < 300

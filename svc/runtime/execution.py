@@ -19,16 +19,11 @@ from typing import Any, Literal
 from bson import ObjectId
 from pymongo.errors import PyMongoError
 
+from plugins import tracing
 from svc.core import Document, Mailer, NotFound, RunOutcome, Store, Vault, tokens, utcnow
 from svc.installs import run_definition
-from svc.runtime import ledger
-from svc.runtime.agent_loop import (
-    CANCELLED,
-    GateReached,
-    RunScope,
-    TeamRunner,
-    root_agent,
-)
+from svc.runtime import ledger, run_traces
+from svc.runtime.agent_loop import CANCELLED, GateReached, RunScope, TeamRunner, root_agent
 from svc.runtime.eval_runs import eval_install
 from svc.runtime.events import Events
 from svc.runtime.faults import CrashPoints
@@ -80,8 +75,10 @@ class InstallRunner:
         mailer: Mailer | None = None,
         admission: Admission | None = None,
         mcp: McpService | None = None,
+        costing: run_traces.Costing | None = None,
     ) -> None:
         self.store = store
+        self.costing = costing  # the billed amount on the run's span (tracing, #33)
         self.vault = vault
         self.llm = llm
         self.settlement = settlement
@@ -112,58 +109,60 @@ class InstallRunner:
             if not await ledger.claim(self.store, run_id, self.incarnation, []):
                 return await self.outcome_now(run_id)
             run = {**run, "status": "running", "incarnation": self.incarnation, "startedAt": utcnow()}
-        # Written first (the claim), read second: a cancellation of the install that answered
-        # before this read is seen, so no run starts after it has answered (docs/consistency.md).
-        install = eval_install(run) or await self.store.installs.find_one({"_id": run["installId"]})
-        if install is None or install["status"] != "completed":
-            return await self._refused(run, install)
-        version = run.get("templateVersion") or install.get("templateVersion")
-        run = {**run, "templateVersion": version}
-        try:
-            recorder = RunRecorder.for_run(
-                self.store, run, self.incarnation, publish, resumed=mode == "adopt"
-            )
-        except ReplayMismatch as exc:  # a journal it cannot read: the run ends, clearly, here
-            recorder = RunRecorder.for_run(self.store, {**run, "journal": []}, self.incarnation, publish)
-            return await self._end(install, run, recorder, failed(str(exc)))
-        recorder.crash = self.limits.crash
-        on_recorder(recorder)
-        try:
-            # Issue 34: the version the run carries (svc/installs/versions.py): a run queued before
-            # an upgrade, or paused across one, finishes on its version.
+        with run_traces.run_span(run, mode):  # in the trace of whoever asked for the run (tracing, #33)
+            # Written first (the claim), read second: a cancellation of the install that answered
+            # before this read is seen, so no run starts after it has answered (docs/consistency.md).
+            install = eval_install(run) or await self.store.installs.find_one({"_id": run["installId"]})
+            if install is None or install["status"] != "completed":
+                return await self._refused(run, install)
+            run_traces.started(install)  # tracing (#33)
+            version = run.get("templateVersion") or install.get("templateVersion")
+            run = {**run, "templateVersion": version}
             try:
-                definition = await run_definition(self.store, install, version)
-            except NotFound as exc:  # that version is stored nowhere any more: the run ends, clearly
-                raise ReplayMismatch(f"Cannot run: {exc.message}") from None
-            root = root_agent(definition)
-            if mode == "start":
-                recorder.emit(
-                    "run_started",
-                    {"source": run.get("source") or "run", "agent": root["key"], "task": run.get("task")},
+                recorder = RunRecorder.for_run(
+                    self.store, run, self.incarnation, publish, resumed=mode == "adopt"
                 )
-            result, pause = await self._team(install, definition, run, recorder, admit)
-            if result.refusal is not None and recorder.totals.input + recorder.totals.output == 0:
-                # The spend cap refused the run's first model call: nothing ran (a 409 to a caller).
-                ended = await self._end(install, run, recorder, result)
-                return replace(ended, conflict=result.refusal.message, extra=result.refusal.extra)
-        except RunTaken:
-            return await self.outcome_now(run_id)
-        except ReplayMismatch as exc:
-            result, pause = failed(str(exc)), None
-        except GateReached as gate:
-            result, pause = (
-                TeamResult("paused", None, gate.call.get("agent") or "", 0, 0, []),
-                gate_state(gate),
-            )
-        except asyncio.CancelledError:
-            result, pause = failed(CANCELLED), None
-            return await asyncio.shield(self._end(install, run, recorder, result))
-        except PyMongoError as exc:
-            log.error("database error during a run: %s", type(exc).__name__)
-            result, pause = failed(DATABASE_DOWN), None
-        if pause is not None:
-            return await self._pause(install, run, recorder, result, pause)
-        return await self._end(install, run, recorder, result)
+            except ReplayMismatch as exc:  # a journal it cannot read: the run ends, clearly, here
+                recorder = RunRecorder.for_run(self.store, {**run, "journal": []}, self.incarnation, publish)
+                return await self._end(install, run, recorder, failed(str(exc)))
+            recorder.crash = self.limits.crash
+            on_recorder(recorder)
+            try:
+                # Issue 34: the version the run carries (svc/installs/versions.py): a run queued
+                # before an upgrade, or paused across one, finishes on its version.
+                try:
+                    definition = await run_definition(self.store, install, version)
+                except NotFound as exc:  # that version is stored nowhere any more: it ends, clearly
+                    raise ReplayMismatch(f"Cannot run: {exc.message}") from None
+                root = root_agent(definition)
+                if mode == "start":
+                    recorder.emit(
+                        "run_started",
+                        {"source": run.get("source") or "run", "agent": root["key"], "task": run.get("task")},
+                    )
+                result, pause = await self._team(install, definition, run, recorder, admit)
+                if result.refusal is not None and recorder.totals.input + recorder.totals.output == 0:
+                    # The spend cap refused the run's first model call: nothing ran (a 409 to a caller).
+                    ended = await self._end(install, run, recorder, result)
+                    return replace(ended, conflict=result.refusal.message, extra=result.refusal.extra)
+            except RunTaken:
+                return await self.outcome_now(run_id)
+            except ReplayMismatch as exc:
+                result, pause = failed(str(exc)), None
+            except GateReached as gate:
+                result, pause = (
+                    TeamResult("paused", None, gate.call.get("agent") or "", 0, 0, []),
+                    gate_state(gate),
+                )
+            except asyncio.CancelledError:
+                result, pause = failed(CANCELLED), None
+                return await asyncio.shield(self._end(install, run, recorder, result))
+            except PyMongoError as exc:
+                log.error("database error during a run: %s", type(exc).__name__)
+                result, pause = failed(DATABASE_DOWN), None
+            if pause is not None:
+                return await self._pause(install, run, recorder, result, pause)
+            return await self._end(install, run, recorder, result)
 
     async def _team(
         self,
@@ -276,6 +275,7 @@ class InstallRunner:
             return await self.outcome_now(run["_id"])
         self.limits.crash.reached("after-end")
         recorder.stored(events)
+        await run_traces.ended(self.costing, install, result, totals.input, totals.output)  # tracing (#33)
         final = {
             **run,
             **fields,
@@ -319,6 +319,7 @@ class InstallRunner:
         )
         if not done:
             return await self.outcome_now(run["_id"])
+        tracing.gate_paused(state["gate"], state.get("fromStep"))  # tracing (#33)
         recorder.stored(events)
         final = {
             **run,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from plugins import tracing
 from svc.core import (
     Accepted,
     Cancel,
@@ -163,14 +164,16 @@ class InstallHost:
 
     async def start(self, command: StartRun) -> Accepted:
         """Start a queued run without waiting (webhook, schedule, retry, wait: false)."""
-        live = self._spawn(command.run, "start")
+        with tracing.attached(command.trace):  # the run joins the caller's trace (tracing, #33)
+            live = self._spawn(command.run, "start")
         position = self.waiting.index(live.run_id) + 1 if live.run_id in self.waiting else 0
         return Accepted(live.run_id, position)
 
     async def run(self, command: StartRun, wait_s: float) -> RunOutcome:
         """Start a queued run and wait up to `wait_s` for its end or its gate; past that, where it
         stands (the run goes on)."""
-        live = self._spawn(command.run, "start")
+        with tracing.attached(command.trace):  # the run joins the caller's trace (tracing, #33)
+            live = self._spawn(command.run, "start")
         assert live.task is not None
         try:
             return await asyncio.wait_for(asyncio.shield(live.task), wait_s)
@@ -237,7 +240,8 @@ class InstallHost:
         if run is None:
             return Continued(conflict=NO_PENDING_GATE)
         await self.runner.emit_gate_approved(run, command.actor)
-        self._spawn(run, "resume")
+        with tracing.attached(command.trace):  # linked from the resumed part's span (tracing, #33)
+            self._spawn(run, "resume")
         return Continued(runId=run["_id"], gate=state.get("gate"))
 
     async def _decision(

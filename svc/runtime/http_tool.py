@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from plugins import tracing
 from plugins.egress import EgressDenied, egress_client
 from plugins.types import ChatMessage, ProviderError, ToolSpec
 from svc.runtime.llm import LLM
@@ -197,6 +198,16 @@ class HttpTool:
             judge, source = (reasoning, confidence), "judge"
             if not allowed:
                 would_block, reason = True, "Blocked by the security judge"
+        tracing.policy_decision(  # the verdict on the tool call's span (tracing, #33)
+            "denied" if would_block and not reporting else "reported" if would_block else "allowed",
+            decision=decision,
+            source=source,
+            reason=reason,
+            judge_reasoning=judge[0],
+            judge_confidence=judge[1],
+            method=request.method,
+            url=request.url,
+        )
         if would_block and not reporting:
             entry = record(decision, source, reason, None)
             if verdict.action == "deny":

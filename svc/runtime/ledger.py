@@ -28,6 +28,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from plugins import tracing
 from svc.core import Batch, Document, Store, tokens, utcnow
 
 RUNS = "pipeline_runs"
@@ -64,6 +65,8 @@ def new_run(install_id: str, task: str, source: Source, **extra: Any) -> Documen
         "events": [],
         "journal": [],
         "resumes": 0,
+        # The trace of whoever asked for the run: every part of it joins that trace (tracing, #33).
+        **tracing.context_fields(),
         **extra,
     }
 

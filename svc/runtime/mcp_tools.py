@@ -25,6 +25,7 @@ import asyncio
 import time
 from typing import Any
 
+from plugins import tracing
 from plugins.types import ToolSpec
 from svc.core import counters
 from svc.mcp import CallIdentity, McpFailure, Target, ToolInfo, Unavailable, classify, tool_name
@@ -265,6 +266,7 @@ class McpToolbox:
             message,
             started,
             outcome=verdict,
+            listing=True,
         )
 
     async def _logged(
@@ -285,6 +287,7 @@ class McpToolbox:
         status: int | None = None,
         approval: ApprovalNeeded | None = None,
         report_only: bool = False,
+        listing: bool = False,
     ) -> ToolOutcome:
         latency = int((time.perf_counter() - started) * 1000)
         details = {
@@ -316,6 +319,17 @@ class McpToolbox:
             reportOnly=report_only,
             mcp=details,
         )
+        if not listing:  # a call's verdict on its `execute_tool` span, like http_request's (tracing, #33)
+            tracing.policy_decision(
+                traced_outcome(verdict, details["outcome"] != "not_made"),
+                decision=decision,
+                source=source,
+                reason=reason,
+                judge_reasoning=judge[0],
+                judge_confidence=judge[1],
+                method="MCP",
+                url=record.url,
+            )
         await self.sink(record)
         event = event_of(record, model_name)
         if self.events is not None:
@@ -327,3 +341,15 @@ class McpToolbox:
             )
         )
         return ToolOutcome(output or reason or verdict, record, event, approval)
+
+
+def traced_outcome(verdict: str, made: bool) -> str:
+    """The trace's `svc.policy.outcome` (plugins.tracing.OUTCOMES) of an MCP call's verdict."""
+    return {
+        "allowed": "allowed",
+        "reported": "reported",
+        "approved": "approval_granted",
+        "approval_required": "approval_requested",
+        "rejected": "approval_refused",
+        "judged": "allowed" if made else "denied",
+    }.get(verdict, "denied")

@@ -21,6 +21,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from plugins import tracing
 from svc.core import Document, NotFound, Store, aware, iso
 from svc.identity import Principal
 from svc.installs import builder_reaches, reaches
@@ -55,9 +56,10 @@ SECURITY_FIELDS = (
 class RunDetail:
     """Answers "what happened in run X"."""
 
-    def __init__(self, store: Store, costing: Costing | None = None) -> None:
+    def __init__(self, store: Store, costing: Costing | None = None, trace_url: str | None = None) -> None:
         self.store = store
         self.costing = costing
+        self.trace_url = trace_url  # SVC_TRACE_URL: the run's trace link (tracing, #33)
 
     async def access(self, principal: Principal, install_id: str) -> tuple[Document, bool]:
         """The install and whether the caller sees the deployer's content; 404 for anyone else."""
@@ -115,6 +117,8 @@ class RunDetail:
             ],
             "cost": self._cost(template, record),
             "callback": callback_view(callback, full),
+            # The run's trace (tracing, #33): traceId and traceUrl, null when it was not traced.
+            **tracing.detail_fields((ledger or {}).get("trace"), self.trace_url),
         }
         if ledger is not None and ledger["status"] == "queued":
             detail["queuePosition"] = await self._queue_position(ledger)

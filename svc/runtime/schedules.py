@@ -25,6 +25,7 @@ from croniter import CroniterError, croniter
 from pydantic import Field
 from pymongo import ReturnDocument
 
+from plugins import tracing
 from svc.core import (
     BadRequest,
     Batch,
@@ -416,17 +417,19 @@ class SchedulerCore:
                     meta.update(runId=None, skipped=True, reason=reason)
                 else:
                     queued = install_id in busy
-                    run = ledger.new_run(
-                        install_id,
-                        schedule.get("label") or "Scheduled run",
-                        "schedule",
-                        bypassGates=bool(schedule.get("bypassGates")),
-                        scheduledFor=fire_at,
-                        createdAt=now,
-                        templateVersion=ready[install_id],  # issue 34: pinned runs
-                        # Handed over now; a run waiting for its install to be free gets it later.
-                        handoffAt=None if queued else now,
-                    )
+                    # The scheduled run's trace starts at its fire (tracing, #33).
+                    with tracing.schedule_fire(install_id, iso(fire_at), manual):
+                        run = ledger.new_run(
+                            install_id,
+                            schedule.get("label") or "Scheduled run",
+                            "schedule",
+                            bypassGates=bool(schedule.get("bypassGates")),
+                            scheduledFor=fire_at,
+                            createdAt=now,
+                            templateVersion=ready[install_id],  # issue 34: pinned runs
+                            # Handed over now; a run waiting for its install to be free gets it later.
+                            handoffAt=None if queued else now,
+                        )
                     run_id = run["_id"]
                     runs.append(run)
                     meta.update(runId=run_id, queued=queued)

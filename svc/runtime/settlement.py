@@ -33,6 +33,7 @@ from typing import Any, cast
 
 from pymongo.errors import ClientBulkWriteException
 
+from plugins import tracing
 from svc.core import Batch, Document, Store, aware, counters, utcnow
 from svc.installs import note_last_run
 from svc.runs import record_of, recording
@@ -83,6 +84,9 @@ class _Pending:
     run: Document
     install: Document | None
     done: asyncio.Future[None]
+    # The trace its callback joins: the settling run's span, else the run's stored context
+    # (taken per run: a group's batch is built in whichever run's task leads it; tracing, #33).
+    trace: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,7 +114,7 @@ class Settlement:
             return
         queue = _queues.setdefault(self.store, _Queue())
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue.pending.append(_Pending(run, install, done))
+        queue.pending.append(_Pending(run, install, done, tracing.carrier() or run.get("trace") or {}))
         async with queue.lock:
             if not done.done():
                 group, queue.pending = queue.pending, []
@@ -133,7 +137,7 @@ class Settlement:
         batch, tail = Batch(self.store), Batch(self.store)
         now = utcnow()
         for item in group:
-            self._ops(batch, tail, item.run, item.install, now)
+            self._ops(batch, tail, item.run, item.install, now, item.trace)
         cleared = len(batch)
         batch.extend(tail)
         try:
@@ -153,7 +157,15 @@ class Settlement:
                 item.done.set_result(None)
         return None
 
-    def _ops(self, batch: Batch, tail: Batch, run: Document, install: Document | None, now: datetime) -> None:
+    def _ops(
+        self,
+        batch: Batch,
+        tail: Batch,
+        run: Document,
+        install: Document | None,
+        now: datetime,
+        trace: dict[str, str] | None = None,
+    ) -> None:
         """The operations of one run's owed effects, its `owed` cleared last (metrics in `tail`)."""
         owed = list(run.get("owed") or [])
         later = [SCHEDULE] if SCHEDULE in owed and run["status"] != "completed" else []
@@ -166,7 +178,9 @@ class Settlement:
                 note_last_run(batch, install["_id"], run["endedAt"])
             if CALLBACK in owed and run.get("callbackUrl"):
                 phase = f"{run['status']}:{run.get('seq') or 0}"
-                self.callbacks.owe(batch, install["_id"], run["callbackUrl"], outcome_of(run), phase, now)
+                self.callbacks.owe(
+                    batch, install["_id"], run["callbackUrl"], outcome_of(run), phase, now, trace
+                )
         if STEPS in owed:
             self._steps(batch, tail, run)
         if SCHEDULE in owed:

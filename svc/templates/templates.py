@@ -87,6 +87,10 @@ class Templates(TemplateReading):
         as_org = {"owner.kind": "org", "owner.id": org_id}
         await self._templates.update_many(as_org, {"$set": {"owner": owner, "updatedAt": utcnow()}})
 
+    async def record(self, principal: Principal, template_id: str, own: bool) -> Document:
+        """The template's record: one the caller owns (`own`) or may see."""
+        return await (self._owned(principal, template_id) if own else self._visible(principal, template_id))
+
     async def _owned(self, principal: Principal, template_id: str) -> Document:
         """The template, if the caller owns it: 404 when they cannot see it, 403 when they can."""
         require_unscoped(principal)

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from plugins import tracing
 from plugins.builtin.providers.wire import (
     MAX_DELAY_S,
     Malformed,
@@ -63,26 +64,34 @@ def check(provider: str, request: CompletionRequest) -> None:
 
 async def _send(
     provider: str, wire: Wire, client: httpx.AsyncClient, request: CompletionRequest, stream: bool
-) -> httpx.Response:
-    """POST with retries of 429, 5xx and connection failures; a 2xx response (read unless streaming)."""
+) -> tuple[httpx.Response, tracing.ChatAttempt]:
+    """POST with retries of 429, 5xx and connection failures; a 2xx response (read unless streaming)
+    and the `chat` span of its attempt, still open for the caller to end with the answer's tokens.
+    Every attempt is a span of its own (docs/observability.md, "Traces")."""
     url = wire.url(request, stream)
     headers = {**wire.headers(request), "Accept": "text/event-stream" if stream else "application/json"}
     body = wire.body(request, stream)
     attempts = max(0, request.max_retries) + 1
     for attempt in range(attempts):
         delay = _backoff(attempt)
+        call = tracing.chat_attempt(
+            provider, request.model, request.upstream_model, attempt, request.max_tokens, request.base_url
+        )
+        call.prompt(request.system, request.messages, request.tools)
         try:
-            async with asyncio.timeout(None if stream else request.timeout_s):
-                response = await client.send(
-                    client.build_request("POST", url, headers=headers, json=body), stream=True
-                )
-                if response.is_success and stream:
-                    return response
-                try:
-                    await response.aread()
-                finally:
-                    await response.aclose()
+            with call.current():
+                async with asyncio.timeout(None if stream else request.timeout_s):
+                    response = await client.send(
+                        client.build_request("POST", url, headers=headers, json=body), stream=True
+                    )
+                    if response.is_success and stream:
+                        return response, call
+                    try:
+                        await response.aread()
+                    finally:
+                        await response.aclose()
         except EgressDenied as exc:
+            call.failed("egress_denied")
             raise ProviderError(
                 f"{provider} base URL is not reachable: {_redact(str(exc), request.api_key)}", None
             ) from None
@@ -92,20 +101,25 @@ async def _send(
             error = ProviderError(
                 f"{provider} connection failed ({type(exc).__name__})", None, retryable=True
             )
+        except BaseException as exc:  # cancelled: the attempt's span still ends
+            call.failed(type(exc).__name__)
+            raise
         else:
             status = response.status_code
             if response.is_success:
-                return response
+                return response, call
             error = ProviderError(
                 f"{provider} answered HTTP {status}: {_upstream_message(response, request.api_key)}",
                 status,
                 retryable=status == 429 or status >= 500,
             )
             if not error.retryable:
+                call.failed(str(status), error.detail)
                 raise error
             waited = _retry_after(response)
             if waited is not None:
                 delay = min(waited, MAX_DELAY_S)
+        call.failed(str(error.status or "transport"), error.detail, retried=attempt < attempts - 1)
         if attempt == attempts - 1:
             raise error
         log.warning(
@@ -144,20 +158,24 @@ async def _sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
 async def complete(provider: str, wire: Wire, request: CompletionRequest) -> CompletionResponse:
     """One whole call."""
     check(provider, request)
-    response = await _send(provider, wire, _client(request), request, stream=False)
+    response, call = await _send(provider, wire, _client(request), request, stream=False)
     try:
-        return wire.parse(response.json(), request)
+        answer = wire.parse(response.json(), request)
     except (ValueError, UnicodeDecodeError):
+        call.failed("malformed_response")
         raise ProviderError(f"{provider} returned a malformed response: the body is not JSON", None) from None
     except Malformed as exc:
+        call.failed("malformed_response")
         raise ProviderError(f"{provider} returned a malformed response: {exc}", None) from None
+    call.succeeded(answer)
+    return answer
 
 
 async def chunks_of(
     provider: str, wire: Wire, request: CompletionRequest
 ) -> AsyncGenerator[StreamChunk, None]:
     """The streamed call: text chunks, then one done chunk with the whole answer."""
-    response = await _send(provider, wire, _client(request), request, stream=True)
+    response, call = await _send(provider, wire, _client(request), request, stream=True)
     state = StreamState()
     try:
         async for event, data in _sse(response):
@@ -178,12 +196,16 @@ async def chunks_of(
         raise ProviderError(f"{provider} stream broke ({type(exc).__name__})", None, retryable=True) from None
     finally:
         await response.aclose()
+        if not state.finished:
+            call.failed("stream_incomplete")
     if not state.finished:
         raise ProviderError(f"{provider} stream ended before the answer was complete", None, retryable=True)
     try:
         done = state.response(provider)
     except Malformed as exc:
+        call.failed("malformed_response")
         raise ProviderError(f"{provider} streamed a malformed answer: {exc}", None) from None
+    call.succeeded(done)
     yield StreamChunk(done=True, response=done)
 
 
