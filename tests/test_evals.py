@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.accounts import bearer, own_origin
-from tests.support.runtime import managed_client
+from tests.support.runtime import managed_client, start_target
 from tests.support.templates import (
     agent,
     create_template,
@@ -426,3 +426,36 @@ async def test_the_dashboard_runs_a_suite_and_shows_the_scorecard_and_each_case_
     # Another user sees neither the scorecard nor the run.
     other, _ = await user_with_key(client)
     assert (await client.get(response.headers["Location"], headers=other.cookie)).status == 404
+
+
+async def test_a_replayed_request_is_judged_again_by_the_policy_under_test(make_client, aiohttp_server):
+    client, llm = await evals_client(make_client, aiohttp_server)
+    target = await start_target(aiohttp_server)
+    _, key = await user_with_key(client)
+    host = "127.0.0.1"
+    draft = await create_template(
+        client, key, definition=team({"cases": [case("live", {"kind": "contains", "text": "sent"})]})
+    )
+    fetch = {"name": "http_request", "arguments": {"method": "POST", "url": f"{target.base}/drop"}}
+    llm.script(tool_calls=[fetch]).script(text="sent it")
+    recorded = (await run_suite(client, key, draft["id"]))["cases"][0]["runId"]
+    assert len(target.received) == 1
+    calls = len(llm.requests)
+    # The same recording under the definition it allowed: the recorded answer, nothing sent again.
+    allowed = case("allowed", {"kind": "contains", "text": "sent"}, replay={"runId": recorded})
+    await patch_ok(client, key, draft["id"], definition=team({"cases": [allowed]}))
+    card = await run_suite(client, key, draft["id"])
+    assert card["cases"][0]["status"] == "pass", card["cases"][0]
+    # Under a policy that now denies the host: the replayed request is blocked, and a policy case
+    # that wants it denied passes; still no model call and no request sent.
+    deny = {
+        "accessPolicyVersion": "1",
+        "defaultAction": "allow",
+        "rules": [{"match": {"host": host}, "action": "deny", "reason": "no more"}],
+    }
+    lead = agent("lead", prompt="You greet {{company}}.", accessPolicy=deny)
+    denied = case("denied", {"kind": "denied", "host": host, "method": "POST"}, replay={"runId": recorded})
+    await patch_ok(client, key, draft["id"], definition=team({"cases": [denied]}, lead))
+    card = await run_suite(client, key, draft["id"])
+    assert card["cases"][0]["status"] == "pass", card["cases"][0]
+    assert len(target.received) == 1 and len(llm.requests) == calls

@@ -93,7 +93,7 @@ async def test_a_run_calls_real_mcp_tools_under_the_policy(
         "mcpServers": ["time", "everything"],
     }
     servers = [server("time", catalogue="time"), server("everything", url=everything_url)]
-    _, key, install_id = await svc_install(client, [agent], mcpServers=servers)
+    caller, key, install_id = await svc_install(client, [agent], mcpServers=servers)
     catalogue_names = await (await client.get("/api/mcp/servers", headers=key)).json()
     assert catalogue_names == {
         "servers": [{"name": "time", "description": "Time", "transport": "stdio", "restricted": False}]
@@ -149,6 +149,11 @@ async def test_a_run_calls_real_mcp_tools_under_the_policy(
         ("everything", "echo", "judged"),
         ("time", "convert_time", "approval_required"),
     ]
+
+    # The install's dashboard page shows the call waiting for a person, with its arguments.
+    page = await (await client.get(f"/installs/{install_id}", headers=caller.cookie)).text()
+    assert 'data-gate="tool-approval"' in page and "mcp__time__convert_time" in page
+    assert "Approve this call" in page and "Asia/Tokyo" in page
 
     # The person approves the exact call once: the run goes on from its gate and makes it.
     pending = await (

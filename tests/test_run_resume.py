@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 from typing import Any
 
 import ray
 
 from actors.runtime import NAMESPACE, actor_name
+from tests.support.accounts import own_origin
 from tests.support.runtime import managed_client, member, start_target, svc_install
 from tests.support.waiting import wait_for, wait_settled, wait_status
 
@@ -36,7 +38,8 @@ async def three_steps(
     target = await start_target(aiohttp_server)
     policy = {"accessPolicyVersion": "1", "rules": [rule]} if rule else None
     lead = member("lead", **({"accessPolicy": policy} if policy else {}))
-    _, key, install_id = await svc_install(client, [lead, member("helper", reportsTo="lead")])
+    caller, key, install_id = await svc_install(client, [lead, member("helper", reportsTo="lead")])
+    client.caller = caller  # the owner's session, for the dashboard
     llm.script(tool_calls=[{"name": "delegate_helper", "arguments": {"task": "dig"}}], input_tokens=9)
     llm.script(text="dug", input_tokens=7)
     llm.script(tool_calls=[posting(f"{target.base}/hold/orders")], input_tokens=5)
@@ -101,8 +104,25 @@ async def test_the_operator_settles_an_unknown_outcome_as_done_or_failed(make_cl
     client, llm, target, key, install_id = await three_steps(make_client, aiohttp_server)
     run_id = await start_and_kill_at_the_post(client, target, key, install_id)
     await wait_status(store, run_id, "paused")
-    done = {"decision": "done", "note": "The order went through (checked by hand)."}
-    assert (await client.post(f"/api/installs/{install_id}/continue", json=done, headers=key)).status == 200
+    # Settled from the dashboard: the install page shows the request and the three decisions.
+    cookie = client.caller.cookie
+    page = await (await client.get(f"/installs/{install_id}", headers=cookie)).text()
+    assert 'data-gate="outcome-unknown"' in page and "POST " in page and "/hold/orders" in page
+    assert "Treat as done" in page and "Send again" in page and "Fail the run" in page
+    token = re.search(r'<meta name="csrf-token" content="([0-9a-f]+)">', page).group(1)
+    done = {
+        "_csrf": token,
+        "runId": run_id,
+        "decision": "done",
+        "note": "The order went through (checked by hand).",
+    }
+    answer = await client.post(
+        f"/installs/{install_id}/continue",
+        data=done,
+        headers={**cookie, **own_origin(client)},
+        allow_redirects=False,
+    )
+    assert answer.status == 303, await answer.text()
     await wait_status(store, run_id, "completed")
     assert len(target.received) == 1, "not sent again"
     last = llm.requests[-1].body["messages"][-1]

@@ -16,14 +16,35 @@ from aiohttp import web
 
 from api.context import services
 from api.pages.base import PageTable, Viewer, done, form, parse, render
-from api.pages.install_view import LIST_PROJECTION, badge, heading, latest_runs, run_row
+from api.pages.install_view import badge, heading, latest_runs, run_row
 from api.sse import relay
 from svc.core import BadRequest, Document, NotFound
 from svc.installs import CreateInstallBody
-from svc.runtime import MAX_DRAFT_ID, BulkBody, DraftEdit, RejectBody, RunBody, ledger
+from svc.runtime import MAX_DRAFT_ID, BulkBody, ContinueBody, DraftEdit, RejectBody, RunBody, ledger
 
 routes = PageTable()
 LIVE_POLL_S = 1.0
+# A paused run as the gate panel shows it: its row, and the tool call it stopped at (if any).
+PAUSED_PROJECTION: Document = {
+    name: 1
+    for name in (
+        "status",
+        "source",
+        "agentKey",
+        "pausedAtGate",
+        "inputTokens",
+        "outputTokens",
+        "errorMessage",
+        "createdAt",
+        "endedAt",
+        "state.call",
+    )
+}
+
+
+def paused_row(doc: Document) -> dict[str, Any]:
+    """A paused run with the tool call a person must settle (None at a pipeline's own gate)."""
+    return {**run_row(doc), "call": (doc.get("state") or {}).get("call")}
 
 
 async def acting(request: web.Request, viewer: Viewer) -> dict[str, str | None]:
@@ -35,15 +56,22 @@ async def gate_state(request: web.Request, viewer: Viewer, install: Document) ->
     """What waits for a decision: paused runs, the draft queue with targets, pending targets."""
     svc = services(request)
     install_id = install["_id"]
-    has_gates = bool(install["definition"].get("gates"))
-    if not has_gates:
-        return {"hasGates": False, "paused": [], "drafts": [], "targets": {"records": [], "total": 0}}
+    # Any team's run may stop at a tool call (an MCP call awaiting approval, a request whose outcome
+    # a crash left unknown), so paused runs are shown whether or not the team declares gates.
     paused = (
         await svc.store[ledger.RUNS]
-        .find({"installId": install_id, "status": "paused"}, LIST_PROJECTION)
+        .find({"installId": install_id, "status": "paused"}, PAUSED_PROJECTION)
         .sort([("pausedAt", 1), ("_id", 1)])
         .to_list(20)
     )
+    if not install["definition"].get("gates"):
+        return {
+            "hasGates": bool(paused),
+            "pipeline": False,
+            "paused": [paused_row(doc) for doc in paused],
+            "drafts": [],
+            "targets": {"records": [], "total": 0},
+        }
     drafts = await svc.outreach.drafts(viewer.principal, install_id)
     # The draft resource leaves out its recipient; the queue shows it, so the page does too.
     recipients = {
@@ -59,7 +87,8 @@ async def gate_state(request: web.Request, viewer: Viewer, install: Document) ->
         item["recipientEmail"] = recipients.get(item["draft"]["id"])
     return {
         "hasGates": True,
-        "paused": [run_row(doc) for doc in paused],
+        "pipeline": True,
+        "paused": [paused_row(doc) for doc in paused],
         "drafts": drafts,
         "targets": await svc.outreach.queue(viewer.principal, install_id, "target-review"),
     }
@@ -207,12 +236,23 @@ async def continue_run(request: web.Request, viewer: Viewer) -> web.StreamRespon
     """Continue the paused run past its gate (optionally bypassing later gates)."""
     svc = services(request)
     data = await form(request)
+    body = parse(
+        ContinueBody,
+        {
+            "bypassGates": data.get("bypassGates") in ("true", "on", "1"),
+            "runId": data.get("runId") or None,
+            "decision": data.get("decision") or None,
+            "note": data.get("note") or None,
+        },
+    )
     await svc.run_service.continue_run(
         viewer.principal,
         request.match_info["id"],
-        data.get("bypassGates") in ("true", "on", "1"),
+        body.bypassGates,
         await acting(request, viewer),
-        data.get("runId") or None,
+        body.runId,
+        body.decision,
+        body.note,
     )
     return done(request, f"/installs/{request.match_info['id']}")
 

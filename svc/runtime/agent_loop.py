@@ -336,14 +336,22 @@ class TeamRunner:
         recorder = self.recorder
         key = tool_key(path, n, j)
         recorded = recorder.journal.get("tool", key)
-        if recorded is not None:
+        # A replayed eval case's recorded request is judged again by the definition under test:
+        # the policy decides (and is logged), and only an allowed request gets the recorded answer.
+        replayed = recorded is not None and bool(recorded.get("recording")) and call.name == HTTP_TOOL.name
+        if recorded is not None and not replayed:
             return str(recorded.get("output") or "")
         resumed, recorder.resumed = recorder.resumed, False
         record = None
         # The call, made in this attempt of the run, as an `execute_tool` span with the access
         # policy's verdict (tracing, #33); a call the journal answered is replayed above without one.
         with tracing.tool_span(call.name, call.id, call.arguments, (GateReached,)) as span:
-            if call.name == HTTP_TOOL.name:
+            if replayed:
+                request = Request.parse(call.arguments)
+                answer = str((recorded or {}).get("output") or "")
+                outcome = await http.call(request, key, replayed=answer) if request else INVALID
+                output, record = outcome.output, outcome.record
+            elif call.name == HTTP_TOOL.name:
                 outcome = await self._http(http, key, call, in_flight=resumed)
                 output, record = outcome.output, outcome.record
             elif toolbox is not None and toolbox.owns(call.name):

@@ -9,7 +9,9 @@ owes only its steps (no run record, no counters, no `lastRunAt`: it is not templ
 
 A replayed case (`replayOnly`) starts with a recorded run's model answers and tool results as its
 journal; a model call the recording cannot answer fails the run with `ReplayMismatch` instead of
-calling a model (svc/runtime/agent_loop.py).
+calling a model (svc/runtime/agent_loop.py). A recorded `http_request` is judged again by the
+access policy of the definition under test: denied, it is blocked and logged as such; allowed, it
+gets the recorded answer without being sent.
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ def new_eval_run(
     replay: list[Document] | None = None,
 ) -> Document:
     """A queued eval run of exactly `definition`, with `variables` in its prompts."""
+    # Marked `recording`: a recorded tool call is judged again by this definition's policy.
     journal = [
-        {k: v for k, v in entry.items() if k != "at"} | {"at": utcnow()}
+        {k: v for k, v in entry.items() if k not in ("at", "security", "securityId", "timelineId")}
+        | {"at": utcnow(), "recording": True}
         for entry in replay or []
         if entry.get("kind") in REPLAYED_KINDS
     ]

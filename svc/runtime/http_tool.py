@@ -155,9 +155,12 @@ class HttpTool:
         request: Request,
         journal_key: str,
         before_send: Callable[[], Awaitable[None]] | None = None,
+        replayed: str | None = None,
     ) -> Outcome:
         """Judge, guard and send one request; `before_send` runs right before it leaves (the
-        journal's `sending` mark for a request that is not idempotent)."""
+        journal's `sending` mark for a request that is not idempotent). `replayed`: the answer a
+        replayed eval case's recording gave; the policy decides as always, and an allowed request
+        gets that answer instead of being sent (docs/evals.md)."""
         started = time.perf_counter()
         parts = urlsplit(request.url)
         verdict = self.verdict(request)
@@ -214,6 +217,8 @@ class HttpTool:
                 return Outcome(f"Blocked by the access policy: {verdict.reason or 'not allowed'}", entry)
             return Outcome(f"Blocked by the security judge: {judge[0]}", entry)
         report_only = reporting and would_block
+        if replayed is not None:
+            return Outcome(replayed, record(decision, source, reason, replayed_status(replayed), report_only))
         headers = {name: substitute(value, self.secrets) for name, value in request.headers.items()}
         if not request.idempotent and not any(k.lower() == "idempotency-key" for k in headers):
             headers[IDEMPOTENCY_HEADER] = idempotency_key(self.run_id, journal_key)
@@ -275,6 +280,15 @@ class HttpTool:
         except (ValueError, KeyError, TypeError):
             return False, "Judge answer could not be read; blocked", None
         return decision == "allow", reasoning, confidence
+
+
+def replayed_status(answer: str) -> int | None:
+    """The upstream status in a recorded `http_request` answer (None for a blocked or failed one)."""
+    try:
+        status = json.loads(answer).get("status")
+    except (ValueError, AttributeError):
+        return None
+    return status if isinstance(status, int) else None
 
 
 def tool_event(entry: RequestRecord) -> dict[str, Any]:
