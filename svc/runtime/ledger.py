@@ -25,8 +25,11 @@ writes `pipeline_runs` (tests/test_architecture.py). A per-install incarnation r
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timedelta
 from typing import Any
+
+from pymongo.errors import DuplicateKeyError
 
 from plugins import tracing
 from svc.core import Batch, Document, Store, tokens, utcnow
@@ -91,20 +94,37 @@ async def enqueue_many(store: Store, runs: list[Document]) -> None:
         await store[RUNS].insert_many(runs)
 
 
-async def retry(store: Store, first: Document, run: Document) -> Document:
-    """Queue `run` as the retry of `first`, once: two retries at once give one new run. The
-    first run's `lastRetry` is the claim (moved from the value this caller saw to the new run's id);
-    the caller that loses gets the winner's run back."""
-    seen = first.get("lastRetry")
-    won = await store[RUNS].update_one(
-        {"_id": first["_id"], "lastRetry": seen}, {"$set": {"lastRetry": run["_id"]}}
-    )
-    if won.modified_count == 1:
-        await enqueue(store, run)
-        return run
-    latest = await store[RUNS].find_one({"_id": first["_id"]}, {"lastRetry": 1})
-    winner = await store[RUNS].find_one({"_id": (latest or {}).get("lastRetry")}, HEAVY)
-    return winner if winner is not None else run
+async def retry(store: Store, first: Document, run: Document) -> tuple[Document, bool]:
+    """Queue `run` as the retry of `first`, once: two retries at once give one new run. Answers
+    the retry and whether this caller queued it (it then hands it over).
+
+    The n-th retry of a run has an id fixed by (first run, n), so the insert itself decides: of
+    callers that saw the same count, one inserts, and the others meet its run (already stored, so
+    they answer with it). The first run's `retries` and `lastRetry` then catch up (idempotent). A
+    count left behind by a crash between the two writes meets an ended retry: the next n is tried."""
+    n = int(first.get("retries") or 0) + 1
+    while True:
+        attempt = {**run, "_id": retry_id(first["_id"], n)}
+        try:
+            await enqueue(store, attempt)
+            won = True
+        except DuplicateKeyError:
+            won = False
+        await store[RUNS].update_one(
+            {"_id": first["_id"], "$or": [{"retries": {"$lt": n}}, {"retries": None}]},
+            {"$set": {"retries": n, "lastRetry": attempt["_id"]}},
+        )
+        if won:
+            return attempt, True
+        existing = await store[RUNS].find_one({"_id": attempt["_id"]}, HEAVY)
+        if existing is not None and existing["status"] in (*ACTIVE, "paused"):
+            return existing, False
+        n += 1
+
+
+def retry_id(first_id: str, n: int) -> str:
+    """The id of the n-th retry of a run (the shape of every run id: 24 hex digits)."""
+    return hashlib.sha256(f"{first_id}:retry:{n}".encode()).hexdigest()[:24]
 
 
 async def note_handoff(store: Store, run: Document, now: datetime) -> bool:

@@ -171,9 +171,9 @@ class RunService:
             templateVersion=install["templateVersion"],  # issue 34: pinned runs
         )
         # Two retries at once give one new run: the loser answers with the winner's.
-        queued = await ledger.retry(self.store, first, run)
-        if queued is run:
-            self._hand_over(run)
+        queued, mine = await ledger.retry(self.store, first, run)
+        if mine:
+            self._hand_over(queued)
         return {"runId": queued["_id"], "status": queued["status"], "retryOf": run_id}
 
     async def heartbeat(self, body: HeartbeatBody, secret: str | None) -> dict[str, Any]:
