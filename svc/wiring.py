@@ -204,7 +204,7 @@ def build_services(
     )
     # Evals (issue 36): the suite runner is the publish gate, so it is built before the templates.
     limits = EvalLimits(settings.judge_model, settings.eval_monthly_runs, settings.eval_concurrency)
-    suites = SuiteRunner(store, run_service, installs, llm, limits)
+    suites = SuiteRunner(store, run_service, installs, llm, limits, governance)
     templates = Templates(store, mailer, suites.gate)
     callbacks = CallbackDelivery(store, vault, settings.egress_allow_private, settings.callback_max_attempts)
     return Services(

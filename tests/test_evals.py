@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.accounts import bearer, own_origin
+from tests.support.orgs import audit_actions, ok, org_key, send, world
 from tests.support.runtime import managed_client, start_target
 from tests.support.templates import (
     agent,
@@ -459,3 +460,30 @@ async def test_a_replayed_request_is_judged_again_by_the_policy_under_test(make_
     card = await run_suite(client, key, draft["id"])
     assert card["cases"][0]["status"] == "pass", card["cases"][0]
     assert len(target.received) == 1 and len(llm.requests) == calls
+
+
+async def test_an_org_under_governance_publishes_only_with_a_passing_suite(make_client, aiohttp_server):
+    client, llm = await evals_client(make_client, aiohttp_server)
+    w = await world(client, pro=True)
+    key = await org_key(client, w.admin, w.slug)
+    body = {"enabled": True, "requireEvalSuite": True}
+    member_try = await send(client, w.member, "PATCH", f"{w.base}/settings/governance", body)
+    assert member_try.status == 403
+    org = (await ok(await send(client, w.owner, "PATCH", f"{w.base}/settings/governance", body)))["org"]
+    assert org["requireEvalSuite"] is True
+    assert (await audit_actions(client, w.org["id"]))[-1]["action"] == "governance.eval_suite_required"
+    # No suite: refused, naming what to add; nothing published.
+    bare = await create_template(client, key, definition=definition(agent("lead")))
+    refused = await client.post(f"/api/templates/{bare['id']}/publish", json={}, headers=bearer(key))
+    assert refused.status == 422 and "eval suite" in (await refused.json())["error"]
+    # A suite the template itself does not mark required is required all the same, and must pass.
+    suite = {"cases": [case("greets", {"kind": "contains", "text": "hello"})]}
+    draft = await create_template(client, key, definition=team(suite))
+    llm.script(text="goodbye")
+    failing = await client.post(f"/api/templates/{draft['id']}/publish", json={}, headers=bearer(key))
+    assert failing.status == 422 and "greets" in (await failing.json())["error"]
+    # The failing scorecard of this definition stands until the suite is run again and passes.
+    llm.script(text="hello Acme")
+    assert (await run_suite(client, key, draft["id"]))["passed"]
+    passing = await client.post(f"/api/templates/{draft['id']}/publish", json={}, headers=bearer(key))
+    assert passing.status == 200, await passing.text()

@@ -66,6 +66,11 @@ class Governance(Protocol):
         """Open the approval request for a waiting install and notify the approvers; its id."""
         ...
 
+    async def requires_eval_suite(self, owner: dict[str, str]) -> bool:
+        """True when this owner's templates publish only with an eval suite that passes (an org
+        that asks so under governance; docs/evals.md)."""
+        ...
+
     async def upgrade_approval(self, owner: dict[str, str], bump: str, widens: bool) -> str | None:
         """Why an install of this owner may not move to another version without approval: a MAJOR
         or widening move under governance, any move when the org asks so (None: it may)."""

@@ -15,7 +15,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from svc.core import BadRequest, Document, NotFound, RuntimeFailure, Store, Unprocessable, tokens, utcnow
+from svc.core import (
+    BadRequest,
+    Document,
+    Governance,
+    NotFound,
+    RuntimeFailure,
+    Store,
+    Unprocessable,
+    tokens,
+    utcnow,
+)
 from svc.evals import budget
 from svc.evals.checks import facts_of, is_policy, judge, pricing_of, verdict
 from svc.evals.scorecards import digest, of_definition, store_card, summary, tally
@@ -24,6 +34,10 @@ from svc.installs import Installs
 from svc.runtime import LLM, RunService, eval_run_of, is_eval_install, new_eval_run, recorded_journal
 from svc.templates import VARIABLE_REFERENCE, note_scorecard
 
+ORG_REQUIRES_SUITE = (
+    "Your organisation publishes templates only with an eval suite that passes: add `evals` to "
+    "the definition (docs/evals.md)"
+)
 # A run that failed for one of these reasons says nothing about the team: the case is an error.
 RUNTIME_ERRORS = (
     "Model provider error",
@@ -50,8 +64,15 @@ class SuiteRunner:
     """Runs suites and answers the publish gate."""
 
     def __init__(
-        self, store: Store, run_service: RunService, installs: Installs, llm: LLM, limits: EvalLimits
+        self,
+        store: Store,
+        run_service: RunService,
+        installs: Installs,
+        llm: LLM,
+        limits: EvalLimits,
+        governance: Governance | None = None,
     ) -> None:
+        self.governance = governance  # an org may require a passing suite of every publish
         self.store = store
         self.run_service = run_service
         self.installs = installs
@@ -98,9 +119,12 @@ class SuiteRunner:
         definition when it has no errors, else a new run); 422 listing failing and erroring
         cases otherwise. The summary the version is published with (None: no scorecard)."""
         suite = record["definition"].get("evals")
+        by_org = self.governance is not None and await self.governance.requires_eval_suite(record["owner"])
+        if by_org and not suite:
+            raise Unprocessable(ORG_REQUIRES_SUITE)
         root = record.get("parentTemplateId") or record["_id"]
         card = await of_definition(self.store, root, digest(record["definition"]))
-        if not suite or not suite.get("required"):
+        if not suite or not (suite.get("required") or by_org):
             return {**summary(card), "version": record["version"]} if card else None
         if card is None or card["errors"]:
             card = await self.run(principal, record, "publish")

@@ -73,6 +73,11 @@ class GovernanceBody(RequestBody):
         description="which version moves of installs wait for approval under governance: `breaking` "
         "(MAJOR or widening permissions; the default) or `all`; omitted: unchanged",
     )
+    requireEvalSuite: bool | None = Field(
+        default=None,
+        description="the org's templates publish only with an eval suite that passes (docs/evals.md); "
+        "omitted: unchanged",
+    )
 
 
 class ApprovalRequestBody(RequestBody):

@@ -50,6 +50,13 @@ class Governance:
             org, install["_id"], install["templateId"], install["templateName"], actor
         )
 
+    async def requires_eval_suite(self, owner: dict[str, str]) -> bool:
+        """Governance port: an org (Pro) that asks for it publishes only with a passing suite."""
+        if owner.get("kind") != "org":
+            return False
+        org = await self.store.orgs.find_one({"_id": owner["id"]}, {"plan": 1, "requireEvalSuite": 1})
+        return org is not None and is_pro(org) and bool(org.get("requireEvalSuite"))
+
     async def upgrade_approval(self, owner: dict[str, str], bump: str, widens: bool) -> str | None:
         """Governance port: why a move of an org's install waits for approval (docs/upgrades.md)."""
         if not await self.requires_approval(owner):
@@ -160,6 +167,8 @@ class Approvals:
         changes: Document = {"governanceEnabled": body.enabled, "updatedAt": utcnow()}
         if body.upgradeApproval is not None:
             changes["upgradeApproval"] = body.upgradeApproval
+        if body.requireEvalSuite is not None:
+            changes["requireEvalSuite"] = body.requireEvalSuite
         updated = await self.store.orgs.find_one_and_update(
             {"_id": access.org["_id"]}, {"$set": changes}, return_document=ReturnDocument.AFTER
         )
@@ -171,6 +180,10 @@ class Approvals:
         if body.upgradeApproval is not None and body.upgradeApproval != before:
             meta = {"upgradeApproval": body.upgradeApproval}
             await self.audit.record(updated["_id"], "governance.upgrade_approval_changed", access.actor, meta)
+        required = body.requireEvalSuite
+        if required is not None and required != bool(access.org.get("requireEvalSuite")):
+            action = "governance.eval_suite_required" if required else "governance.eval_suite_not_required"
+            await self.audit.record(updated["_id"], action, access.actor, {})
         return org_view(updated)
 
     async def approvals(self, user_id: str, slug: str, status: str | None) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ def org_view(doc: Document) -> dict[str, Any]:
         "createdAt": iso(doc["createdAt"]),
         # Set once an owner or admin chose which version moves wait for approval (docs/upgrades.md).
         **({"upgradeApproval": doc["upgradeApproval"]} if doc.get("upgradeApproval") else {}),
+        **({"requireEvalSuite": True} if doc.get("requireEvalSuite") else {}),
     }
 
 
