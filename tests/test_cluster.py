@@ -387,11 +387,11 @@ async def test_a_worker_node_removed_mid_run_resumes_the_run_on_a_new_node(world
     status, (body, _) = await started
     assert status == 200 and body["status"] == "completed", body
     assert body["runId"] == run["_id"]
-    holder = await store["actor_incarnations"].find_one({"_id": install_id})
-    assert holder["node"] == world.worker.node_id != gone.node_id
-    # Later runs on that install work, through either API.
+    # Later runs on that install work, through either API, on the new node.
     status, (later, _) = await sync_run(b, install_id, key)
     assert status == 200 and later["status"] == "completed", later
+    holder = await store["actor_incarnations"].find_one({"_id": install_id})
+    assert holder["node"] == world.worker.node_id != gone.node_id
     # What any orphaned copy of the old actor did with the run once its call could have ended:
     # judged by test_no_orphan_acts_after_a_node_is_removed.
     orphan_done_by = time.monotonic() + 3
@@ -415,10 +415,13 @@ ORPHANS: dict[bool, dict[str, Any]] = {}
 async def test_no_orphan_acts_after_a_node_is_removed() -> None:
     assert set(ORPHANS) == {True, False}, "the node-removal scenarios ran first"
     for graceful, seen in ORPHANS.items():
-        # The call in flight when the node went (its answer lost), the resumed one, nothing more;
-        # the run stays completed, with one run record.
-        assert seen == {"model calls for the moved run": 2, "final status": "completed", "run records": 1}, (
+        # The call in flight when the node went and the resumed one (or only the first, when an
+        # orphaned process of the old copy got its answer and ended the run before the takeover),
+        # nothing more; the run stays completed, with one run record.
+        calls = seen.pop("model calls for the moved run")
+        assert calls in (1, 2) and seen == {"final status": "completed", "run records": 1}, (
             graceful,
+            calls,
             seen,
         )
 
@@ -461,9 +464,6 @@ async def test_installs_spread_over_the_nodes_and_a_killed_raylet_s_runs_resume_
     world.llm.holding = False
     answers = await asyncio.gather(*runs)
     assert all(status == 200 and body["status"] == "completed" for status, (body, _) in answers), answers
-    for install_id in moved:  # resumed on the other node
-        holder = await store["actor_incarnations"].find_one({"_id": install_id})
-        assert holder["node"] == survivor.node_id, holder
     for task in tasks:  # each run's call made once, or twice where its node died under it
         assert 1 <= len(calls_with(world, task)) <= 2, task
     assert (
@@ -477,6 +477,12 @@ async def test_installs_spread_over_the_nodes_and_a_killed_raylet_s_runs_resume_
     # No orphan stopped a healthy copy: every install runs again, on the nodes that live.
     again = await asyncio.gather(*(sync_run(b, install_id, key) for _, key, install_id in installs))
     assert all(status == 200 and body["status"] == "completed" for status, (body, _) in again), again
+    # The installs of the dead node now live on the other one. (Their interrupted runs ended on
+    # whichever copy got there first: a new one resuming from the journal, or the old process
+    # finishing its call before the takeover; either way once, as counted above.)
+    for install_id in moved:
+        holder = await store["actor_incarnations"].find_one({"_id": install_id})
+        assert holder["node"] == survivor.node_id, holder
 
 
 async def test_an_actor_killed_during_a_webhook_run_resumes_it_and_the_callback_says_completed(

@@ -97,6 +97,8 @@ async def test_no_credential_of_another_tenant_reaches_or_changes_anything(make_
         "key": "API_TOKEN",
         "installId": install_id,
         "runId": "0" * 24,
+        "scorecardId": "0" * 24,
+        "approvalId": "0" * 24,
         "a": "1",
         "b": "1",
     }

@@ -208,18 +208,18 @@ def test_a_version_adding_a_server_or_widening_a_tool_rule_is_minor_in_the_diff(
 def test_the_definition_editor_validates_the_mcp_fields_as_you_type() -> None:
     import json
 
-    from api.pages.builder import validate_definition
+    from svc.templates import Definitions  # the editor's check as you type (POST /api/templates/validate)
 
+    check = Definitions({"providerA", "providerB"}).check_text
     bad = team([{"name": "x", "command": "sh"}], ["x"])
-    _, errors = validate_definition(json.dumps(bad))
+    errors = check(json.dumps(bad)).as_dict()["errors"]
     assert errors[0]["path"] == "definition.mcpServers[0]" and "cannot name a command" in errors[0]["message"]
     undeclared = team([{"name": "x", "url": "https://h/mcp"}], ["y"])
-    _, errors = validate_definition(json.dumps(undeclared))
+    errors = check(json.dumps(undeclared)).as_dict()["errors"]
     assert errors == [
         {
             "path": "definition.agents[0].mcpServers[0]",
             "message": "no MCP server named 'y' in the team's mcpServers",
         }
     ]
-    parsed, errors = validate_definition(json.dumps(team([{"name": "x", "url": "https://h/mcp"}], ["x"])))
-    assert errors == [] and parsed is not None
+    assert check(json.dumps(team([{"name": "x", "url": "https://h/mcp"}], ["x"]))).as_dict()["valid"]

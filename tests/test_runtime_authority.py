@@ -52,6 +52,14 @@ async def actor_pid(install_id: str) -> int:
 
 
 async def run_record(store: Any, run_id: str) -> list[dict[str, Any]]:
+    """The run's records in `runs`, once its end has paid what it owed: the settlement writes them
+    just after the write that ends the run (svc/runtime/settlement.py)."""
+
+    async def paid() -> bool:
+        run = await store["pipeline_runs"].find_one({"_id": run_id}, {"status": 1, "owed": 1})
+        return run is not None and run["status"] in ("completed", "failed") and not run.get("owed")
+
+    assert await wait_for(paid, 60), f"run {run_id} never settled"
     return await store["runs"].find({"runId": run_id}).to_list(None)
 
 

@@ -328,13 +328,16 @@ async def test_a_gate_pause_and_its_continue_stay_in_the_runs_trace(make_client,
     ]
     # The resumed part hangs off the run's origin (the run request); the continue (another trace)
     # is linked.
-    origin = [s for s in collector.trace(CALLER_TRACE) if s.kind == "SERVER"]
+    origin = await waiting.eventually(  # the API's span is exported by its own batch, maybe later
+        lambda: [s for s in collector.trace(CALLER_TRACE) if s.kind == "SERVER"], "the run request's span"
+    )
     assert resumed.parent_id == origin[0].span_id
     handover = await waiting.eventually(
         lambda: [s for s in collector.trace(other) if s.name == "InstallActor/resume"],
         "the continue's hand-over",
     )
     assert resumed.links == [(other, handover[0].span_id)]
+    await waiting.wait_settled(store, paused["runId"])  # the run record follows the end's write
     record = await store["runs"].find_one({"runId": paused["runId"]})
     chats = [s for s in collector.trace(CALLER_TRACE) if s.name.startswith("chat ")]
     assert sum(c.attributes["gen_ai.usage.input_tokens"] for c in chats) == record["inputTokens"] == 20
