@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from svc.core import Document, RunOutcome, Store, utcnow
+from svc.core import Document, Store, utcnow
 from svc.runtime import ledger
 
 EVAL_PREFIX = "eval-"
@@ -98,16 +98,3 @@ async def recorded_journal(store: Store, run_id: str) -> tuple[str, list[Documen
         return None
     return run["installId"], list(run.get("journal") or [])
 
-
-def outcome_of_eval(run: Document) -> RunOutcome:
-    """Where an eval run stands, as a RunOutcome."""
-    return RunOutcome(
-        run["_id"],
-        run["status"],
-        response=run.get("response"),
-        agent=run.get("agentKey"),
-        inputTokens=int(run.get("inputTokens") or 0),
-        outputTokens=int(run.get("outputTokens") or 0),
-        errorMessage=run.get("errorMessage"),
-        pausedAtGate=run.get("pausedAtGate") if run["status"] == "paused" else None,
-    )

@@ -288,7 +288,7 @@ class InstallRunner:
             "seq": recorder.seq,
         }
         await self._settle(final, install)
-        return outcome(final)
+        return ledger.outcome(final)
 
     async def _pause(
         self, install: Document, run: Document, recorder: RunRecorder, result: TeamResult, state: Document
@@ -334,7 +334,7 @@ class InstallRunner:
             "seq": recorder.seq,
         }
         await self._settle(final, install)
-        return outcome(final)
+        return ledger.outcome(final)
 
     async def _refused(self, run: Document, install: Document | None) -> RunOutcome:
         """A run handed over after its install stopped being ready ends failed, marked `refused`
@@ -437,7 +437,7 @@ class InstallRunner:
         run = await ledger.get(self.store, run_id)
         if run is None:
             return RunOutcome(run_id, "failed", errorMessage="Run not found")
-        return outcome(run)
+        return ledger.outcome(run)
 
     async def secrets_of(self, install: Document) -> dict[str, str]:
         """Org secrets, overridden by the install's own of the same name (spec)."""
@@ -471,17 +471,3 @@ def gate_state(gate: GateReached) -> Document:
         **gate.resume,
     }
 
-
-def outcome(run: Document) -> RunOutcome:
-    """The answer a run's document gives."""
-    return RunOutcome(
-        runId=run["_id"],
-        status=run["status"],
-        response=run.get("response"),
-        agent=run.get("agentKey"),
-        inputTokens=int(run.get("inputTokens") or 0),
-        outputTokens=int(run.get("outputTokens") or 0),
-        errorMessage=run.get("errorMessage"),
-        pausedAtGate=run.get("pausedAtGate") if run["status"] == "paused" else None,
-        refused=run.get("refused"),
-    )

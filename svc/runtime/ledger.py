@@ -32,7 +32,7 @@ from typing import Any
 from pymongo.errors import DuplicateKeyError
 
 from plugins import tracing
-from svc.core import Batch, Document, Store, tokens, utcnow
+from svc.core import Batch, Document, RunOutcome, Store, tokens, utcnow
 
 RUNS = "pipeline_runs"
 INCARNATIONS = "actor_incarnations"  # svc/runtime/incarnations.py (read by `orphaned`)
@@ -483,3 +483,18 @@ def _with_events(change: Document, events: list[Document]) -> Document:
     out["$push"] = {**change.get("$push", {}), "events": {"$each": events}}
     out["$inc"] = {**change.get("$inc", {}), "seq": len(events)}
     return out
+
+
+def outcome(run: Document) -> RunOutcome:
+    """The answer a run's document gives."""
+    return RunOutcome(
+        runId=run["_id"],
+        status=run["status"],
+        response=run.get("response"),
+        agent=run.get("agentKey"),
+        inputTokens=int(run.get("inputTokens") or 0),
+        outputTokens=int(run.get("outputTokens") or 0),
+        errorMessage=run.get("errorMessage"),
+        pausedAtGate=run.get("pausedAtGate") if run["status"] == "paused" else None,
+        refused=run.get("refused"),
+    )

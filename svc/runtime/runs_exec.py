@@ -362,16 +362,7 @@ class RunService:
         run = await ledger.get(self.store, run_id)
         if run is None:
             return RunOutcome(run_id, "failed", errorMessage="Run not found")
-        return RunOutcome(
-            run_id,
-            run["status"],
-            response=run.get("response"),
-            agent=run.get("agentKey"),
-            inputTokens=int(run.get("inputTokens") or 0),
-            outputTokens=int(run.get("outputTokens") or 0),
-            errorMessage=run.get("errorMessage"),
-            pausedAtGate=run.get("pausedAtGate") if run["status"] == "paused" else None,
-        )
+        return ledger.outcome(run)
 
     def _hand_over(self, run: Document) -> None:
         """Hand a queued run to the install's actor in the background: the caller has its answer
