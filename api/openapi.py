@@ -178,6 +178,8 @@ TAG_DESCRIPTIONS = {
     "mcp": "MCP tools for managed agents: the operator's catalogue of servers, an install's servers "
     "and their tools, accepting or refusing those tools, and approving or rejecting single tool calls.",
     "caps": "Spend limits of an install, and sending a run's callback again.",
+    "upgrades": "Moving an install to another version of its template: the versions it can move to, "
+    "the plan of a move, applying it or rolling it back, and automatic upgrades.",
     "evals": "Evaluation suites of templates: running a suite on the managed runtime, its scorecards, "
     "and the run behind each case.",
     "openapi": "This reference, as an OpenAPI document.",
