@@ -6,11 +6,9 @@ cut dead at each point of the end (`SVC_CRASH_POINTS`, svc/runtime/faults.py).""
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from api.app import SERVICES
 from svc.jobs import Jobs
@@ -18,27 +16,13 @@ from tests.support import faults
 from tests.support.accounts import bearer, create_key, signup
 from tests.support.installs import install_ok
 from tests.support.runs import ingest, issue_token
-from tests.support.runtime import managed_client, member, webhook_token
+from tests.support.runtime import callback_server, managed_client, member, webhook_token
 from tests.support.templates import publish_template
 from tests.support.waiting import wait_for, wait_status, wait_until
 
 MANAGED_REPORT = (
     "This install runs on the managed runtime, which records every run itself; run reports are refused"
 )
-
-
-async def receiver(aiohttp_server: Any) -> tuple[list[dict[str, Any]], str]:
-    """A callback receiver: what it got, and its URL."""
-    received: list[dict[str, Any]] = []
-
-    async def hook(request: web.Request) -> web.Response:
-        received.append(json.loads(await request.read()))
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    server = await aiohttp_server(app)
-    return received, str(server.make_url("/hook"))
 
 
 async def paid_svc_install(
@@ -132,7 +116,7 @@ async def test_a_crash_at_each_point_of_the_end_loses_and_doubles_nothing(
     counters exact, its callback delivered once. Before the end write, the answer died with the
     actor: the model call is made again (its lost attempt recorded), never after it."""
     client, llm = await managed_client(make_client, aiohttp_server, crash_points=frozenset({point}))
-    received, hook = await receiver(aiohttp_server)
+    received, hook = await callback_server(aiohttp_server)
     deployer, key, install_id = await paid_svc_install(client, [member("lead")])
     token = await webhook_token(client, deployer, install_id)
     llm.script(text="the answer", input_tokens=10, output_tokens=5)

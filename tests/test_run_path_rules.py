@@ -22,7 +22,7 @@ from svc.core import StartRun, utcnow
 from svc.jobs import Jobs
 from svc.runtime import CallbackDelivery, ledger
 from tests.fakes.smtp import SmtpSink
-from tests.support.runtime import managed_client, member, svc_install, webhook_token
+from tests.support.runtime import callback_server, managed_client, member, svc_install, webhook_token
 from tests.support.waiting import wait_for, wait_status
 
 
@@ -329,21 +329,13 @@ async def test_webhook_runs_of_one_install_settle_their_callbacks_once_each(
     client, llm = await managed_client(make_client, aiohttp_server)
     caller, _key, _install_id = await svc_install(client, [member("lead")])
     token = await webhook_token(client, caller)
-    received: list[dict[str, Any]] = []
-
-    async def hook(request: web.Request) -> web.Response:
-        received.append(json.loads(await request.read()))
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    server = await aiohttp_server(app)
+    received, hook = await callback_server(aiohttp_server)
     llm.default_text = "done"
     answers = await asyncio.gather(
         *(
             client.post(
                 f"/api/webhook/{token}",
-                json={"inputText": str(n), "callbackUrl": str(server.make_url("/hook"))},
+                json={"inputText": str(n), "callbackUrl": hook},
             )
             for n in range(10)
         )

@@ -7,7 +7,6 @@ counts its calls; the install's worker is killed with SIGKILL where a scenario s
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 from datetime import UTC, datetime, timedelta
@@ -15,7 +14,6 @@ from typing import Any
 
 import ray
 import time_machine
-from aiohttp import web
 from ray.experimental import internal_kv
 
 from actors import deployment
@@ -25,24 +23,10 @@ from api.app import RUNTIME, SERVICES
 from svc.core import StartRun, utcnow
 from svc.jobs import ACTOR_GONE_AFTER, Jobs
 from svc.runtime import ledger
-from tests.support.runtime import managed_client, member, svc_install, webhook_token
+from tests.support.runtime import callback_server, managed_client, member, svc_install, webhook_token
 from tests.support.waiting import wait_for, wait_status, wait_until
 
 INTERRUPTED = "stopped during the run"
-
-
-async def callback_server(aiohttp_server: Any) -> tuple[list[dict[str, Any]], str]:
-    """A callback receiver: what it got, and its URL."""
-    received: list[dict[str, Any]] = []
-
-    async def hook(request: web.Request) -> web.Response:
-        received.append(json.loads(await request.read()))
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    server = await aiohttp_server(app)
-    return received, str(server.make_url("/hook"))
 
 
 async def actor_pid(install_id: str) -> int:

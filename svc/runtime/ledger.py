@@ -41,6 +41,7 @@ SETTLED = ("completed", "failed")
 Source = str  # run, webhook, schedule, continue, retry, heartbeat
 # Journal and events are read back only by the run's detail, stream and resume; lists leave them out.
 HEAVY = {"journal": 0, "events": 0}
+Journal = list[Document] | None  # a step's new journal entries
 
 
 def new_run(install_id: str, task: str, source: Source, **extra: Any) -> Document:
@@ -100,8 +101,8 @@ async def retry(store: Store, first: Document, run: Document) -> tuple[Document,
 
     The n-th retry of a run has an id fixed by (first run, n), so the insert itself decides: of
     callers that saw the same count, one inserts, and the others meet its run (already stored, so
-    they answer with it). The first run's `retries` and `lastRetry` then catch up (idempotent). A
-    count left behind by a crash between the two writes meets an ended retry: the next n is tried."""
+    they answer with it). `retries` and `lastRetry` then catch up (idempotent); a count a crash
+    left behind meets an ended retry, and the next n is tried."""
     n = int(first.get("retries") or 0) + 1
     while True:
         attempt = {**run, "_id": retry_id(first["_id"], n)}
@@ -198,14 +199,9 @@ async def step(
     """One step of a running run, in one write: its journal entries, its events and its tokens.
     False when this incarnation no longer runs it (superseded, cancelled or settled elsewhere)."""
     change: Document = {"$set": {"stepAt": utcnow()}}
-    if journal:
-        change["$push"] = {"journal": {"$each": journal}}
     if tokens_in or tokens_out:
         change["$inc"] = {"inputTokens": tokens_in, "outputTokens": tokens_out}
-    done = await store[RUNS].update_one(
-        {"_id": run_id, "status": "running", "incarnation": incarnation}, _with_events(change, events)
-    )
-    return done.matched_count == 1
+    return await _fenced(store, run_id, incarnation, change, journal, events)
 
 
 async def pause(
@@ -233,6 +229,13 @@ async def pause(
         },
         "$inc": {"inputTokens": tokens_in, "outputTokens": tokens_out},
     }
+    return await _fenced(store, run_id, incarnation, change, journal, events)
+
+
+async def _fenced(
+    store: Store, run_id: str, incarnation: str, change: Document, journal: Journal, events: list[Document]
+) -> bool:
+    """One write to a run this incarnation runs, with journal and events; False if it moved."""
     if journal:
         change["$push"] = {"journal": {"$each": journal}}
     done = await store[RUNS].update_one(
@@ -290,12 +293,7 @@ async def end(
         "$set": {"status": status, "endedAt": utcnow(), "owed": owed, "owedAt": utcnow(), **fields},
         "$inc": {"inputTokens": tokens_in, "outputTokens": tokens_out},
     }
-    if journal:
-        change["$push"] = {"journal": {"$each": journal}}
-    done = await store[RUNS].update_one(
-        {"_id": run_id, "status": "running", "incarnation": incarnation}, _with_events(change, events)
-    )
-    return done.matched_count == 1
+    return await _fenced(store, run_id, incarnation, change, journal, events)
 
 
 async def settle(

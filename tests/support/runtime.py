@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,3 +98,17 @@ async def webhook_token(client: Any, caller: Any, install_id: str | None = None)
     mine = await (await client.get("/api/installs/mine", headers=caller.cookie)).json()
     item = mine[0] if install_id is None else next(i for i in mine if i["id"] == install_id)
     return str(item["webhookToken"])
+
+
+async def callback_server(aiohttp_server: Any) -> tuple[list[dict[str, Any]], str]:
+    """A callback receiver: what it got, and its URL."""
+    received: list[dict[str, Any]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append(json.loads(await request.read()))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    server = await aiohttp_server(app)
+    return received, str(server.make_url("/hook"))
