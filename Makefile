@@ -25,6 +25,10 @@ serve: install
 # (pytest's -q hides the plugin's own header): rerun one order with `make test SEED=1234`, or
 # turn it off while debugging with `-p no:randomly`. The 15 slowest tests are listed at the
 # end, to keep the suite within its 15 minutes.
+# The suite runs in TEST_WORKERS processes (pytest-xdist), a test file per process at a time;
+# each process has its own embedded database and local Ray. `make test TEST_WORKERS=0` runs
+# it in this one process.
+TEST_WORKERS ?= 2
 ifeq ($(SEED),)
 SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
 endif
@@ -32,7 +36,8 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	@echo "Random test order, seed $(SEED): 'make test SEED=$(SEED)' runs this order again."
-	$(BIN)/pytest -q -p no:cacheprovider -p randomly --randomly-seed=$(SEED) --durations=15
+	$(BIN)/pytest -q -p no:cacheprovider -p randomly --randomly-seed=$(SEED) --durations=15 \
+		-n $(TEST_WORKERS) --dist loadfile
 
 # Mutation testing of the modules that decide money, access and egress, each against its fast
 # tests ([tool.mutmut] in pyproject.toml; survivors and their verdicts in docs/testing.md).

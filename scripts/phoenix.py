@@ -17,7 +17,6 @@ and are read back from its REST API (`GET /v1/projects/{project}/spans`).
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import signal
@@ -33,6 +32,11 @@ import venv
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+try:
+    from scripts.install_lock import one_installer
+except ModuleNotFoundError:  # run as `python scripts/<name>.py`
+    from install_lock import one_installer  # type: ignore[no-redef]
 
 PHOENIX_VERSION = "20.26.1"
 REPO = Path(__file__).resolve().parent.parent
@@ -67,9 +71,7 @@ def install() -> None:
     stamp = environment() / ".installed"
     if stamp.exists() and stamp.read_text() == PHOENIX_VERSION:
         return
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with one_installer(CACHE):
         if not (stamp.exists() and stamp.read_text() == PHOENIX_VERSION):
             _install(stamp)
 

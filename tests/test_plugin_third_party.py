@@ -23,13 +23,18 @@ def pip(*args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def installed_plugin():
-    pip("install", "--no-deps", "--no-build-isolation", str(PACKAGE))
+def installed_plugin(tmp_path_factory: pytest.TempPathFactory):
+    """The package installed by pip into a directory on this process's path only: the shared
+    environment stays as it was, so test processes running beside this one (pytest-xdist)
+    never see a fifth platform."""
+    target = tmp_path_factory.mktemp("site")
+    pip("install", "--no-deps", "--no-build-isolation", "--target", str(target), str(PACKAGE))
+    sys.path.insert(0, str(target))
     importlib.invalidate_caches()
     try:
         yield
     finally:
-        pip("uninstall", "--yes", "svc-plugin-example")
+        sys.path.remove(str(target))
         importlib.invalidate_caches()
         sys.modules.pop("svc_plugin_example", None)
         # Removed cleanly: a new plugin manager no longer finds it.

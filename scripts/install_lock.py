@@ -1,0 +1,26 @@
+"""One installer at a time for the outside systems the live tests and benches fetch into
+`.cache/` (Paperclip, the MCP servers, Phoenix, the LangGraph peer).
+
+The test suite runs in several processes at once (pytest-xdist, `make test`), and two of them
+may want the same install; a lock file in the cache directory makes the second wait for the
+first and then find the stamp it wrote, instead of both writing one directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def one_installer(cache: Path) -> Iterator[None]:
+    """Hold the cache's install lock (blocking until another process's install ends)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
