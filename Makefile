@@ -35,6 +35,7 @@ endif
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	@echo "Random test order, seed $(SEED): 'make test SEED=$(SEED)' runs this order again."
 	$(BIN)/pytest -q -p no:cacheprovider -p randomly --randomly-seed=$(SEED) --durations=15 \
 		-n $(TEST_WORKERS) --dist loadfile
@@ -49,9 +50,11 @@ mutate: install
 	$(BIN)/python -m tests.support.shared_db $(BIN)/mutmut run --max-children $(MUTATE_WORKERS) $(MUTANTS)
 	$(BIN)/mutmut results
 
+# mypy: the product packages at the level of [tool.mypy] in pyproject.toml (cache in .mypy_cache).
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 bench: install
 	$(BIN)/python bench/api.py
@@ -59,4 +62,4 @@ bench: install
 	$(BIN)/python bench/pages.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache mutants
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache mutants

@@ -6,4 +6,4 @@ import sys
 # click is installed, which it is for `svc`'s own CLI. An install actor never runs a CLI, and
 # this package is the first thing a Ray worker imports to build an actor, so mark the module
 # absent here: httpx then defines its stub `main` instead (docs/bench.md, "What an actor imports").
-sys.modules.setdefault("httpx._main", None)  # type: ignore[assignment]
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None marks a module absent; typeshed allows only modules

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from config.settings import IPNetwork
+from config.parsing import IPNetwork
 
 
 def _trusted(address: str, proxies: Sequence[IPNetwork]) -> bool:

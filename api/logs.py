@@ -44,7 +44,8 @@ class PathRedactor:
     def __call__(self, path: str) -> str:
         """The path with every credential segment replaced by its parameter name."""
         for pattern, redacted in self._patterns:
-            path = pattern.sub(lambda _match, text=redacted: text, path)
+            # Backslashes doubled: the text as is (a template's `{name:regex}` may hold some).
+            path = pattern.sub(redacted.replace("\\", r"\\"), path)
         return path
 
 

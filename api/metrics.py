@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -108,7 +109,7 @@ def route_template(request: web.Request) -> str:
 
 
 @web.middleware
-async def measure(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+async def measure(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Time the request and count its final status (outermost, so error bodies count too)."""
     started = time.perf_counter()
     status = 500

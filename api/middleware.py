@@ -9,6 +9,7 @@ import traceback
 import uuid
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from api.clientip import client_ip
 from api.context import PATH_REDACTOR, REQUEST_ID, services
@@ -27,7 +28,7 @@ UNTRACED = frozenset({METRICS_PATH, "/api/health"})
 
 
 @web.middleware
-async def request_context(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Give the request an id, turn every failure into a JSON error body, log one line."""
     offered = request.headers.get("X-Request-Id", "")
     request_id = offered if REQUEST_ID_PATTERN.fullmatch(offered) else uuid.uuid4().hex
@@ -99,7 +100,7 @@ def scrubbed_traceback(exc: BaseException, request: web.Request) -> str:
 
 
 @web.middleware
-async def rate_limit(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+async def rate_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Count the request against the client's limits before anything else runs.
 
     Metric scrapes are not counted: a scraper behind the same address as users must not be
@@ -113,7 +114,7 @@ async def rate_limit(request: web.Request, handler: web.Handler) -> web.StreamRe
 
 
 @web.middleware
-async def traced(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+async def traced(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The request as a server span (outermost): a valid incoming `traceparent` makes it, and the
     runs it asks for, part of the caller's trace; a malformed one is ignored. The path is logged
     with its credentials cut out, as in the access log (docs/observability.md, "Traces")."""

@@ -1,5 +1,6 @@
 """Settings and default files (read once, from the environment)."""
 
-from config.settings import AppKey, Settings
+from config.parsing import AppKey
+from config.settings import Settings
 
 __all__ = ["AppKey", "Settings"]

@@ -16,7 +16,7 @@ import importlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import Any, cast
 
 import pluggy
 
@@ -78,7 +78,8 @@ class Plugins:
         self._drivers: dict[str, object] = {}  # platform id -> the plugin that declared it
         # pluggy lists the oldest registration first; platforms are listed in registration order.
         for impl in self.pm.hook.svc_platforms.get_hookimpls():
-            for info in impl.function():
+            # pluggy types a hook implementation's answer as object; this hook's is a list.
+            for info in cast(list[PlatformInfo], impl.function()):
                 if info.id in self._platforms:
                     raise PluginError(f"platform {info.id!r} is provided by two plugins")
                 self._platforms[info.id] = info

@@ -8,7 +8,7 @@ installs (with the org governance gate), runtime, orgs, billing.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -286,7 +286,7 @@ def install_runner(
     )
 
 
-def dropped_spans(store: Store, process: str) -> Callable[[int], Awaitable[None]]:
+def dropped_spans(store: Store, process: str) -> Callable[[int], Coroutine[Any, Any, None]]:
     """What a process's tracing calls when it loses spans (plugins/tracing/sdk.py): the deployment's
     `svc_trace_spans_dropped_total{process}` in /metrics (tracing, #33)."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 from pydantic import BaseModel, Field
 
@@ -49,7 +51,7 @@ class DeleteQuery(BaseModel):
 @routes.get("/api/platforms", auth="P", response=PlatformList)
 async def list_platforms(request: web.Request) -> web.Response:
     """The platforms installs can target (the managed runtime `svc` is not listed)."""
-    platforms = [
+    platforms: list[dict[str, Any]] = [
         {
             "id": p.id,
             "label": p.label,

@@ -17,6 +17,7 @@ from pathlib import Path
 import aiohttp_jinja2
 import jinja2
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from api.context import REQUEST_ID
 from api.errors import from_service_error
@@ -103,7 +104,7 @@ async def static_file(request: web.Request) -> web.StreamResponse:
 
 
 @web.middleware
-async def pages_middleware(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+async def pages_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Outside /api: security headers and Server-Timing on every answer, failures as HTML pages."""
     if request.path.startswith(NOT_PAGES) or request.path in ("/api", "/docs"):
         return await handler(request)

@@ -7,6 +7,8 @@ leads to the template's page, which has the install button.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from api.context import services
@@ -23,7 +25,9 @@ async def browse(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Published templates, optionally those matching `q`, a page at a time (`cursor`)."""
     search = request.query.get("q", "").strip()
     cursor = request.query.get("cursor") or None
-    context = {"search": search, "paged": bool(cursor), "templates": [], "next_cursor": None, "error": None}
+    context: dict[str, Any] = {
+        "search": search, "paged": bool(cursor), "templates": [], "next_cursor": None, "error": None
+    }
     if len(search) > MAX_SEARCH:  # the search box stops at this length; a hand-made URL may not
         return render(request, "browse.html", viewer, status=400, **{**context, "error": TOO_LONG})
     templates, next_cursor = await services(request).templates.list_published(

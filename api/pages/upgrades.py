@@ -46,7 +46,11 @@ async def versions_page(request: web.Request, viewer: Viewer) -> web.StreamRespo
     plans: dict[str, Any] = {}
     problems: dict[str, str] = {}
     wanted = request.query.get("version", "")
-    for direction, asked in (("upgrade", state["updateAvailable"]), ("rollback", state["previousVersion"])):
+    moves: tuple[tuple[Literal["upgrade", "rollback"], Any], ...] = (
+        ("upgrade", state["updateAvailable"]),
+        ("rollback", state["previousVersion"]),
+    )
+    for direction, asked in moves:
         if not asked:
             continue
         body = {

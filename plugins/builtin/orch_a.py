@@ -451,8 +451,8 @@ def svc_heartbeat_task(platform: str, context: HeartbeatContext) -> HeartbeatTas
     """The issue a Paperclip heartbeat carries (context.paperclipIssue, the wake's issue, or the
     task markdown), else a generic wake-up text naming the reason."""
     payload = context.payload
-    wake_context = payload.get("context") if isinstance(payload.get("context"), dict) else {}
-    wake = wake_context.get("paperclipWake") if isinstance(wake_context.get("paperclipWake"), dict) else {}
+    wake_context = found if isinstance(found := payload.get("context"), dict) else {}
+    wake = found if isinstance(found := wake_context.get("paperclipWake"), dict) else {}
     issue = wake_context.get("paperclipIssue") or wake.get("issue")
     task = ""
     if isinstance(issue, dict) and (_text(issue.get("title")) or _text(issue.get("description"))):
@@ -476,7 +476,7 @@ async def svc_heartbeat_finished(platform: str, context: HeartbeatContext) -> li
     agent within Paperclip's run (X-Paperclip-Run-Id), so Paperclip sees the disposition it asks
     for. A failed run writes nothing: the runtime answers non-2xx and Paperclip fails the run."""
     outcome = context.outcome or {}
-    wake_context = context.payload.get("context") if isinstance(context.payload.get("context"), dict) else {}
+    wake_context = found if isinstance(found := context.payload.get("context"), dict) else {}
     issue_id = _text(wake_context.get("issueId")) or _text(wake_context.get("taskId"))
     run_id = _text(context.payload.get("runId"))
     key = (context.state.get("runtimeKeys") or {}).get(context.platform_agent_id)

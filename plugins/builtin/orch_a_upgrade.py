@@ -148,16 +148,16 @@ async def upgrade(context: UpgradeContext) -> UpgradeResult:
             raise
         warnings, leftovers = [], list(context.state.get("leftoverAgents") or [])
         target_keys = {agent["key"] for agent in context.definition["agents"]}
-        for key, agent in list(mover.deployed.items()):
+        for key, gone in list(mover.deployed.items()):
             if key in target_keys:
                 continue
             try:
-                await client.call("DELETE", f"/api/agents/{agent.externalId}")
+                await client.call("DELETE", f"/api/agents/{gone.externalId}")
             except PlatformError as exc:
                 if exc.upstream_status != 404:
-                    warnings.append(f"agent {key} ({agent.externalId}) was not removed: {exc.detail}")
-                    leftovers.append(agent.externalId)
-            mover.runtime_keys.pop(agent.externalId, None)
+                    warnings.append(f"agent {key} ({gone.externalId}) was not removed: {exc.detail}")
+                    leftovers.append(gone.externalId)
+            mover.runtime_keys.pop(gone.externalId, None)
             del mover.deployed[key]
     finally:
         await client.close()

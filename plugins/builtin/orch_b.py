@@ -220,10 +220,12 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
     """One upstream agent per team agent; on any failure delete what this call made, then raise."""
     credentials = context.credentials
     agents = list(context.definition.get("agents") or [])
-    models = [_model_for(agent, context.options) for agent in agents]
-    for agent, model in zip(agents, models, strict=True):
+    models: list[str] = []
+    for agent in agents:
+        model = _model_for(agent, context.options)
         if model is None:
             raise PlatformError(f"orchB cannot deploy agent {agent.get('key')!r}: unknown model")
+        models.append(model)
     base = _base_url(credentials)
     region = credentials.get("region", "")
     dashboard = DASHBOARD_URL.format(region=region, project_id=credentials.get("projectId", ""))
@@ -395,7 +397,7 @@ def _report(item: Any, known: set[str], agent_ids: list[str]) -> tuple[RunReport
     if not isinstance(metadata, dict):
         return None, None
     updated = _parse_time(metadata.get("update_date"))
-    conversation = metadata.get("conversation") if isinstance(metadata.get("conversation"), dict) else {}
+    conversation = found if isinstance(found := metadata.get("conversation"), dict) else {}
     run_id = metadata.get("knowledge_set") or metadata.get("conversation_id")
     agent_id = conversation.get("agent_id") or metadata.get("agent_id")
     if agent_id is None and len(agent_ids) == 1:

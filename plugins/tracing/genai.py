@@ -15,6 +15,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanKind
+from opentelemetry.util.types import AttributeValue
 
 from plugins.tracing.core import (
     MIN_SECRET_CHARS,
@@ -337,7 +338,7 @@ def chat_attempt(
     if not STATE.on:
         return OFF_ATTEMPT
     host, _, port = (server or "").partition("://")[2].split("/", 1)[0].partition(":")
-    attributes = {
+    attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": PROVIDER_NAMES.get(provider, provider),
         "gen_ai.request.model": upstream_model,

@@ -21,7 +21,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -48,7 +48,7 @@ BATCH = 512
 SCHEDULE_DELAY_MS = 1000  # a span reaches the collector about a second after it ends
 EXPORT_TIMEOUT_S = 10.0
 SHUTDOWN_MS = 3000  # the longest a process's stop waits for its last spans to leave
-Report = Callable[[int], Awaitable[None]]
+Report = Callable[[int], Coroutine[Any, Any, None]]
 
 
 @dataclass

@@ -421,7 +421,7 @@ class Charges:
             else {"status": "failed", "failure": "payment failed (provider event)"}
         )
         settled = await self._invoices.update_one(
-            {"_id": invoice_id, "attempt": int(attempt), "status": {"$in": ["processing", "failed"]}},
+            {"_id": invoice_id, "attempt": int(str(attempt)), "status": {"$in": ["processing", "failed"]}},
             {"$set": {**update, "updatedAt": utcnow()}},
         )
         if not succeeded and settled.modified_count:

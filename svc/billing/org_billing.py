@@ -192,7 +192,7 @@ class OrgBilling:
         if event.type.startswith("customer.subscription."):
             org_id = await self._org_of(obj)
             org = await self.store.orgs.find_one({"_id": org_id}) if org_id else None
-            if org is None:
+            if org is None or org_id is None:
                 log.info("subscription event for no known org", extra={"eventType": event.type})
                 return
             if org.get("paySubscriptionId") and org["paySubscriptionId"] != obj.get("id"):

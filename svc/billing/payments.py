@@ -14,11 +14,15 @@ import logging
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import stripe
 
 from svc.core import BadGateway, BadRequest, Unavailable
+
+if TYPE_CHECKING:
+    from stripe.params import PaymentIntentCreateParams
+    from stripe.params.checkout import SessionCreateParams
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +149,7 @@ class PaymentProvider:
         description: str,
     ) -> Charge:
         """An off-session, confirmed payment; the fee stays, the rest goes to `destination`."""
-        params: dict[str, Any] = {
+        params: PaymentIntentCreateParams = {
             "amount": amount_cents,
             "currency": "usd",
             "customer": customer_id,
@@ -275,7 +279,8 @@ class PaymentProvider:
         elif email:
             params["customer_email"] = email
         async with _translated():
-            session = await self.client.v1.checkout.sessions.create_async(params)
+            # A plan's price from the settings is a line item built here, not a typed one.
+            session = await self.client.v1.checkout.sessions.create_async(cast("SessionCreateParams", params))
         return str(session.url)
 
     async def portal(self, customer_id: str, return_url: str) -> str:

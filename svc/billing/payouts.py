@@ -98,7 +98,7 @@ class Payouts:
         """A one-time onboarding URL; creates the payout account on first use."""
         provider = self._require_provider()
         user = await self._user(user_id)
-        account_id = (user.get("payout") or {}).get("accountId")
+        account_id: str | None = (user.get("payout") or {}).get("accountId")
         if account_id is None:
             try:
                 account_id = await provider_call(provider.create_payout_account(user["email"], user_id))

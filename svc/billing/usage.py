@@ -172,7 +172,9 @@ class UsageReport:
                 row["runs"] += u.runs
                 row["tokens"] += u.tokens
                 row["amountCents"] += amount_cents(seg_model, seg_price, u.completed, u.billed_tokens)
-        by_install = [{"installId": install_id, **row} for install_id, row in sorted(rows.items())]
+        by_install: list[Document] = [
+            {"installId": install_id, **row} for install_id, row in sorted(rows.items())
+        ]
         total = sum(row["amountCents"] for row in by_install)
         fee, builder = split_fee(total)
         projected = projected_monthly(total, query.periodDays)

@@ -104,7 +104,7 @@ def _install_prune() -> None:
     from secantus.transactions import TransactionRegistry
 
     if callable(getattr(TransactionRegistry, "_prune_retryable_locked", None)):
-        TransactionRegistry._prune_retryable_locked = prune_retryable_in_order  # type: ignore[method-assign]
+        TransactionRegistry._prune_retryable_locked = prune_retryable_in_order
 
 
 def main(argv: list[str]) -> int:

@@ -96,11 +96,12 @@ class Rekeying:
         existing = await self.store[COLLECTION].find_one({"_id": self.id})
         if existing is not None and existing.get("finishedAt") is None:
             log.info("continuing the re-encryption under key %s", self.id)
-            resumed: Document = await self.store[COLLECTION].find_one_and_update(
+            resumed = await self.store[COLLECTION].find_one_and_update(
                 {"_id": self.id},
                 {"$inc": {"runs": 1}, "$set": {"updatedAt": utcnow()}},
                 return_document=ReturnDocument.AFTER,
             )
+            assert resumed is not None  # read just above; a pass's checkpoint is never deleted
             return resumed
         now = utcnow()
         fresh: Document = {

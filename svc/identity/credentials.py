@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from config.settings import AppKey
+from config.parsing import AppKey
 from svc.core import Forbidden, NotFound, Store, TTLCache, Unauthorized, tokens, utcnow
 from svc.identity.accounts import Accounts
 

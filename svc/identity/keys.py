@@ -142,7 +142,7 @@ class ApiKeys:
         if not await slots.claim(org_id, cap, lambda: self.store.api_keys.count_documents({"orgId": org_id})):
             raise Conflict(f"Key limit reached ({cap} keys); revoke one first")
         raw = tokens.new_api_key()
-        doc = {
+        doc: Document = {
             "_id": tokens.new_id(),
             "keyHash": tokens.digest(raw),
             "userId": None,

@@ -31,7 +31,7 @@ class AbandonedInstalls:
     # Provided by `Installs` and `InstallRemoval`, which this completes.
     _decrypt_json: Callable[[str | None], dict[str, Any]]
     _forget: Callable[[str], Awaitable[None]]
-    retire: Callable[[Document], Awaitable[None]]
+    retire: Callable[[Document], Awaitable[bool]]
 
     async def _record_upstream(self, install_id: str, agent: DeployedAgent) -> None:
         """Persist an upstream agent the moment it exists (the sweeper's record after a crash)."""

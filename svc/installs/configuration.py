@@ -5,13 +5,17 @@ checked, values encrypted, never returned). A part of the `Installs` service
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from config.settings import Settings
 from plugins.manager import Plugins
+from plugins.types import PlatformTraits
 from svc.core import (
     BadRequest,
     Conflict,
+    Document,
+    Kind,
     Store,
     Vault,
     utcnow,
@@ -22,6 +26,7 @@ from svc.installs.fields import (
     check_variables,
     unwrap,
 )
+from svc.installs.remembered import RememberedSecrets
 from svc.installs.secret_merge import merge_capped_secrets
 from svc.templates import owner_of
 
@@ -35,6 +40,15 @@ class InstallConfiguration:
     vault: Vault
     plugins: Plugins
     settings: Settings
+
+    # Provided by `Installs` and `InstallRemoval`, which this completes.
+    remembered: RememberedSecrets
+    owned: Callable[[Principal, str], Awaitable[Document]]
+    traits: Callable[[str], PlatformTraits]
+    _audit: Callable[[Principal, str, Kind, str, dict[str, Any]], Awaitable[None]]
+    _upstream_left: Callable[[Document], bool]
+    _encrypt_json: Callable[[dict[str, Any]], str]
+    _decrypt_json: Callable[[str | None], dict[str, Any]]
 
     async def set_variables(self, principal: Principal, install_id: str, body: Any) -> list[str]:
         """Merge variables (only the template's required ones); the keys updated."""

@@ -9,6 +9,7 @@ and the record and its install token are removed.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import secrets as random
@@ -390,7 +391,8 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
             for d in docs
         ]
 
-    async def mine(self, user_id: str) -> list[dict[str, Any]]:
+    # `builtins.list`: below `def list`, a bare `list` in this class's annotations is that method.
+    async def mine(self, user_id: str) -> builtins.list[dict[str, Any]]:
         """Managed installs the user deployed or reaches through an org, with what is missing."""
         return await managed_summaries(self.store, self.vault, self.platform_ids("managed"), user_id)
 
@@ -412,7 +414,8 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
             session_id=body.sessionId,
             allow_private=self.settings.egress_allow_private,
         )
-        supervisor = next(iter(doc.get("deployedAgents") or []), {}).get("key")
+        deployed: builtins.list[Document] = doc.get("deployedAgents") or []
+        supervisor = deployed[0].get("key") if deployed else None
         try:
             result = await self.plugins.invoke(doc["platform"], context)
         except PlatformInputError as exc:
@@ -462,7 +465,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
 
     async def timeline(
         self, principal: Principal, install_id: str, query: TimelineQuery
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    ) -> tuple[builtins.list[dict[str, Any]], str | None]:
         """One page of the install's audit timeline, newest first, and the next cursor."""
         await self.owned(principal, install_id)
         return await Timeline(self.store).page({"installId": install_id}, query)

@@ -5,6 +5,7 @@ the `Installs` service (svc/installs/installs.py), in a module of its own."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,11 +15,13 @@ from plugins.types import (
     DeployedAgent,
     DeprovisionContext,
     PlatformError,
+    PlatformTraits,
 )
 from svc.core import (
     BadGateway,
     Conflict,
     Document,
+    Kind,
     Store,
     utcnow,
 )
@@ -35,6 +38,12 @@ class InstallRemoval:
     plugins: Plugins
     settings: Settings
     credentials: Credentials
+
+    # Provided by `Installs`, which this completes.
+    owned: Callable[[Principal, str], Awaitable[Document]]
+    traits: Callable[[str], PlatformTraits]
+    _audit: Callable[[Principal, str, Kind, str, dict[str, Any]], Awaitable[None]]
+    _decrypt_json: Callable[[str | None], dict[str, Any]]
 
     async def delete(self, principal: Principal, install_id: str, remove_upstream: bool) -> dict[str, Any]:
         """Cancel the install; remove the agents upstream first when the platform always does
@@ -96,7 +105,7 @@ class InstallRemoval:
     async def _remove_upstream(self, doc: Document, remove_upstream: bool) -> tuple[int, tuple[str, ...]]:
         """Delete the agents upstream when the platform always does or when asked; (deleted, warnings)."""
         install_id = doc["_id"]
-        deleted, warnings = 0, ()
+        deleted, warnings = 0, tuple[str, ...]()
         traits = self.traits(doc["platform"])
         if traits.deprovision_on_delete or (remove_upstream and not traits.managed):
             context = DeprovisionContext(

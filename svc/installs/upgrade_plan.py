@@ -247,7 +247,8 @@ async def pricing(store: Store, install: Document, target: Target, now: datetime
         for entry in head.get("priceHistory") or []
         if entry.get("from") is not None and aware(entry["from"]) > now
     ]
-    recorded = target.pricing if target.pricing[0] is not None else None
+    recorded_model, recorded_price = target.pricing
+    recorded = (recorded_model, recorded_price) if recorded_model is not None else None
     return {
         "inForce": {"pricingModel": model, "priceUsdCents": price, "label": price_label(model, price)},
         "version": None

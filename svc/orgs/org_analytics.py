@@ -65,7 +65,9 @@ class OrgAnalytics:
                 match = {"kind": kind, **owner, "start": {"$gte": low, "$lt": high}}
                 pipeline = _daily(match, "$start", "$runs", "$completed")
                 groups += await (await self.store[run_stats.COLLECTION].aggregate(pipeline)).to_list(None)
-        by_day = {day: {"date": day, "total": 0, "success": 0} for day in days(start, end)}
+        by_day: dict[str, dict[str, Any]] = {
+            day: {"date": day, "total": 0, "success": 0} for day in days(start, end)
+        }
         install_ids = sorted({g["_id"]["installId"] for g in groups})
         installs = {
             doc["_id"]: doc

@@ -207,9 +207,9 @@ class InstallHost:
         """Continue a paused run (the oldest, or `run_id`) from where its gate stopped it."""
         if not any(command.run_id in (None, run_id) for run_id in self.paused):
             # Paused a moment ago (its pause is stored, its task not done yet), or by another copy.
-            for run in await ledger.of_install(self.store, self.install_id):
-                if run["status"] == "paused":
-                    self.paused.setdefault(run["_id"], run)
+            for stored in await ledger.of_install(self.store, self.install_id):
+                if stored["status"] == "paused":
+                    self.paused.setdefault(stored["_id"], stored)
         candidates = sorted(
             (run for run in self.paused.values() if command.run_id in (None, run["_id"])),
             key=lambda run: (run.get("pausedAt") or run["createdAt"], run["_id"]),
@@ -363,8 +363,8 @@ class InstallHost:
         if not await incarnations.beat(self.store, self.install_id, self.incarnation):
             return False
         cutoff = self.now() - KEEP_ENDED_S
-        for run_id, live in list(self.live.items()):
-            if live.ended_at is not None and live.ended_at < cutoff:
+        for run_id, known in list(self.live.items()):
+            if known.ended_at is not None and known.ended_at < cutoff:
                 del self.live[run_id]
         for run in await ledger.running_of(self.store, self.install_id, self.incarnation):
             live = self.live.get(run["_id"])

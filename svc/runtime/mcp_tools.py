@@ -130,7 +130,8 @@ class McpToolbox:
             )
         verdict = evaluate(self.policy, server, tool.name, arguments)
         reporting = self.policy is not None and self.policy.report_only
-        source, reason = verdict.source, verdict.reason
+        source: str | None = verdict.source  # then "judge" or "approval", as in http_tool.py
+        reason = verdict.reason
         judge: tuple[str | None, float | None] = (None, None)
         approval: ApprovalNeeded | None = None
         blocked: str | None = None
@@ -172,7 +173,7 @@ class McpToolbox:
                 self.policy.version if self.policy else "",
             )
             used = await self.run.service.approvals.consume(identity)
-            source = "approval"  # type: ignore[assignment]
+            source = "approval"
             if used == "rejected":
                 blocked, label, reason = REFUSED_BY_OPERATOR, "rejected", REFUSED_BY_OPERATOR
             elif used is None:
@@ -290,7 +291,7 @@ class McpToolbox:
         listing: bool = False,
     ) -> ToolOutcome:
         latency = int((time.perf_counter() - started) * 1000)
-        details = {
+        details: dict[str, Any] = {
             "server": server,
             "tool": tool,
             "arguments": None if arguments is None else masked(arguments, self.run.secrets),

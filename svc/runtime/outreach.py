@@ -274,7 +274,7 @@ class Outreach:
             query["status"] = body.filter.status
             query["$and"] = [{"status": allowed}]
         result = await self.store["drafts"].update_many(query, {"$set": changes})
-        meta = {"bulkAction": body.action, "count": result.modified_count, "ids": body.ids}
+        meta: Document = {"bulkAction": body.action, "count": result.modified_count, "ids": body.ids}
         if body.filter is not None:
             meta["filter"] = body.filter.model_dump()
         await self._decided(principal, install_id, "gate.bulk", meta)

@@ -158,11 +158,11 @@ class PipelineExecutor:
         for raw in data.get("targets") or []:
             if not isinstance(raw, dict) or not (raw.get("githubHandle") or raw.get("email")):
                 continue
-            target_id = tokens.new_id()
-            handles[str(raw.get("githubHandle") or raw.get("email"))] = target_id
+            new_target = tokens.new_id()
+            handles[str(raw.get("githubHandle") or raw.get("email"))] = new_target
             await self.store["targets"].insert_one(
                 {
-                    "_id": target_id,
+                    "_id": new_target,
                     "installId": install_id,
                     "runId": run_id,
                     "stepKey": step_key,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from plugins import tracing
 from svc.core import Document, NotFound, Store, aware, iso
@@ -107,7 +107,10 @@ class RunDetail:
             "templateId": install["templateId"],
             "platform": install["platform"],
             "view": "deployer" if full else "builder",
-            **(ledger_fields(ledger, record) if ledger is not None else record_fields(record)),
+            # Without a ledger entry the run record exists (the 404 above).
+            **(
+                ledger_fields(ledger, record) if ledger is not None else record_fields(cast(Document, record))
+            ),
             "task": (ledger or {}).get("task", first.get("task")) if full else None,
             "response": (ledger or {}).get("response") if full else None,
             "steps": step_list,

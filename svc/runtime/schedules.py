@@ -254,6 +254,7 @@ class Schedules:
             upsert=True,
             return_document=ReturnDocument.AFTER,
         )
+        assert updated is not None  # upserted
         await self._audit(principal, install_id, "schedule.changed", {"fields": sorted(sent)})
         return {"ok": True, "schedule": view(updated)}
 

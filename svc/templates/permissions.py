@@ -83,8 +83,8 @@ def policy_changes(old: Policy, new: Policy) -> dict[str, list[dict[str, Any]]]:
     result: dict[str, list[dict[str, Any]]] = {"widened": [], "narrowed": []}
     for (host, before, after), by_path in sorted(cells.items()):
         by_methods: dict[frozenset[str], list[str]] = {}
-        for path, methods in by_path.items():
-            by_methods.setdefault(frozenset(methods), []).append(path)
+        for path, path_methods in by_path.items():
+            by_methods.setdefault(frozenset(path_methods), []).append(path)
         for methods, paths in sorted(by_methods.items(), key=lambda item: sorted(item[1])):
             shown_paths = ["any path"] if set(paths) == all_paths else sorted(_path_label(p) for p in paths)
             for path in shown_paths:

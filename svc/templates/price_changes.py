@@ -82,7 +82,11 @@ async def notify_deployers(
     user_ids = {i["deployedBy"] for i in installs if i.get("deployedBy")}
     users = await store.users.find({"_id": {"$in": list(user_ids)}}, {"email": 1}).to_list(None)
     account_email = {user["_id"]: user["email"] for user in users}
-    emails = {account_email.get(i.get("deployedBy")) or i.get("deployerEmail") for i in installs} - {None}
+    emails = {
+        email
+        for i in installs
+        if (email := account_email.get(i.get("deployedBy")) or i.get("deployerEmail")) is not None
+    }
     new = display(template["pricingModel"], template.get("priceUsdCents"))
     subject = f"{template['name']}: the price changes to {new} on {effective:%Y-%m-%d}"
     body = (

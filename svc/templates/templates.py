@@ -158,10 +158,8 @@ class Templates(TemplateReading):
         if changes.get("pricingModel") == "free" and "priceUsdCents" not in changes:
             changes["priceUsdCents"] = None  # switching to free clears the price
         try:
-            check_pricing(
-                changes.get("pricingModel", doc["pricingModel"]),
-                changes.get("priceUsdCents", doc["priceUsdCents"]),
-            )
+            pricing = doc | changes
+            check_pricing(pricing["pricingModel"], pricing["priceUsdCents"])
         except ValueError as exc:
             raise BadRequest(f"priceUsdCents: {exc}") from None
         changes["updatedAt"] = utcnow()
@@ -230,7 +228,7 @@ class Templates(TemplateReading):
             raise Conflict("The parent template is not published")
         bump = classify(parent["definition"], draft["definition"])
         now = utcnow()
-        merged = {field: draft.get(field) for field in MERGED_FIELDS}
+        merged: Document = {field: draft.get(field) for field in MERGED_FIELDS}
         if change_log is not None:
             merged["changeLog"] = change_log
         merged.update(
@@ -298,7 +296,11 @@ class Templates(TemplateReading):
         users = await self.store.users.find({"_id": {"$in": list(user_ids)}}, {"email": 1}).to_list(None)
         account_email = {user["_id"]: user["email"] for user in users}
         # One address per install: the deploying account's, else the billing email given at install.
-        emails = {account_email.get(i.get("deployedBy")) or i.get("deployerEmail") for i in installs} - {None}
+        emails = {
+            email
+            for i in installs
+            if (email := account_email.get(i.get("deployedBy")) or i.get("deployerEmail")) is not None
+        }
         subject = f"{template['name']} {template['semver']}: a breaking (MAJOR) version is published"
         body = (
             f"Version {template['version']} ({template['semver']}) of {template['name']} "

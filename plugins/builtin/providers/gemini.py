@@ -95,7 +95,7 @@ class GeminiGenerate:
         """The first candidate; a blocked prompt is an error, a chunk without one is None."""
         candidates = data.get("candidates")
         if not candidates:
-            feedback = data.get("promptFeedback") if isinstance(data.get("promptFeedback"), dict) else {}
+            feedback = found if isinstance(found := data.get("promptFeedback"), dict) else {}
             if feedback.get("blockReason"):
                 raise ProviderError(f"providerC blocked the prompt: {feedback['blockReason']}", None)
             if final:
@@ -114,7 +114,7 @@ class GeminiGenerate:
     @staticmethod
     def usage(data: dict[str, Any]) -> tuple[int, int]:
         """Prompt tokens, and output tokens (candidates plus any thinking tokens)."""
-        usage = data.get("usageMetadata") if isinstance(data.get("usageMetadata"), dict) else {}
+        usage = found if isinstance(found := data.get("usageMetadata"), dict) else {}
         output = _int(usage.get("candidatesTokenCount")) + _int(usage.get("thoughtsTokenCount"))
         return _int(usage.get("promptTokenCount")), output
 

@@ -136,14 +136,14 @@ class OpenAIChat:
             choice = _obj(raw, "a stream choice")
             if _int(choice.get("index")) != 0:
                 continue
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            delta = found if isinstance(found := choice.get("delta"), dict) else {}
             if isinstance(delta.get("content"), str) and delta["content"]:
                 text += delta["content"]
             for tool_raw in delta.get("tool_calls") or []:
                 tool = _obj(tool_raw, "a tool_calls delta")
                 acc = state.tools.setdefault(_int(tool.get("index")), _ToolAcc())
                 acc.id = tool.get("id") or acc.id
-                function = tool.get("function") if isinstance(tool.get("function"), dict) else {}
+                function = found if isinstance(found := tool.get("function"), dict) else {}
                 acc.name = function.get("name") or acc.name
                 acc.json += function.get("arguments") or ""
             if choice.get("finish_reason"):

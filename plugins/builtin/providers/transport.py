@@ -138,7 +138,7 @@ async def _send(
 
 async def _sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
     """(event, data) pairs of a server-sent event stream."""
-    event, data = "", []
+    event, data = "", list[str]()
     async for line in response.aiter_lines():
         if not line:
             if data:
