@@ -5,13 +5,28 @@ shows what the JSON API's service call answers.
   `store[...]`, `.find(`, `.aggregate(`, `.count_documents(`, ...): pages, handlers and
   metrics call the owning `svc.<package>`'s functions, so one fix serves the page and the API;
 - the run page of a long-paused run on a busy install shows every step of the run: its steps
-  are read by the run's id (`RunDetail.get`), never by the install and a time span.
+  are read by the run's id (`RunDetail.get`), never by the install and a time span;
+- the live install page costs one read per install and refresh, shared by its tabs, in a slot
+  of the heavy-request gate.
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
+import json
+import re
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.heavy import BUSY, HEAVY_GATE, HEAVY_SLOTS, Busy
+from api.pages.install_live import LiveSnapshots, Snapshot
+from svc.core import utcnow
+from tests.support.runtime import managed_client, member, svc_install
+from tests.support.waiting import eventually, wait_status
 
 ROOT = Path(__file__).resolve().parent.parent
 API = ROOT / "api"
@@ -114,3 +129,134 @@ def test_the_finder_sees_every_spelling() -> None:
             "7: .aggregate(",
         ]
     )
+
+
+STEP_ROW = re.compile(r'<tr data-agent="([^"]+)">')
+BUSY_INSTALL_STEPS = 1_200  # more than the 1,000 rows the old time-span read stopped at
+PAUSE = timedelta(days=3)
+
+
+async def test_a_long_paused_run_on_a_busy_install_shows_every_step(make_client, aiohttp_server, store):
+    """A run paused three days at its first gate, while 1,200 steps of other runs of the same
+    install were recorded: its page shows its three steps, as GET .../runs/:runId does."""
+    client, llm = await managed_client(make_client, aiohttp_server)
+    gates = [{"name": "review", "after": "a"}]
+    caller, key, install_id = await svc_install(client, [member("a"), member("b"), member("c")], gates=gates)
+    llm.script(text="A out")
+    started = await client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=key)
+    paused = await started.json()
+    assert paused["status"] == "paused", paused
+    run_id = paused["runId"]
+    # The pause lasted three days: the run and its first step began then.
+    run = await store["pipeline_runs"].find_one({"_id": run_id})
+    then = utcnow() - PAUSE
+    journal = [
+        {**e, "startedAt": then, "endedAt": then + timedelta(seconds=1)} if e.get("kind") == "agent" else e
+        for e in run["journal"]
+    ]
+    await store["pipeline_runs"].update_one(
+        {"_id": run_id}, {"$set": {"createdAt": then, "startedAt": then, "journal": journal}}
+    )
+    # Meanwhile the install was busy: other runs' steps, all within this run's span.
+    step = PAUSE / (BUSY_INSTALL_STEPS + 1)
+    await store["agent_runs"].insert_many(
+        {
+            "_id": f"other-{n}:lead",
+            "installId": install_id,
+            "runId": f"other-{n}",
+            "agentKey": "a",
+            "path": "a",
+            "model": "providerA:small",
+            "iterations": 1,
+            "status": "completed",
+            "inputTokens": 1,
+            "outputTokens": 1,
+            "errorMessage": None,
+            "durationMs": 1,
+            "startedAt": then + step * (n + 1),
+            "createdAt": then + step * (n + 1),
+        }
+        for n in range(BUSY_INSTALL_STEPS)
+    )
+    llm.script(text="B out")
+    llm.script(text="C out")
+    resumed = await client.post(
+        f"/api/installs/{install_id}/continue", json={"bypassGates": True}, headers=key
+    )
+    assert resumed.status == 200, await resumed.text()
+    await wait_status(store, run_id, "completed")
+
+    detail = await (await client.get(f"/api/installs/{install_id}/runs/{run_id}", headers=key)).json()
+    assert [s["agent"] for s in detail["steps"]] == ["a", "b", "c"]
+    html = await (await client.get(f"/installs/{install_id}/runs/{run_id}", headers=caller.cookie)).text()
+    assert STEP_ROW.findall(html) == ["a", "b", "c"]
+
+
+async def test_tabs_share_one_snapshot_per_install_and_refresh():
+    """Tabs asking at once share one read; within the snapshot's second they read nothing; a page
+    load reads afresh (what the person just did shows); a failed read is not kept."""
+    snapshots = LiveSnapshots(ttl_s=60.0)
+    reads: list[str] = []
+    release = asyncio.Event()
+
+    async def read() -> Snapshot:
+        reads.append("read")
+        await release.wait()
+        return Snapshot([{"id": str(len(reads))}], {})
+
+    tabs = [asyncio.ensure_future(snapshots.get("i1", read)) for _ in range(5)]
+    await asyncio.sleep(0)
+    release.set()
+    shared = await asyncio.gather(*tabs)
+    assert reads == ["read"] and all(s is shared[0] for s in shared)
+    assert await snapshots.get("i1", read) is shared[0] and reads == ["read"]
+    fresh = await snapshots.get("i1", read, fresh=True)
+    assert reads == ["read", "read"] and fresh.runs == [{"id": "2"}]
+    assert await snapshots.get("i1", read) is fresh  # the fresh read serves the tabs next
+
+    async def failing() -> Snapshot:
+        raise RuntimeError("database down")
+
+    with pytest.raises(RuntimeError):
+        await snapshots.get("i2", failing)
+    assert await snapshots.get("i2", read) is not None and len(reads) == 3
+
+
+async def test_the_install_page_and_its_live_data_go_through_the_heavy_gate(make_client, aiohttp_server):
+    """With every heavy slot taken, the install page answers 503 with Retry-After (like the API's
+    heavy routes) and the live stream skips its refreshes (each refused by the gate) instead of
+    reading; once a slot frees, the stream sends the runs and the page answers."""
+    client, _ = await managed_client(make_client, aiohttp_server)
+    caller, _, install_id = await svc_install(client, [member("a")])
+    gate = client.server.app[HEAVY_GATE]
+    refused: list[str] = []
+    read = gate.read
+
+    async def counted(call: Any) -> Any:
+        try:
+            return await read(call)
+        except Busy as exc:
+            refused.append(exc.message)
+            raise
+
+    gate.read = counted  # type: ignore[method-assign]
+    gate.wait_s = 0.05
+    for _ in range(HEAVY_SLOTS):
+        await gate.slots.acquire()
+    try:
+        busy = await client.get(f"/installs/{install_id}", headers=caller.cookie)
+        assert busy.status == 503 and busy.headers["Retry-After"] == "1"
+        assert BUSY in await busy.text()
+        stream = await client.get(f"/installs/{install_id}/live", headers=caller.cookie)
+        assert stream.status == 200
+        await eventually(lambda: len(refused) >= 3, "the live stream's refreshes refused by the gate")
+    finally:
+        for _ in range(HEAVY_SLOTS):
+            gate.slots.release()
+    while True:
+        line = (await asyncio.wait_for(stream.content.readline(), 30)).decode()
+        if line.startswith("data: "):
+            break
+    assert "No runs yet" in json.loads(line[6:])["runs"]
+    stream.close()
+    assert (await client.get(f"/installs/{install_id}", headers=caller.cookie)).status == 200
