@@ -206,8 +206,9 @@ async def test_tabs_share_one_snapshot_per_install_and_refresh():
 
     async def read() -> Snapshot:
         reads.append("read")
+        number = len(reads)
         await release.wait()
-        return Snapshot([{"id": str(len(reads))}], {})
+        return Snapshot([{"id": str(number)}], {})
 
     tabs = [asyncio.ensure_future(snapshots.get("i1", read)) for _ in range(5)]
     await asyncio.sleep(0)
@@ -218,13 +219,22 @@ async def test_tabs_share_one_snapshot_per_install_and_refresh():
     fresh = await snapshots.get("i1", read, fresh=True)
     assert reads == ["read", "read"] and fresh.runs == [{"id": "2"}]
     assert await snapshots.get("i1", read) is fresh  # the fresh read serves the tabs next
+    # A page load while a tab's read is in flight reads again; the older read is not kept.
+    release.clear()
+    older = asyncio.ensure_future(snapshots.get("i3", read))
+    await asyncio.sleep(0)
+    newer = asyncio.ensure_future(snapshots.get("i3", read, fresh=True))
+    await asyncio.sleep(0)
+    release.set()
+    assert (await older).runs == [{"id": "3"}] and (await newer).runs == [{"id": "4"}]
+    assert await snapshots.get("i3", read) is await newer and len(reads) == 4
 
     async def failing() -> Snapshot:
         raise RuntimeError("database down")
 
     with pytest.raises(RuntimeError):
         await snapshots.get("i2", failing)
-    assert await snapshots.get("i2", read) is not None and len(reads) == 3
+    assert await snapshots.get("i2", read) is not None and len(reads) == 5
 
 
 async def test_the_install_page_and_its_live_data_go_through_the_heavy_gate(make_client, aiohttp_server):

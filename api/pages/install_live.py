@@ -82,13 +82,14 @@ class LiveSnapshots:
     async def get(
         self, install_id: str, read: Callable[[], Awaitable[Snapshot]], *, fresh: bool = False
     ) -> Snapshot:
-        """The install's snapshot: the kept one unless `fresh`, else the read in flight, else a new
-        read (kept for the others)."""
+        """The install's snapshot: the kept one, else the read in flight, else a new read (kept
+        for the others). `fresh`: a new read whatever is kept or in flight (a read that began
+        before what the person just did would not show it); the tabs then share that one."""
+        pending = None if fresh else self.reading.get(install_id)
         if not fresh:
             kept = self.cache.get(install_id)
             if kept is not None:
                 return kept
-        pending = self.reading.get(install_id)
         if pending is None:
             pending = asyncio.ensure_future(read())
             self.reading[install_id] = pending
@@ -97,9 +98,11 @@ class LiveSnapshots:
         return await asyncio.shield(pending)
 
     def _settle(self, install_id: str, done: asyncio.Future[Snapshot]) -> None:
-        if self.reading.get(install_id) is done:
+        """Keep a finished read's snapshot, unless a newer read replaced it meanwhile."""
+        newest = self.reading.get(install_id) is done
+        if newest:
             del self.reading[install_id]
-        if not done.cancelled() and done.exception() is None:
+        if not done.cancelled() and done.exception() is None and newest:
             self.cache.put(install_id, done.result())
 
 

@@ -57,12 +57,16 @@ def run_row(doc: Document) -> dict[str, Any]:
 
 async def newest_runs(store: Store, install: Document, limit: int) -> list[dict[str, Any]]:
     """The install's newest `limit` runs (at most NEWEST_MAX), newest first (time, then id)."""
+    count = min(limit, NEWEST_MAX)
     docs = await windows.newest(
         store[RUNS],
         {"installId": install["_id"]},
-        min(limit, NEWEST_MAX),
+        count,
         floor=windows.floor_of(install),
         projection=LIST_PROJECTION,
+        # The span remembered per count: the badge's newest run must not start from the span
+        # the table's 50 took (nor the table from the badge's).
+        key=f"{install['_id']}|{count}",
     )
     return [run_row(doc) for doc in docs]
 
