@@ -6,11 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from pymongo.errors import ConnectionFailure, ExecutionTimeout, WTimeoutError
 
 from plugins.manager import PluginError
 from plugins.types import PlatformError, ProviderError
-from svc.core import RuntimeFailure, errors
+from svc.core import DATABASE_ERRORS, RuntimeFailure, errors
 from svc.runtime import ProviderNotConfigured
 
 STATUS: dict[type[errors.ServiceError], int] = {
@@ -42,11 +41,9 @@ def error_response(status: int, message: str, /, **extra: Any) -> web.Response:
 
 
 DATABASE_UNAVAILABLE = "Database unavailable"
-# A database that cannot be reached or does not answer within SVC_DB_TIMEOUT_SECONDS: the
-# client-side timeout raises a ConnectionFailure (server selection, the socket), the server
-# side an ExecutionTimeout (maxTimeMS) or a WTimeoutError; each is one answer on every route
-# (and the last event of a stream that has started).
-DATABASE_ERRORS = (ConnectionFailure, ExecutionTimeout, WTimeoutError)
+# A database that cannot be reached or does not answer within SVC_DB_TIMEOUT_SECONDS
+# (`svc.core.DATABASE_ERRORS`: the driver's timeout and connection errors) is one answer on every
+# route (and the last event of a stream that has started).
 
 # Errors raised outside the domain's own classes: (class, status, the message a client sees).
 # The nearest class wins, so the subclass comes first.
@@ -94,8 +91,10 @@ def status_of(exc: errors.ServiceError) -> int:
 def from_service_error(exc: errors.ServiceError) -> web.Response:
     """Map a domain error to its response."""
     response = error_response(status_of(exc), exc.message, **exc.extra)
-    if isinstance(exc, errors.RateLimited):
-        response.headers["Retry-After"] = str(exc.retry_after)
+    # A rate limit's wait, or a heavy read that found no slot (api/heavy.py `Busy`).
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
     return response
 
 

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from aiohttp import web
 
 from api.errors import error_response
+from svc.core import Unavailable
+
+T = TypeVar("T")
 
 HEAVY_SLOTS = 4
 SLOT_WAIT_S = 2.0
@@ -58,13 +62,22 @@ class HeavyGate:
     async def run(self, call: Callable[[], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         """Run a heavy handler in a slot; 503 when no slot frees in time or the answer is too slow."""
         try:
+            return await self.read(call)
+        except Busy as exc:
+            return busy(exc.message)
+
+    async def read(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run one heavy read in a slot: a heavy route's handler, or a refresh of the dashboard's
+        live install page (docs/dashboard.md, "Live runs"). `Busy` (a 503 with Retry-After)
+        when no slot frees in time or the read is too slow."""
+        try:
             async with asyncio.timeout(self.wait_s):
                 await self.slots.acquire()
         except TimeoutError:
-            return busy(BUSY)
-        # The handler runs as a task of its own and is abandoned when it is too slow: a cancel
+            raise Busy(BUSY) from None
+        # The read runs as a task of its own and is abandoned when it is too slow: a cancel
         # alone is not enough, since the database driver may absorb it while it waits on its own
-        # operation timeout (SVC_DB_TIMEOUT_SECONDS). These routes only read: nothing is half done.
+        # operation timeout (SVC_DB_TIMEOUT_SECONDS). These reads only read: nothing is half done.
         task = asyncio.ensure_future(call())
         task.add_done_callback(_settle)
         try:
@@ -76,11 +89,19 @@ class HeavyGate:
             self.slots.release()
         if not done:
             task.cancel()
-            return busy(SLOW)
+            raise Busy(SLOW)
         return task.result()
 
 
-def _settle(task: asyncio.Future[web.StreamResponse]) -> None:
+class Busy(Unavailable):
+    """No heavy slot freed in time, or the read held its slot too long: 503 with Retry-After."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.retry_after = RETRY_AFTER_S  # sent as Retry-After (api/errors.py)
+
+
+def _settle(task: asyncio.Future[Any]) -> None:
     """Collect an abandoned handler's outcome, so it is never reported as unretrieved."""
     if not task.cancelled():
         task.exception()

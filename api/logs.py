@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
+from svc.core import DRIVER_LOGGER
+
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 # Path parameters that are credentials: a path carrying one is logged with `{name}` in its place.
@@ -84,4 +86,4 @@ def configure_logging(level: str = "INFO") -> None:
     root.setLevel(level)
     logging.getLogger("aiohttp.access").disabled = True
     # The driver's command log at DEBUG carries whole documents (hashes, ciphertexts): never emit it.
-    logging.getLogger("pymongo").setLevel(max(logging.INFO, root.level))
+    logging.getLogger(DRIVER_LOGGER).setLevel(max(logging.INFO, root.level))

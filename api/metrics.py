@@ -7,8 +7,9 @@ Two kinds of metric (docs/operations.md):
 - the deployment's: what happens in Ray actors and the scheduler (runs, run
   duration, tokens, judge decisions, egress blocks, payment and mail failures,
   scheduler lag) is counted in MongoDB (`svc/core/counters.py`) and read on
-  scrape in one bounded query; queued runs and queued mail are counted with
-  queries that match only the queued records; live install actors come from one
+  scrape in one bounded query; queued runs and queued mail are counted by their
+  owners (`svc.runtime.queued_runs`, `svc.core.queued_mail`) with queries that
+  match only the queued records; live install actors come from one
   Ray control-plane call. These are cluster-wide: every API process reports the
   same values.
 
@@ -37,7 +38,8 @@ from actors.runtime import RayRuntime
 from api.context import SERVICES, SETTINGS
 from api.errors import error_response
 from config.settings import Settings
-from svc.core import Store, counters
+from svc.core import Store, counters, queued_mail
+from svc.runtime import queued_runs
 
 log = logging.getLogger(__name__)
 
@@ -191,11 +193,11 @@ async def deployment_families(store: Store, runtime: Any) -> list[Metric]:
             )
         families.append(histogram)
 
-    queued_runs = await store["pipeline_runs"].count_documents({"status": "queued"})
-    families.append(GaugeMetricFamily("svc_runs_queued", "Managed runs waiting to start.", queued_runs))
-    queued_mail = await store["outbox"].count_documents({"status": "queued"})
+    runs = await queued_runs(store)
+    families.append(GaugeMetricFamily("svc_runs_queued", "Managed runs waiting to start.", runs))
+    mail = await queued_mail(store)
     families.append(
-        GaugeMetricFamily("svc_mail_queued", "Mail waiting for delivery or a retry (outbox).", queued_mail)
+        GaugeMetricFamily("svc_mail_queued", "Mail waiting for delivery or a retry (outbox).", mail)
     )
     actors = GaugeMetricFamily("svc_install_actors_active", "Install actors alive in the Ray cluster.")
     if isinstance(runtime, RayRuntime):

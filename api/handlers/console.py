@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
-
 from aiohttp import web
 from pydantic import BaseModel, Field
 
@@ -27,9 +24,8 @@ from api.schemas import (
     TimelinePage,
 )
 from api.timeline import timeline_response
-from svc.core import NotFound, TimelineQuery, aware
+from svc.core import TimelineQuery, windows
 from svc.runtime import (
-    MAX_DRAFT_ID,
     BulkBody,
     ContinueBody,
     DraftEdit,
@@ -38,17 +34,10 @@ from svc.runtime import (
     ScheduleBody,
     ToggleBody,
     agent_runs,
+    draft_number,
 )
 
 routes = RouteTable()
-# Between the clocks that stamped an install and its first records.
-CLOCK_SLACK = timedelta(minutes=1)
-
-
-def since(install: dict[str, Any]) -> datetime | None:
-    """No record of the install is older than this: where the newest-first feeds stop looking."""
-    created = install.get("createdAt")
-    return aware(created) - CLOCK_SLACK if created is not None else None
 
 
 class RunLogQuery(BaseModel):
@@ -68,7 +57,8 @@ async def events(request: web.Request) -> web.Response:
     """The install's last 100 pipeline events, newest first."""
     svc = services(request)
     install = await svc.installs.owned(principal(request), request.match_info["id"])
-    return web.json_response({"events": await Events(svc.store).latest(install["_id"], since(install))})
+    events = await Events(svc.store).latest(install["_id"], windows.floor_of(install))
+    return web.json_response({"events": events})
 
 
 @routes.get("/api/installs/{id}/run-log", auth="K/S", query=RunLogQuery, response=RunLog)
@@ -84,7 +74,7 @@ async def list_agent_runs(request: web.Request, query: AgentRunsQuery) -> web.Re
     """The install's agent steps, newest first."""
     svc = services(request)
     install = await svc.installs.owned(principal(request), request.match_info["id"])
-    runs = await agent_runs(svc.store, install["_id"], query.limit, since(install))
+    runs = await agent_runs(svc.store, install["_id"], query.limit, windows.floor_of(install))
     return web.json_response({"runs": runs})
 
 
@@ -143,14 +133,8 @@ async def acting(request: web.Request) -> dict[str, str | None]:
 
 
 def draft_id(request: web.Request) -> int:
-    """The draft id of the path (drafts have integer ids); 404 when it is not one."""
-    try:
-        value = int(request.match_info["draftId"])
-    except ValueError:
-        raise NotFound("Draft not found") from None
-    if not 0 < value <= MAX_DRAFT_ID:
-        raise NotFound("Draft not found")
-    return value
+    """The draft id of the path (`svc.runtime.draft_number`: 404 when it is not one)."""
+    return draft_number(request.match_info["draftId"])
 
 
 @routes.post("/api/installs/{id}/continue", auth="K/S", body=ContinueBody, response=Ok)

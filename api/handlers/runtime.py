@@ -6,7 +6,6 @@ from aiohttp import web
 
 from api.context import principal, services
 from api.errors import error_response
-from api.handlers.console import since
 from api.routing import RouteTable
 from api.schemas import (
     HeartbeatReply,
@@ -17,6 +16,7 @@ from api.schemas import (
     RuntimeTestReply,
     SecurityRequestList,
 )
+from svc.core import windows
 from svc.runtime import (
     HeartbeatBody,
     RunBody,
@@ -85,7 +85,8 @@ async def security_requests(request: web.Request) -> web.Response:
     """The install's last 200 outbound agent requests, newest first."""
     svc = services(request)
     install = await svc.installs.owned(principal(request), request.match_info["id"])
-    return web.json_response({"requests": await svc.security_log.latest(install["_id"], since(install))})
+    entries = await svc.security_log.latest(install["_id"], windows.floor_of(install))
+    return web.json_response({"requests": entries})
 
 
 @routes.get("/api/installs/{id}/policies", auth="K/S", response=PolicyList)

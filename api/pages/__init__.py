@@ -26,6 +26,7 @@ from api.pages import (
     browse,
     builder,
     evals,
+    install_live,
     install_settings,
     installs,
     keys,
@@ -43,7 +44,19 @@ TEMPLATES = ROOT / "templates"
 STATIC = ROOT / "static"
 # The JSON API, and the API reference (its own headers and JSON errors for its assets).
 NOT_PAGES = ("/api/", "/docs/")
-MODULES = (auth, installs, schedule, install_settings, browse, builder, evals, orgs, keys, upgrades)
+MODULES = (
+    auth,
+    installs,
+    install_live,
+    schedule,
+    install_settings,
+    browse,
+    builder,
+    evals,
+    orgs,
+    keys,
+    upgrades,
+)
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -85,6 +98,7 @@ def setup(app: web.Application) -> None:
     )
     env.filters.update(FILTERS)
     env.globals["static"] = lambda name: f"/static/{version}/{name}"
+    app[install_live.LIVE_SNAPSHOTS] = install_live.LiveSnapshots()
     app.middlewares.append(pages_middleware)
     app.router.add_get("/static/{version}/{name:[A-Za-z0-9._/-]+}", static_file)
     for module in MODULES:

@@ -13,12 +13,11 @@ from collections import Counter
 from typing import Any
 
 from aiohttp import web
-from pymongo import DESCENDING
 
 from api.context import services
 from api.pages.base import PageTable, Viewer, done, form, parse, render
 from api.pages.charts import bar_chart, rate_chart
-from svc.core import BadRequest, NotFound, ServiceError
+from svc.core import BadRequest, ServiceError
 from svc.runs import RunsQuery
 from svc.templates import (
     CreateTemplateBody,
@@ -27,11 +26,9 @@ from svc.templates import (
     RollbackBody,
     UpdateTemplateBody,
     diff_summary,
-    owner_of,
 )
 
 routes = PageTable()
-LISTED = 200
 
 
 def definition_of(request: web.Request, data: dict[str, str]) -> dict[str, Any]:
@@ -46,17 +43,10 @@ def definition_of(request: web.Request, data: dict[str, str]) -> dict[str, Any]:
 
 @routes.get("/templates")
 async def my_templates(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """My templates, by state: drafts (and version drafts), published, archived."""
-    docs = (
-        await services(request)
-        .store["templates"]
-        .find({"owner": owner_of(viewer.principal)}, {"definition": 0})
-        .sort([("updatedAt", DESCENDING)])
-        .to_list(LISTED)
-    )
+    """My templates, by state: drafts (and version drafts), published, archived (`Templates.mine`)."""
     groups: dict[str, list[dict[str, Any]]] = {"draft": [], "published": [], "archived": []}
-    for doc in docs:
-        groups.setdefault(doc["status"], []).append(doc)
+    for template in await services(request).templates.mine(viewer.principal):
+        groups.setdefault(template["status"], []).append(template)
     return render(request, "templates.html", viewer, groups=groups)
 
 
@@ -114,8 +104,8 @@ async def validate(request: web.Request, viewer: Viewer) -> web.StreamResponse:
 async def template_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """A template: its editor (drafts), lifecycle actions and version history."""
     svc = services(request)
-    template = await svc.templates.get(viewer.principal, request.match_info["id"])
-    owned = await is_mine(request, viewer, template["id"])
+    # GET /api/templates/:id's answer, and whether the viewer owns it (the actions are its owner's).
+    template, owned = await svc.templates.viewed(viewer.principal, request.match_info["id"])
     versions = await svc.templates.versions(viewer.principal, template["id"])
     draft_of = None
     if template.get("parentTemplateId"):
@@ -136,12 +126,6 @@ async def template_page(request: web.Request, viewer: Viewer) -> web.StreamRespo
         definition=json.dumps(template["definition"], indent=2),
         error=None,
     )
-
-
-async def is_mine(request: web.Request, viewer: Viewer, template_id: str) -> bool:
-    """Whether the viewer owns the template (the actions are shown to its owner only)."""
-    doc = await services(request).store["templates"].find_one({"_id": template_id}, {"owner": 1})
-    return doc is not None and doc.get("owner") == owner_of(viewer.principal)
 
 
 @routes.post("/templates/{id}/save")
@@ -227,22 +211,15 @@ async def set_pricing(request: web.Request, viewer: Viewer) -> web.StreamRespons
 
 @routes.get("/templates/{id}/diff")
 async def diff(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """A readable diff between two published versions, with the bump it classifies as."""
-    svc = services(request)
-    template = await svc.templates.get(viewer.principal, request.match_info["id"])
+    """A readable diff between two published versions, with the bump it classifies as: the
+    versions GET /api/templates/:id/versions/:a/diff/:b compares (`Portability.pair`)."""
     try:
         old_version, new_version_ = int(request.query.get("from", "")), int(request.query.get("to", ""))
     except ValueError:
         raise BadRequest("from and to must be version numbers") from None
-    snapshots = {
-        snap["version"]: snap
-        for snap in await svc.store["template_versions"]
-        .find({"templateId": template["id"], "version": {"$in": [old_version, new_version_]}})
-        .to_list(2)
-    }
-    if old_version not in snapshots or new_version_ not in snapshots:
-        raise NotFound("Version not found")
-    old, new = snapshots[old_version], snapshots[new_version_]
+    template, old, new = await services(request).portability.pair(
+        viewer.principal, request.match_info["id"], str(old_version), str(new_version_)
+    )
     summary = diff_summary(old["definition"], new["definition"])
     lines = list(
         difflib.unified_diff(

@@ -3,8 +3,6 @@ tab: schedule.py)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from datetime import UTC, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -14,11 +12,10 @@ from api.pages.base import PageTable, Viewer, done, form, render
 from api.pages.charts import bar_chart, rate_chart
 from api.pages.install_view import heading
 from svc.billing import BillingQuery
-from svc.core import ServiceError, aware, utcnow
+from svc.core import ServiceError, windows
 
 routes = PageTable()
 USAGE_DAYS = 30
-MAX_AGENT_COUNTERS = 500
 
 
 @routes.get("/installs/{id}/settings")
@@ -63,10 +60,11 @@ async def set_secret(request: web.Request, viewer: Viewer) -> web.StreamResponse
 
 @routes.get("/installs/{id}/security")
 async def security_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """The security log (its last 200 entries) filtered by decision, agent and host."""
+    """The security log (its last 200 entries) filtered by decision, agent and host: the entries
+    of GET /api/installs/:id/security/requests, from the same `SecurityLog.latest`."""
     svc = services(request)
     install = await svc.installs.owned(viewer.principal, request.match_info["id"])
-    entries = await svc.security_log.latest(install["_id"])
+    entries = await svc.security_log.latest(install["_id"], windows.floor_of(install))
     filters = {name: request.query.get(name, "") for name in ("decision", "agent", "host")}
     shown = [
         e
@@ -96,17 +94,7 @@ async def usage_page(request: web.Request, viewer: Viewer) -> web.StreamResponse
     install = await svc.installs.owned(viewer.principal, request.match_info["id"])
     # The run counters (one per install and UTC day, one per agent all time) that analytics and
     # billing read, so the page costs the same with ten runs or a million.
-    today = utcnow().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    first = today - timedelta(days=USAGE_DAYS - 1)
-    counters = svc.store["run_stats"]
-    by_day = {
-        aware(doc["start"]).date(): doc
-        for doc in await counters.find(
-            {"kind": "day", "installId": install["_id"], "start": {"$gte": first}}
-        ).to_list(USAGE_DAYS + 1)
-    }
-    days = [(first + timedelta(days=n)).date() for n in range(USAGE_DAYS)]
-    totals = [(day, by_day.get(day, {})) for day in days]
+    totals, tokens = await svc.run_analytics.install_usage(install["_id"], USAGE_DAYS)
     per_day = bar_chart(
         f"Runs per day (last {USAGE_DAYS} days)",
         [(day.isoformat()[5:], doc.get("runs", 0)) for day, doc in totals],
@@ -116,11 +104,6 @@ async def usage_page(request: web.Request, viewer: Viewer) -> web.StreamResponse
         "Success rate per day",
         [(day.isoformat()[5:], doc.get("runs", 0), doc.get("completed", 0)) for day, doc in totals],
     )
-    tokens: dict[str, int] = defaultdict(int)
-    for doc in await counters.find({"kind": "total", "installId": install["_id"]}).to_list(
-        MAX_AGENT_COUNTERS
-    ):
-        tokens[doc.get("agentKey") or "—"] += int(doc.get("inputTokens", 0)) + int(doc.get("outputTokens", 0))
     by_agent = bar_chart("Tokens by agent (all time)", sorted(tokens.items()), unit=" tokens")
     spend: dict[str, Any] | None = None
     spend_error: str | None = None

@@ -1,4 +1,4 @@
-"""What every page of an install shows: its newest runs, and the heading (version and badge).
+"""What every page of an install shows: the heading (version and badge).
 
 The badge tells a deployer at a glance whether the install can run and how its last run
 went: "ready" on a fresh install, "running" while a run goes on, "last run failed" in red
@@ -8,21 +8,13 @@ after a failure; never the green "completed" the install record says once it is 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from aiohttp import web
-from pymongo import DESCENDING
 
 from api.context import services
-from svc.core import Document, aware, iso, utcnow
-from svc.runtime import ledger
+from svc.core import Document
 
-RUNS_SHOWN = 50
-# What a runs table reads of a run: not its pipeline state, journal or events (svc/runtime/ledger.py).
-LIST_PROJECTION: Document = {"state": 0, **ledger.HEAVY}
-FIRST_WINDOW = timedelta(hours=1)
-WIDEST_WINDOW = timedelta(days=365)
 # What the badge of a ready install says, after its newest run's status.
 LAST_RUN_LABELS = {
     "queued": "run queued",
@@ -32,61 +24,6 @@ LAST_RUN_LABELS = {
     "failed": "last run failed",
     "cancelled": "last run cancelled",
 }
-
-
-def run_row(doc: Document) -> dict[str, Any]:
-    """A pipeline run as the runs table shows it."""
-    return {
-        "id": doc["_id"],
-        "status": doc["status"],
-        "source": doc.get("source", "run"),
-        "agentKey": doc.get("agentKey"),
-        "pausedAtGate": doc.get("pausedAtGate") if doc["status"] == "paused" else None,
-        "inputTokens": doc.get("inputTokens"),
-        "outputTokens": doc.get("outputTokens"),
-        "errorMessage": doc.get("errorMessage"),
-        "createdAt": iso(doc.get("createdAt")),
-        "endedAt": iso(doc.get("endedAt")),
-    }
-
-
-async def latest_runs(
-    request: web.Request, install: Document, limit: int = RUNS_SHOWN
-) -> list[dict[str, Any]]:
-    """The install's newest runs, read through widening time windows.
-
-    On the embedded store a query costs what its filter matches, whatever the limit,
-    so "newest 50 of all runs" would read every run of the install. The first window
-    is an hour (for 50 runs; shorter in proportion for fewer); when it holds fewer than
-    `limit` runs, the next one is sized from the rate it saw (with a margin), at least
-    four times wider, and the last has no bound.
-    A window that reaches back to the install's creation holds every run there is, so
-    a young install is served by one read, a busy one by its last hour, a quiet one by
-    one wider read.
-    """
-    runs = services(request).store[ledger.RUNS]
-    now = utcnow()
-    created = install.get("createdAt")
-    # Sized to the runs wanted: the badge's one newest run starts from a window of about a minute.
-    window: timedelta | None = FIRST_WINDOW * min(limit, RUNS_SHOWN) / RUNS_SHOWN
-    docs: list[Document] = []
-    while True:
-        query: Document = {"installId": install["_id"]}
-        if window is not None:
-            query["createdAt"] = {"$gte": now - window}
-        docs = (
-            await runs.find(query, LIST_PROJECTION)
-            .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
-            .limit(limit)
-            .to_list(limit)
-        )
-        if len(docs) >= limit or window is None:
-            break
-        if created is not None and now - window <= aware(created) - timedelta(minutes=1):
-            break  # the window covers the install's whole life (a minute of clock slack)
-        wider = max(window * 4, window * (limit / max(len(docs), 1)) * 1.5)
-        window = wider if wider < WIDEST_WINDOW else None
-    return [run_row(doc) for doc in docs]
 
 
 @dataclass(frozen=True)
@@ -128,9 +65,10 @@ class Heading:
 async def heading(
     request: web.Request, install: Document, runs: list[dict[str, Any]] | None = None
 ) -> Heading:
-    """The install's heading; `runs` when the page has read them already (newest first)."""
+    """The install's heading; `runs` when the page has read them already (newest first), else
+    the newest run from `RunDetail.newest`, the runs table's own read."""
     if runs is None:
-        runs = await latest_runs(request, install, limit=1)
+        runs = await services(request).run_detail.newest(install, limit=1)
     key = (install["templateId"], install["templateVersion"])
     semvers = await services(request).templates.semvers([key])
     return Heading(semvers.get(key), badge(install, runs[0] if runs else None))

@@ -7,44 +7,19 @@ the same reach check the JSON console uses, so a stranger gets the 404 page.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp_jinja2
 from aiohttp import web
 
 from api.context import services
 from api.pages.base import PageTable, Viewer, done, form, parse, render
-from api.pages.install_view import badge, heading, latest_runs, run_row
-from api.sse import relay
-from svc.core import BadRequest, Document, NotFound
+from api.pages.install_live import snapshot
+from api.pages.install_view import badge, heading
+from svc.core import BadRequest
 from svc.installs import CreateInstallBody
-from svc.runtime import MAX_DRAFT_ID, BulkBody, ContinueBody, DraftEdit, RejectBody, RunBody, ledger
+from svc.runtime import BulkBody, ContinueBody, DraftEdit, RejectBody, RunBody, draft_number
 
 routes = PageTable()
-LIVE_POLL_S = 1.0
-# A paused run as the gate panel shows it: its row, and the tool call it stopped at (if any).
-PAUSED_PROJECTION: Document = {
-    name: 1
-    for name in (
-        "status",
-        "source",
-        "agentKey",
-        "pausedAtGate",
-        "inputTokens",
-        "outputTokens",
-        "errorMessage",
-        "createdAt",
-        "endedAt",
-        "state.call",
-    )
-}
-
-
-def paused_row(doc: Document) -> dict[str, Any]:
-    """A paused run with the tool call a person must settle (None at a pipeline's own gate)."""
-    return {**run_row(doc), "call": (doc.get("state") or {}).get("call")}
 
 
 async def acting(request: web.Request, viewer: Viewer) -> dict[str, str | None]:
@@ -52,46 +27,9 @@ async def acting(request: web.Request, viewer: Viewer) -> dict[str, str | None]:
     return {"actor_id": viewer.user_id, "actor_email": viewer.user["email"]}
 
 
-async def gate_state(request: web.Request, viewer: Viewer, install: Document) -> dict[str, Any]:
-    """What waits for a decision: paused runs, the draft queue with targets, pending targets."""
-    svc = services(request)
-    install_id = install["_id"]
-    # Any team's run may stop at a tool call (an MCP call awaiting approval, a request whose outcome
-    # a crash left unknown), so paused runs are shown whether or not the team declares gates.
-    paused = (
-        await svc.store[ledger.RUNS]
-        .find({"installId": install_id, "status": "paused"}, PAUSED_PROJECTION)
-        .sort([("pausedAt", 1), ("_id", 1)])
-        .to_list(20)
-    )
-    if not install["definition"].get("gates"):
-        return {
-            "hasGates": bool(paused),
-            "pipeline": False,
-            "paused": [paused_row(doc) for doc in paused],
-            "drafts": [],
-            "targets": {"records": [], "total": 0},
-        }
-    drafts = await svc.outreach.drafts(viewer.principal, install_id)
-    # The draft resource leaves out its recipient; the queue shows it, so the page does too.
-    recipients = {
-        doc["_id"]: doc.get("recipientEmail")
-        for doc in await svc.store["drafts"]
-        .find(
-            {"_id": {"$in": [d["draft"]["id"] for d in drafts]}, "installId": install_id},
-            {"recipientEmail": 1},
-        )
-        .to_list(None)
-    }
-    for item in drafts:
-        item["recipientEmail"] = recipients.get(item["draft"]["id"])
-    return {
-        "hasGates": True,
-        "pipeline": True,
-        "paused": [paused_row(doc) for doc in paused],
-        "drafts": drafts,
-        "targets": await svc.outreach.queue(viewer.principal, install_id, "target-review"),
-    }
+def draft_id(request: web.Request) -> int:
+    """The draft id of the path (`svc.runtime.draft_number`: 404 when it is not one)."""
+    return draft_number(request.match_info["draftId"])
 
 
 @routes.get("/")
@@ -145,60 +83,20 @@ async def create_install(request: web.Request, viewer: Viewer) -> web.StreamResp
 
 @routes.get("/installs/{id}")
 async def install_page(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """One install: run form, runs (live), gates and drafts, links to its settings."""
+    """One install: run form, runs (live: install_live.py), gates and drafts, links to its settings."""
     svc = services(request)
     install = await svc.installs.owned(viewer.principal, request.match_info["id"])
-    runs = await latest_runs(request, install)
-    gates = await gate_state(request, viewer, install)
+    current = await snapshot(request, install, fresh=True)
     return render(
         request,
         "install.html",
         viewer,
         install=install,
-        runs=runs,
-        gates=gates,
-        heading=await heading(request, install, runs),
+        runs=current.runs,
+        gates=current.gates,
+        heading=await heading(request, install, current.runs),
         tab="runs",
     )
-
-
-@routes.get("/installs/{id}/live")
-async def live(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    """Server-sent events: the runs table (with the header badge) and the gate panel, sent again
-    whenever they change."""
-    svc = services(request)
-    install = await svc.installs.owned(viewer.principal, request.match_info["id"])
-    env = aiohttp_jinja2.get_env(request.app)
-    rows_template = env.get_template("partials/run_rows.html")
-    gate_template = env.get_template("partials/gates.html")
-    badge_template = env.get_template("partials/badge.html")
-
-    async def changes() -> AsyncIterator[dict[str, Any]]:
-        seen_runs: object = None
-        seen_gates: object = None
-        # Stop as soon as the browser has gone (the keep-alive write would notice only later).
-        while request.transport is not None and not request.transport.is_closing():
-            runs = await latest_runs(request, install)
-            gates = await gate_state(request, viewer, install)
-            marks = [(r["id"], r["status"]) for r in runs]
-            gate_marks = (
-                [r["id"] for r in gates["paused"]],
-                [(d["draft"]["id"], d["draft"]["status"]) for d in gates["drafts"]],
-                gates["targets"]["total"],
-            )
-            event: dict[str, Any] = {}
-            if marks != seen_runs:
-                seen_runs = marks
-                event["runs"] = rows_template.render(runs=runs, install=install)
-                event["badge"] = badge_template.render(badge=badge(install, runs[0] if runs else None))
-            if gate_marks != seen_gates:
-                seen_gates = gate_marks
-                event["gates"] = gate_template.render(gates=gates, install=install, viewer=viewer)
-            if event:
-                yield event
-            await asyncio.sleep(LIVE_POLL_S)
-
-    return await relay(request, changes())
 
 
 @routes.get("/installs/{id}/runs/{runId}")
@@ -264,24 +162,11 @@ async def cancel_run(request: web.Request, viewer: Viewer) -> web.StreamResponse
     return done(request, f"/installs/{request.match_info['id']}")
 
 
-def draft_number(request: web.Request) -> int:
-    """The draft id of the path; 404 when it is not one."""
-    try:
-        value = int(request.match_info["draftId"])
-    except ValueError:
-        raise NotFound("Draft not found") from None
-    if not 0 < value <= MAX_DRAFT_ID:
-        raise NotFound("Draft not found")
-    return value
-
-
 @routes.post("/installs/{id}/drafts/{draftId}/edit")
 async def edit_draft(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Change a draft's subject and body."""
     body = parse(DraftEdit, await form(request))
-    await services(request).outreach.edit(
-        viewer.principal, request.match_info["id"], draft_number(request), body
-    )
+    await services(request).outreach.edit(viewer.principal, request.match_info["id"], draft_id(request), body)
     return done(request, f"/installs/{request.match_info['id']}#drafts")
 
 
@@ -290,9 +175,7 @@ async def approve_draft(request: web.Request, viewer: Viewer) -> web.StreamRespo
     """Approve a draft; like the API, the paused pipeline resumes once no draft awaits a decision."""
     install_id = request.match_info["id"]
     actor = await acting(request, viewer)
-    await services(request).run_service.approve_draft(
-        viewer.principal, install_id, draft_number(request), actor
-    )
+    await services(request).run_service.approve_draft(viewer.principal, install_id, draft_id(request), actor)
     return done(request, f"/installs/{install_id}#drafts")
 
 
@@ -304,7 +187,7 @@ async def reject_draft(request: web.Request, viewer: Viewer) -> web.StreamRespon
     await services(request).outreach.reject(
         viewer.principal,
         request.match_info["id"],
-        draft_number(request),
+        draft_id(request),
         body.note,
         await acting(request, viewer),
     )
@@ -314,7 +197,7 @@ async def reject_draft(request: web.Request, viewer: Viewer) -> web.StreamRespon
 @routes.post("/installs/{id}/drafts/{draftId}/recall")
 async def recall_draft(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     """Take an approved, unsent draft back to the queue."""
-    await services(request).outreach.recall(viewer.principal, request.match_info["id"], draft_number(request))
+    await services(request).outreach.recall(viewer.principal, request.match_info["id"], draft_id(request))
     return done(request, f"/installs/{request.match_info['id']}#drafts")
 
 

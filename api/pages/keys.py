@@ -26,16 +26,11 @@ def masked(key: dict[str, Any]) -> dict[str, Any]:
 
 
 async def keys_context(request: web.Request, viewer: Viewer) -> dict[str, Any]:
-    """The viewer's keys (masked) and the installs a new key may be scoped to."""
+    """The viewer's keys (masked, each with the install it is scoped to) and the installs a new
+    key may be scoped to: the keys of GET /api/auth/keys, from the same `ApiKeys.list_for_user`."""
     svc = services(request)
     keys = [masked(k) for k in await svc.keys.list_for_user(viewer.user_id)]
     installs = await svc.installs.list(viewer.principal)
-    scopes = {
-        doc["_id"]: doc.get("installId")
-        for doc in await svc.store.api_keys.find({"userId": viewer.user_id}, {"installId": 1}).to_list(None)
-    }
-    for key in keys:
-        key["installId"] = scopes.get(key["id"])
     return {"keys": keys, "installs": installs}
 
 

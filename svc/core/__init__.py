@@ -20,7 +20,7 @@ from svc.core.errors import (
     Unprocessable,
 )
 from svc.core.leases import Lease
-from svc.core.mailer import Mailer
+from svc.core.mailer import Mailer, queued_mail
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import Governance, Runtime, RuntimeFailure
 from svc.core.reaper import Reaper
@@ -38,13 +38,15 @@ from svc.core.run_commands import (
     WatchEvents,
 )
 from svc.core.slots import Slots
-from svc.core.store import Document, Store
+from svc.core.store import DATABASE_ERRORS, DRIVER_LOGGER, Document, Store
 from svc.core.text import DisplayName, DisplayText
 from svc.core.timeline import KINDS, Kind, Timeline, TimelineQuery, actor_of
 from svc.core.tokens import is_api_key
 from svc.core.vault import Vault
 
 __all__ = [
+    "DATABASE_ERRORS",
+    "DRIVER_LOGGER",
     "KINDS",
     "Accepted",
     "AskAgain",
@@ -98,6 +100,7 @@ __all__ = [
     "errors",
     "is_api_key",
     "iso",
+    "queued_mail",
     "rekey",
     "require_database",
     "run_commands",

@@ -214,6 +214,11 @@ class Mailer:
                 raise smtplib.SMTPRecipientsRefused(refused)
 
 
+async def queued_mail(store: Store) -> int:
+    """How many messages wait for delivery or a retry (GET /metrics, `svc_mail_queued`)."""
+    return await store["outbox"].count_documents({"status": "queued"})
+
+
 def describe_failure(exc: BaseException) -> str:
     """A short, secret-free description of a failed attempt (for operators and logs)."""
     if isinstance(exc, smtplib.SMTPResponseException):

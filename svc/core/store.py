@@ -14,7 +14,7 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import PyMongoError
+from pymongo.errors import ConnectionFailure, ExecutionTimeout, PyMongoError, WTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,13 @@ PING_TIMEOUT_S = 3.0
 # Every operation's bound (SVC_DB_TIMEOUT_SECONDS): a database that does not answer fails the
 # operation within it (a 503 "Database unavailable" at the API) instead of hanging.
 DEFAULT_TIMEOUT_S = 10.0
+# A database that cannot be reached or does not answer within the operation's bound: the
+# client-side timeout raises a ConnectionFailure (server selection, the socket), the server
+# side an ExecutionTimeout (maxTimeMS) or a WTimeoutError. The API answers each with one 503
+# (api/errors.py), without importing the driver.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (ConnectionFailure, ExecutionTimeout, WTimeoutError)
+# The driver's logger: its command log at DEBUG carries whole documents (api/logs.py keeps it quiet).
+DRIVER_LOGGER = "pymongo"
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,18 @@ MARGIN = 1.25
 # Without a floor the windows stop growing at this span and the last one is open below.
 MAX_SPAN = timedelta(days=3660)
 REMEMBERED = 10_000
+# Between the clocks that stamped an owner (an install) and its first records.
+CLOCK_SLACK = timedelta(minutes=1)
 ORDER = [("createdAt", DESCENDING), ("_id", DESCENDING)]
 
 _spans: OrderedDict[tuple[str, str], timedelta] = OrderedDict()
+
+
+def floor_of(owner: Document) -> datetime | None:
+    """No record of `owner` (an install) is older than this: where its newest-first reads stop
+    (its `createdAt`, less the clocks' slack); None when it has no creation time."""
+    created = owner.get("createdAt")
+    return aware(created) - CLOCK_SLACK if created is not None else None
 
 
 def _first_span(key: tuple[str, str]) -> timedelta:

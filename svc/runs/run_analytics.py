@@ -17,11 +17,12 @@ status of 400 or more.
 from __future__ import annotations
 
 import asyncio
+from datetime import date
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from svc.core import BadRequest, Document, NotFound, Store, iso
+from svc.core import BadRequest, Document, NotFound, Store, iso, utcnow
 from svc.identity import Principal, require_unscoped
 from svc.runs import newest, run_stats
 from svc.templates import owner_of
@@ -203,6 +204,17 @@ class RunAnalytics:
             self._latest(template_id, query.limit),
         )
         return {**breakdown, "summary": {**breakdown["summary"], **tool_calls}, "runs": runs}
+
+    async def install_usage(
+        self, install_id: str, days: int
+    ) -> tuple[list[tuple[date, Document]], dict[str, int]]:
+        """An install's usage from its run counters, for whoever reaches it (`Installs.owned`): its
+        day counters (runs, failed, completed, tokens) for the last `days` UTC days, oldest first,
+        and its tokens per agent all time. Two bounded reads, whatever the number of runs."""
+        return await asyncio.gather(
+            run_stats.install_days(self.store, install_id, days, utcnow()),
+            run_stats.install_agent_tokens(self.store, install_id),
+        )
 
     async def _managed_template(
         self, principal: Principal, template_id: str | None, template_slug: str | None

@@ -20,8 +20,9 @@ counters are owed by its end and written exactly once (`count_once`, svc/runtime
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from pymongo import UpdateOne
@@ -289,3 +290,33 @@ async def usage_by_install(
         InstallUsage(install_id, t["runs"], t["completed"], t["tokens"], t["billedTokens"])
         for install_id, t in sorted(totals.items())
     ]
+
+
+MAX_AGENT_COUNTERS = 500
+
+
+async def install_days(
+    store: Store, install_id: str, days: int, now: datetime
+) -> list[tuple[date, Document]]:
+    """The install's day counters for the last `days` UTC days up to `now`'s, oldest first (an
+    empty document for a day without runs): one read of at most `days` counters."""
+    today = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    first = today - timedelta(days=days - 1)
+    found = {
+        aware(doc["start"]).date(): doc
+        for doc in await store[COLLECTION]
+        .find({"kind": "day", "installId": install_id, "start": {"$gte": first}})
+        .to_list(days + 1)
+    }
+    return [(day, found.get(day, {})) for day in ((first + timedelta(days=n)).date() for n in range(days))]
+
+
+async def install_agent_tokens(store: Store, install_id: str) -> dict[str, int]:
+    """The install's tokens (in and out) per agent, all time, from its total counters ("—" for
+    runs reported without an agent)."""
+    tokens: dict[str, int] = defaultdict(int)
+    for doc in (
+        await store[COLLECTION].find({"kind": "total", "installId": install_id}).to_list(MAX_AGENT_COUNTERS)
+    ):
+        tokens[doc.get("agentKey") or "—"] += int(doc.get("inputTokens", 0)) + int(doc.get("outputTokens", 0))
+    return dict(tokens)

@@ -23,11 +23,12 @@ from svc.runtime.mcp_policy import read_back_mcp
 from svc.runtime.mcp_run import McpRun, McpService
 from svc.runtime.mcp_support import ApprovalNeeded, ToolOutcome
 from svc.runtime.mcp_tools import McpToolbox
-from svc.runtime.outreach import BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody
+from svc.runtime.outreach import BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody, draft_number
 from svc.runtime.pipelines import MAX_DRAFT_ID
 from svc.runtime.policy import read_back
 from svc.runtime.run_detail import RunDetail
 from svc.runtime.run_events import TERMINAL, RunEvents, redacted
+from svc.runtime.run_lists import queued_runs
 from svc.runtime.run_watch import CLOSING, RunWatch, Subscription, settled_event
 from svc.runtime.runs_exec import HeartbeatBody, RunBody, RunService, RuntimeTestBody, WebhookBody
 from svc.runtime.schedules import (
@@ -93,6 +94,7 @@ __all__ = [
     "agent_runs",
     "check_cron",
     "check_timezone",
+    "draft_number",
     "eval_run_of",
     "incarnations",
     "is_eval_install",
@@ -100,6 +102,7 @@ __all__ = [
     "new_eval_run",
     "next_fire",
     "pool",
+    "queued_runs",
     "read_back",
     "read_back_mcp",
     "recorded_journal",

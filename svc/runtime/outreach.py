@@ -78,6 +78,18 @@ BULK = {
 }
 
 
+def draft_number(value: str) -> int:
+    """A draft's id from a path (drafts have integer ids, 1 to MAX_DRAFT_ID); 404 when it is not
+    one. The console's routes and the dashboard's draft actions parse it here."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise NotFound("Draft not found") from None
+    if not 0 < number <= MAX_DRAFT_ID:
+        raise NotFound("Draft not found")
+    return number
+
+
 def draft_view(doc: Document) -> dict[str, Any]:
     """The Outreach draft resource."""
     status = "approved" if doc["status"] == "sending" else doc["status"]
@@ -121,6 +133,11 @@ class Outreach:
     async def queue(self, principal: Principal, install_id: str, gate: str) -> dict[str, Any]:
         """The records waiting at a built-in gate ({records, total}); an unknown gate is empty."""
         await self.installs.owned(principal, install_id)
+        return await self.queue_of(install_id, gate)
+
+    async def queue_of(self, install_id: str, gate: str) -> dict[str, Any]:
+        """`queue`'s answer for an install the caller was found to reach (`Installs.owned`): the
+        dashboard's live gate panel, which checks reach once per tab, not once per refresh."""
         if gate == "target-review":
             docs = (
                 await self.store["targets"]
@@ -170,6 +187,12 @@ class Outreach:
     async def drafts(self, principal: Principal, install_id: str) -> list[dict[str, Any]]:
         """Drafts (not archived), newest first, each with its target."""
         await self.installs.owned(principal, install_id)
+        return await self.drafts_of(install_id)
+
+    async def drafts_of(self, install_id: str, *, recipients: bool = False) -> list[dict[str, Any]]:
+        """`drafts`' answer for an install the caller was found to reach (`Installs.owned`).
+        `recipients`: each item also has the draft's `recipientEmail`, which the draft resource
+        leaves out and the dashboard's queue shows (GET /api/installs/:id/drafts has none)."""
         docs = (
             await self.store["drafts"]
             .find({"installId": install_id, "status": {"$ne": "archived"}})
@@ -180,7 +203,13 @@ class Outreach:
         targets = {
             t["_id"]: t for t in await self.store["targets"].find({"_id": {"$in": target_ids}}).to_list(None)
         }
-        return [{"draft": draft_view(d), "target": target_view(targets.get(d.get("targetId")))} for d in docs]
+        items = [
+            {"draft": draft_view(d), "target": target_view(targets.get(d.get("targetId")))} for d in docs
+        ]
+        if recipients:
+            for item, doc in zip(items, docs, strict=True):
+                item["recipientEmail"] = doc.get("recipientEmail")
+        return items
 
     async def _draft(self, principal: Principal, install_id: str, draft_id: int) -> Document:
         await self.installs.owned(principal, install_id)

@@ -25,6 +25,7 @@ from plugins import tracing
 from svc.core import Document, NotFound, Store, aware, iso
 from svc.identity import Principal
 from svc.installs import builder_reaches, reaches
+from svc.runtime import run_lists
 from svc.runtime.journal import wire
 from svc.runtime.ledger import RUNS
 
@@ -126,6 +127,15 @@ class RunDetail:
         if ledger is not None and ledger["status"] == "queued":
             detail["queuePosition"] = await self._queue_position(ledger)
         return detail
+
+    async def newest(self, install: Document, limit: int = run_lists.NEWEST_MAX) -> list[dict[str, Any]]:
+        """The newest runs of an install the caller reaches (`Installs.owned`), newest first: the
+        dashboard's runs table and badge (svc/runtime/run_lists.py)."""
+        return await run_lists.newest_runs(self.store, install, limit)
+
+    async def paused(self, install_id: str) -> list[dict[str, Any]]:
+        """The paused runs of an install the caller reaches, each with the call it stopped at."""
+        return await run_lists.paused_runs(self.store, install_id)
 
     async def _queue_position(self, ledger: Document) -> int:
         """1 for the oldest run of the deployment still waiting to start: a run waits behind

@@ -159,15 +159,22 @@ class Portability:
 
     async def diff(self, principal: Principal | None, template_id: str, a: str, b: str) -> dict[str, Any]:
         """The structured diff from published version `a` to `b` (numbers or semvers)."""
-        template = await self.templates.get(principal, template_id)
-        snapshots = await self._snapshots(template["id"])
-        old, new = _find(snapshots, a), _find(snapshots, b)
+        template, old, new = await self.pair(principal, template_id, a, b)
         return {
             "templateId": template["id"],
             "from": {"version": old["version"], "semver": old["semver"]},
             "to": {"version": new["version"], "semver": new["semver"]},
             **structured_diff(old["definition"], new["definition"]),
         }
+
+    async def pair(
+        self, principal: Principal | None, template_id: str, a: str, b: str
+    ) -> tuple[dict[str, Any], Document, Document]:
+        """The template and its published versions `a` and `b` (numbers or semvers), definitions
+        included: what `diff` compares, and what the dashboard's diff page shows line by line."""
+        template = await self.templates.get(principal, template_id)
+        snapshots = await self._snapshots(template["id"])
+        return template, _find(snapshots, a), _find(snapshots, b)
 
     async def _snapshots(self, template_id: str) -> list[Document]:
         return (

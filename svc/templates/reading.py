@@ -22,6 +22,8 @@ from svc.templates.resources import (
     view,
 )
 
+MINE_LISTED = 200
+
 
 class TemplateReading:
     """What anyone may read of templates, each answer limited to what the caller may see."""
@@ -76,7 +78,34 @@ class TemplateReading:
 
     async def get(self, principal: Principal | None, template_id: str) -> dict[str, Any]:
         """One template the caller may see (its owner, or anyone for a listed one)."""
-        return view(await self._visible(principal, template_id))
+        return (await self.viewed(principal, template_id))[0]
+
+    async def viewed(self, principal: Principal | None, template_id: str) -> tuple[dict[str, Any], bool]:
+        """`get`'s answer and whether the caller owns the template (who is shown its actions)."""
+        doc = await self._visible(principal, template_id)
+        return view(doc), is_owner(principal, doc)
+
+    async def mine(self, principal: Principal, limit: int = MINE_LISTED) -> list[dict[str, Any]]:
+        """The caller's own templates in every state (drafts, version drafts, published, archived),
+        last changed first, without their definitions: the builder's list."""
+        docs = (
+            await self._templates.find({"owner": owner_of(principal)}, {"definition": 0})
+            .sort([("updatedAt", DESCENDING)])
+            .to_list(limit)
+        )
+        return [
+            {
+                "id": doc["_id"],
+                "kind": doc.get("kind"),
+                "status": doc["status"],
+                "name": doc["name"],
+                "slug": doc["slug"],
+                "semver": doc.get("semver"),
+                "visibility": doc.get("visibility"),
+                "updatedAt": iso(doc.get("updatedAt")),
+            }
+            for doc in docs
+        ]
 
     async def versions(self, principal: Principal | None, template_id: str) -> list[dict[str, Any]]:
         """Every published version, newest first, with its bump and change log."""
