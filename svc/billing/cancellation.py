@@ -22,7 +22,9 @@ from svc.core import (
     iso,
     utcnow,
 )
+from svc.identity import user_email
 from svc.installs import deployer_reaches
+from svc.templates import find_template
 
 
 class CancelBilling:
@@ -47,7 +49,7 @@ class CancelBilling:
         now = utcnow()
         if not await self.installs.claim_cancellation(install, now, CLAIM_LEASE):
             raise Conflict("A cancellation of this install is already in progress")
-        template = await self.store["templates"].find_one({"_id": install["templateId"]}) or {}
+        template = await find_template(self.store, install["templateId"]) or {}
         since = await self.charges.billed_until(install)
         amount = (
             await install_amount(self.store, install_id, template, since, now) if ever_paid(template) else 0
@@ -74,8 +76,7 @@ class CancelBilling:
     async def _receipt(
         self, install: Document, user_id: str, since: datetime, until: datetime, amount: int, note: str
     ) -> None:
-        user = await self.store.users.find_one({"_id": user_id}, {"email": 1})
-        to = install.get("deployerEmail") or (user or {}).get("email")
+        to = install.get("deployerEmail") or await user_email(self.store, user_id)
         if not to:
             return
         body = (

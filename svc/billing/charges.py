@@ -64,8 +64,10 @@ from svc.core import (
     tokens,
     utcnow,
 )
-from svc.identity import Principal
+from svc.identity import Principal, find_user
 from svc.installs import Installs
+from svc.orgs import find_org
+from svc.templates import find_template
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +158,7 @@ class Charges:
         install = await self.store.installs.find_one({"_id": body.installId})
         if install is None or install.get("status") == "pending":
             raise NotFound("Install not found")
-        template = await self.store["templates"].find_one({"_id": install["templateId"]}, {"pricingModel": 1})
+        template = await find_template(self.store, install["templateId"], "pricingModel")
         if (template or {}).get("pricingModel", "free") == "free":
             raise Conflict("The install's template is free; there is nothing to charge")
         outcome = await self.charge(install, start, end, body.amountCents, "charge_cycle", wait=True)
@@ -284,7 +286,7 @@ class Charges:
     ) -> Document:
         """The period's invoice, claimed by this call, or already paid."""
         claim = tokens.new_id()
-        template = await self.store["templates"].find_one({"_id": install["templateId"]}) or {}
+        template = await find_template(self.store, install["templateId"]) or {}
         builder_user, account = await self._payee(template)
         fee, builder = split_fee(amount)
         doc: Document = {
@@ -391,11 +393,11 @@ class Charges:
         owner = template.get("owner") or {}
         user_id = owner.get("id") if owner.get("kind") == "user" else None
         if owner.get("kind") == "org":
-            org = await self.store.orgs.find_one({"_id": owner["id"]}, {"ownerId": 1})
+            org = await find_org(self.store, owner["id"], "ownerId")
             user_id = (org or {}).get("ownerId")
         if user_id is None:
             return None, None
-        user = await self.store.users.find_one({"_id": user_id}, {"payout": 1})
+        user = await find_user(self.store, user_id, "payout")
         payout = (user or {}).get("payout") or {}
         return user_id, payout.get("accountId") if payout.get("status") == "active" else None
 

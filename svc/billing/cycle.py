@@ -15,6 +15,7 @@ from svc.billing.charging import ChargeCore
 from svc.billing.leases import BATCH, CLAIM_LEASE, KEY_LIFETIME, UNBILLED_CANCEL
 from svc.billing.usage import MIN_CHARGE_CENTS, PAID_MODELS, install_amount
 from svc.core import BadGateway, Conflict, PaymentRequired, Unavailable, aware, iso
+from svc.templates import paid_templates
 
 log = logging.getLogger("svc.billing.charges")
 
@@ -40,20 +41,8 @@ class MonthlyCycle:
         amount under 50 cents is carried into the next cycle.
         """
         self.charges.require_provider()
-        paid_templates = {
-            doc["_id"]: doc
-            async for doc in self.store["templates"].find(
-                {
-                    "kind": "template",
-                    # Paid now, or paid earlier in a period not billed yet (a change to free waits).
-                    "$or": [
-                        {"pricingModel": {"$in": list(PAID_MODELS)}},
-                        {"priceHistory.pricingModel": {"$in": list(PAID_MODELS)}},
-                    ],
-                },
-                {"pricingModel": 1, "priceUsdCents": 1, "priceHistory": 1, "owner": 1},
-            )
-        }
+        # Paid now, or paid earlier in a period not billed yet (a change to free waits).
+        paid = await paid_templates(self.store, PAID_MODELS)
         counts = {"charged": 0, "alreadyPaid": 0, "skipped": 0, "failed": 0, "resumed": 0}
         await self._resume_stale(now, counts)
         query = {
@@ -62,7 +51,7 @@ class MonthlyCycle:
                 {"status": "completed"},
                 {"status": "cancelled", "cancelledAt": {"$gt": cycle_end - UNBILLED_CANCEL}},
             ],
-            "templateId": {"$in": list(paid_templates)},
+            "templateId": {"$in": list(paid)},
             "payCustomerId": {"$type": "string"},
             "payPaymentMethodId": {"$type": "string"},
         }
@@ -74,7 +63,7 @@ class MonthlyCycle:
             if since >= end:
                 counts["alreadyPaid"] += 1
                 continue
-            template = paid_templates[install["templateId"]]
+            template = paid[install["templateId"]]
             amount = await install_amount(self.store, install["_id"], template, since, end)
             if amount < MIN_CHARGE_CENTS:
                 counts["skipped"] += 1

@@ -16,8 +16,8 @@ from pydantic import BaseModel, Field, model_validator
 
 from svc.core import BadRequest, Document, Forbidden, NotFound, Store, aware, iso, utcnow
 from svc.identity import Principal
-from svc.runs import find_template, usage_by_install
-from svc.templates import PLATFORM_FEE_PERCENT, is_owner
+from svc.runs import usage_by_install
+from svc.templates import PLATFORM_FEE_PERCENT, is_owner, template_by_id_or_slug
 
 MIN_CHARGE_CENTS = 50
 PAID_MODELS = ("per_run", "per_k_tokens")
@@ -205,7 +205,7 @@ class UsageReport:
 
     async def _template(self, query: BillingQuery) -> Document:
         # One index-covered look-up (by id, or by slug), the rest checked in Python.
-        template = await find_template(self.store, query.templateId, query.templateSlug)
+        template = await template_by_id_or_slug(self.store, query.templateId, query.templateSlug)
         if template is None:
             raise NotFound("Template not found")
         return template

@@ -46,7 +46,7 @@ from svc.core import (
     tokens,
     utcnow,
 )
-from svc.identity import Credentials, Principal, require_unscoped
+from svc.identity import Credentials, Principal, key_creator, require_unscoped
 from svc.installs import reach
 from svc.installs.abandoned import AbandonedInstalls
 from svc.installs.callback_secret import rotate_callback_secret
@@ -66,7 +66,7 @@ from svc.installs.removal import InstallRemoval
 from svc.installs.summaries import managed_summaries
 from svc.mcp import Catalogue, install_warnings
 from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
-from svc.templates import claim_install, is_owner, owner_of, release_install
+from svc.templates import claim_install, find_template, is_owner, owner_of, release_install
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +118,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         deployer while still a member (`Removal.hand_back`)."""
         if principal.user_id is not None or principal.key_id is None:
             return principal.user_id
-        key = await self.store.api_keys.find_one({"_id": principal.key_id}, {"createdBy": 1})
-        return (key or {}).get("createdBy")
+        return await key_creator(self.store, principal.key_id)
 
     async def create(self, principal: Principal, body: CreateInstallBody) -> dict[str, Any]:
         """Validate, provision through the platform's driver, store; the spec's response."""
@@ -314,7 +313,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         return platform
 
     async def _installable_template(self, principal: Principal, template_id: str) -> Document:
-        template = await self.store["templates"].find_one({"_id": template_id, "kind": "template"})
+        template = await find_template(self.store, template_id, kind="template")
         # Someone else's draft or archived template is "not there", as GET answers (404, not 409).
         public = (
             template is not None and template["visibility"] == "public" and template["status"] == "published"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from svc.core import Document, Store
 from svc.identity import Principal
-from svc.templates import is_owner, owner_of
+from svc.templates import find_template, is_owner, owner_of
 
 # Status `pending` means provisioning, except on an install waiting for governance approval
 # (`approval: "pending"`, provisioned and listed, but not ready for runs until approved).
@@ -74,5 +74,5 @@ async def builder_reaches(store: Store, principal: Principal, doc: Document | No
         return False
     if principal.install_id is not None and principal.install_id != doc["_id"]:
         return False
-    template = await store["templates"].find_one({"_id": doc["templateId"]}, {"owner": 1})
+    template = await find_template(store, doc["templateId"], "owner")
     return template is not None and is_owner(principal, template)

@@ -18,6 +18,18 @@ from svc.orgs.bodies import (
 )
 from svc.orgs.governance import Approvals, Governance
 from svc.orgs.invitations import Invitations
+from svc.orgs.lookups import (
+    find_org,
+    is_live,
+    is_member,
+    key_org,
+    member_orgs,
+    membership,
+    org_id_where,
+    owns_an_org,
+    secret_names,
+    secret_values,
+)
 from svc.orgs.org_analytics import AnalyticsQuery
 from svc.orgs.org_keys import OrgKeys
 from svc.orgs.org_secrets import ENCRYPTED, OrgSecrets
@@ -51,4 +63,14 @@ __all__ = [
     "SecretBody",
     "TransferBody",
     "UpdateOrgBody",
+    "find_org",
+    "is_live",
+    "is_member",
+    "key_org",
+    "member_orgs",
+    "membership",
+    "org_id_where",
+    "owns_an_org",
+    "secret_names",
+    "secret_values",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 from pymongo import DESCENDING, ReturnDocument
 
 from svc.core import BadRequest, Conflict, Document, Mailer, NotFound, Store, tokens, utcnow
-from svc.identity import Principal
+from svc.identity import Principal, key_creator
 from svc.installs import Installs, Upgrades
 from svc.orgs.access import MAX_LISTED, OrgAccess, is_pro
 from svc.orgs.audit import SYSTEM, Actor, AuditLog
@@ -41,8 +41,7 @@ class Governance:
         """Governance port: the automatic request for a gated install; owners and admins are emailed."""
         requestor_id = principal.user_id
         if requestor_id is None and principal.key_id is not None:
-            key = await self.store.api_keys.find_one({"_id": principal.key_id}, {"createdBy": 1})
-            requestor_id = (key or {}).get("createdBy")
+            requestor_id = await key_creator(self.store, principal.key_id)
         actor = await self.org_access.actor_or_system(requestor_id)
         org = await self.store.orgs.find_one({"_id": install["owner"]["id"]})
         assert org is not None

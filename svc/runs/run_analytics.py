@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from svc.core import BadRequest, Document, NotFound, Store, iso
 from svc.identity import Principal, require_unscoped
 from svc.runs import newest, run_stats
-from svc.templates import owner_of
+from svc.templates import owner_of, template_by_id_or_slug
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = newest.KEPT
@@ -169,24 +169,6 @@ def breakdown_pipeline(template_id: str) -> list[Document]:
 # ---- the service -----------------------------------------------------------------------
 
 
-async def find_template(
-    store: Store, template_id: str | None, slug: str | None, projection: Document | None = None
-) -> Document | None:
-    """A template (kind `template`) by id and/or slug, with one index-covered look-up.
-
-    By `_id` alone, or by `slug` alone (its unique index is partial on `kind: template`);
-    the other conditions are checked here. `{kind, _id}` in one filter has no index that
-    covers it, and the embedded server then reads every template.
-    """
-    if template_id is not None:
-        doc = await store["templates"].find_one({"_id": template_id}, projection)
-    else:
-        doc = await store["templates"].find_one({"kind": "template", "slug": slug}, projection)
-    if doc is None or doc.get("kind") != "template" or (slug is not None and doc.get("slug") != slug):
-        return None
-    return doc
-
-
 class RunAnalytics:
     """Answers GET /api/runs for the template's owner."""
 
@@ -211,7 +193,7 @@ class RunAnalytics:
         if template_id is None and template_slug is None:
             raise BadRequest("templateId or templateSlug is required")
         require_unscoped(principal)
-        template = await find_template(
+        template = await template_by_id_or_slug(
             self.store, template_id, template_slug, {"owner": 1, "kind": 1, "slug": 1}
         )
         if template is None or template.get("owner") != owner_of(principal):

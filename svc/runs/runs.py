@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 
 from svc.core import BadRequest, Conflict, Document, NotFound, RequestBody, Store, tokens, utcnow
 from svc.runs import recording
+from svc.templates import find_template
 
 RunStatus = Literal["completed", "failed"]
 
@@ -206,7 +207,7 @@ class Runs:
         """
         if install["platform"] in self.tokenless or (input_tokens is not None and output_tokens is not None):
             return
-        template = await self.store["templates"].find_one({"_id": install["templateId"]}, {"pricingModel": 1})
+        template = await find_template(self.store, install["templateId"], "pricingModel")
         if template is None or template.get("pricingModel") != "per_k_tokens":
             return
         missing = [

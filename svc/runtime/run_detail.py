@@ -27,6 +27,7 @@ from svc.identity import Principal
 from svc.installs import builder_reaches, reaches
 from svc.runtime.journal import wire
 from svc.runtime.ledger import RUNS
+from svc.templates import find_template
 
 # (pricing model, price in cents, completed?, tokens) -> the run's cost (svc.billing.run_cost);
 # injected, because billing sits above the runtime.
@@ -86,9 +87,7 @@ class RunDetail:
             self.store[RUNS].find_one({"_id": run_id, "installId": install_id}),
             self.store["runs"].find_one({"installId": install_id, "runId": run_id}),
             self.store["callbacks"].find_one({"_id": run_id, "installId": install_id}),
-            self.store["templates"].find_one(
-                {"_id": install["templateId"]}, {"pricingModel": 1, "priceUsdCents": 1}
-            ),
+            find_template(self.store, install["templateId"], "pricingModel", "priceUsdCents"),
         )
         if ledger is None and record is None:
             raise NotFound("Run not found")

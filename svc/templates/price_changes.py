@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from svc.core import Document, Mailer, Store, aware, iso
+from svc.identity import user_emails
 from svc.templates.resources import ACTIVE_INSTALL
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -80,8 +81,7 @@ async def notify_deployers(
         {"templateId": template["_id"], **ACTIVE_INSTALL}, {"deployedBy": 1, "deployerEmail": 1}
     ).to_list(10_000)
     user_ids = {i["deployedBy"] for i in installs if i.get("deployedBy")}
-    users = await store.users.find({"_id": {"$in": list(user_ids)}}, {"email": 1}).to_list(None)
-    account_email = {user["_id"]: user["email"] for user in users}
+    account_email = await user_emails(store, user_ids)
     emails = {account_email.get(i.get("deployedBy")) or i.get("deployerEmail") for i in installs} - {None}
     new = display(template["pricingModel"], template.get("priceUsdCents"))
     subject = f"{template['name']}: the price changes to {new} on {effective:%Y-%m-%d}"

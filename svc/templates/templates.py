@@ -30,7 +30,7 @@ from svc.core import (
     tokens,
     utcnow,
 )
-from svc.identity import Principal, require_unscoped
+from svc.identity import Principal, require_unscoped, user_emails
 from svc.templates.claims import (
     COUNTER,
     DRAFT_GUARD,
@@ -295,8 +295,7 @@ class Templates(TemplateReading):
         """Tell deployers with active installs that a breaking version is out."""
         installs = await self._installs_of(template["_id"]).to_list(10_000)
         user_ids = {i["deployedBy"] for i in installs if i.get("deployedBy")}
-        users = await self.store.users.find({"_id": {"$in": list(user_ids)}}, {"email": 1}).to_list(None)
-        account_email = {user["_id"]: user["email"] for user in users}
+        account_email = await user_emails(self.store, user_ids)
         # One address per install: the deploying account's, else the billing email given at install.
         emails = {account_email.get(i.get("deployedBy")) or i.get("deployerEmail") for i in installs} - {None}
         subject = f"{template['name']} {template['semver']}: a breaking (MAJOR) version is published"
