@@ -26,6 +26,7 @@ from pymongo.errors import DuplicateKeyError
 
 from svc.billing import Charges
 from svc.core import Document, Mailer, Runtime, RuntimeFailure, StartRun, Store, aware, iso, tokens, utcnow
+from svc.installs import find_install
 from svc.runtime import INTERRUPTED, OWED, STALLED, CallbackDelivery, InstallRunner, ledger, next_fire
 
 if TYPE_CHECKING:
@@ -314,7 +315,7 @@ class RunSweeper:
     async def _wake(self, run: Document, counts: dict[str, int]) -> None:
         """Have a live copy of the run's install actor (its recovery resumes the run); a run of a
         vanished install, or with no runtime at all, ends failed."""
-        install = await self.store.installs.find_one({"_id": run["installId"]}, {"_id": 1})
+        install = await find_install(self.store, run["installId"], "_id")
         if install is None or self.runtime is None:
             await self._settle(run, INTERRUPTED, counts)
             return

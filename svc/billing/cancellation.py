@@ -23,7 +23,7 @@ from svc.core import (
     utcnow,
 )
 from svc.identity import user_email
-from svc.installs import deployer_reaches
+from svc.installs import deployer_reaches, find_install
 from svc.templates import find_template
 
 
@@ -39,9 +39,9 @@ class CancelBilling:
     async def cancel_install(self, user_id: str, install_id: str) -> Document:
         """Bill completed runs since the last paid period, mail a receipt, cancel the install."""
         self.charges.require_provider()
-        install = await self.store.installs.find_one({"_id": install_id})
+        install = await find_install(self.store, install_id)
         # The install's deployer (for an org's install, while still a member): svc.installs.reach.
-        if install is None or not await deployer_reaches(self.store, user_id, install):
+        if install is None or not await deployer_reaches(self.installs.orgs, user_id, install):
             raise NotFound("Install not found")
         if install["status"] == "cancelled":
             raise Conflict("Install is already cancelled")

@@ -65,7 +65,7 @@ from svc.core import (
     utcnow,
 )
 from svc.identity import Principal, find_user
-from svc.installs import Installs
+from svc.installs import Installs, find_install
 from svc.orgs import find_org
 from svc.templates import find_template
 
@@ -155,7 +155,7 @@ class Charges:
         check_period(start, end)
         if end > utcnow() + CLOCK_SKEW:
             raise BadRequest("periodEnd must not be in the future")
-        install = await self.store.installs.find_one({"_id": body.installId})
+        install = await find_install(self.store, body.installId)
         if install is None or install.get("status") == "pending":
             raise NotFound("Install not found")
         template = await find_template(self.store, install["templateId"], "pricingModel")

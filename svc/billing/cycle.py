@@ -15,6 +15,7 @@ from svc.billing.charging import ChargeCore
 from svc.billing.leases import BATCH, CLAIM_LEASE, KEY_LIFETIME, UNBILLED_CANCEL
 from svc.billing.usage import MIN_CHARGE_CENTS, PAID_MODELS, install_amount
 from svc.core import BadGateway, Conflict, PaymentRequired, Unavailable, aware, iso
+from svc.installs import billable_installs, find_install
 from svc.templates import paid_templates
 
 log = logging.getLogger("svc.billing.charges")
@@ -45,17 +46,8 @@ class MonthlyCycle:
         paid = await paid_templates(self.store, PAID_MODELS)
         counts = {"charged": 0, "alreadyPaid": 0, "skipped": 0, "failed": 0, "resumed": 0}
         await self._resume_stale(now, counts)
-        query = {
-            # Installs removed with DELETE (not through cancel billing) still owe their last usage.
-            "$or": [
-                {"status": "completed"},
-                {"status": "cancelled", "cancelledAt": {"$gt": cycle_end - UNBILLED_CANCEL}},
-            ],
-            "templateId": {"$in": list(paid)},
-            "payCustomerId": {"$type": "string"},
-            "payPaymentMethodId": {"$type": "string"},
-        }
-        async for install in self.store.installs.find(query).sort("_id", 1).batch_size(BATCH):
+        # Installs removed with DELETE (not through cancel billing) still owe their last usage.
+        async for install in billable_installs(self.store, paid, cycle_end - UNBILLED_CANCEL, BATCH):
             end = cycle_end
             if install["status"] == "cancelled":
                 end = min(cycle_end, aware(install["cancelledAt"]))
@@ -91,7 +83,7 @@ class MonthlyCycle:
             "attemptStartedAt": {"$gt": now - KEY_LIFETIME},
         }
         async for invoice in self._invoices.find(stale).limit(BATCH):
-            install = await self.store.installs.find_one({"_id": invoice["installId"]})
+            install = await find_install(self.store, invoice["installId"])
             if install is None:
                 continue
             try:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from svc.core import BadRequest, Document, Forbidden, NotFound, Store, aware, iso, utcnow
 from svc.identity import Principal
+from svc.installs import find_install
 from svc.runs import usage_by_install
 from svc.templates import PLATFORM_FEE_PERCENT, is_owner, template_by_id_or_slug
 
@@ -148,9 +149,8 @@ class UsageReport:
         scope: Document = {"templateId": template["_id"]}
         install = None
         if query.installId is not None:
-            install = await self.store.installs.find_one(
-                {"_id": query.installId, "templateId": template["_id"]}, {"owner": 1}
-            )
+            of_template = {"templateId": template["_id"]}
+            install = await find_install(self.store, query.installId, "owner", where=of_template)
             scope = {"installId": query.installId}
         # The builder sees every install; a deployer the install they own and no other (404 alike).
         if not is_owner(principal, template) and (install is None or not is_owner(principal, install)):

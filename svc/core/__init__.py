@@ -22,7 +22,15 @@ from svc.core.errors import (
 from svc.core.leases import Lease
 from svc.core.mailer import Mailer
 from svc.core.models import RequestBody, Timestamp, describe
-from svc.core.ports import Governance, Runtime, RuntimeFailure
+from svc.core.ports import (
+    Governance,
+    InstallLookups,
+    OrgLookups,
+    PaymentLookups,
+    Runtime,
+    RuntimeFailure,
+    RuntimeLookups,
+)
 from svc.core.reaper import Reaper
 from svc.core.rekey import Encrypted, Rekeying
 from svc.core.run_commands import (
@@ -64,11 +72,14 @@ __all__ = [
     "Forbidden",
     "Gone",
     "Governance",
+    "InstallLookups",
     "Kind",
     "Lease",
     "Mailer",
     "NoDatabaseError",
     "NotFound",
+    "OrgLookups",
+    "PaymentLookups",
     "PaymentRequired",
     "RateLimited",
     "Reaper",
@@ -77,6 +88,7 @@ __all__ = [
     "RunOutcome",
     "Runtime",
     "RuntimeFailure",
+    "RuntimeLookups",
     "ServiceError",
     "Slots",
     "StartRun",

@@ -37,6 +37,9 @@ from svc.core import (
     Governance,
     Kind,
     NotFound,
+    OrgLookups,
+    PaymentLookups,
+    RuntimeLookups,
     Store,
     Timeline,
     TimelineQuery,
@@ -91,6 +94,10 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         settings: Settings,
         runs: Runs,
         governance: Governance | None = None,
+        *,
+        orgs: OrgLookups,
+        runtime: RuntimeLookups,
+        payments: PaymentLookups,
     ) -> None:
         self.store = store
         self.vault = vault
@@ -102,6 +109,11 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         # Org governance (None: nothing waits for approval). It reads org records only, so the
         # orgs package builds it without needing this service.
         self.governance = governance
+        # The answers of the packages above (svc/wiring.py hands them in): org membership and
+        # secrets, schedules, payment customers.
+        self.orgs = orgs
+        self.runtime_lookups = runtime
+        self.payments = payments
 
     def traits(self, platform_id: str) -> PlatformTraits:
         """How the core treats the platform's installs (defaults for a platform no longer loaded)."""
@@ -130,7 +142,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         check_depth(platform, definition)
         variables = check_variables(definition, body.variables or {})
         install_secrets = check_secret_names(body.secrets or {})
-        await check_payment_fields(self.store, body)
+        await check_payment_fields(self.payments, body)
         company_id = body.companyId
         # A re-install into the same company (or, without companies, by the same owner) is pre-filled;
         # a company created by this install starts empty.
@@ -340,8 +352,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         owner = doc["owner"]
         if owner["kind"] != "org":
             return
-        live = {"_id": owner["id"], "deleting": {"$ne": True}}
-        if not await self.store.orgs.count_documents(live, limit=1):
+        if not await self.orgs.is_live(owner["id"]):
             await self._forget(doc["_id"])
             raise NotFound("Org not found")
 
@@ -357,12 +368,12 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
     async def deployer_may_reach(self, user_id: str, install_id: str) -> bool:
         """Whether the user acts as the install's deployer (svc.installs.reach.deployer_reaches)."""
         doc = await self.store.installs.find_one({"_id": install_id})
-        return await reach.deployer_reaches(self.store, user_id, doc)
+        return await reach.deployer_reaches(self.orgs, user_id, doc)
 
     async def owned(self, principal: Principal, install_id: str) -> Document:
         """The install, if the principal reaches it (svc.installs.reach); else 404."""
         doc = await self.store.installs.find_one({"_id": install_id})
-        if doc is None or not await reach.reaches(self.store, principal, doc):
+        if doc is None or not await reach.reaches(self.orgs, principal, doc):
             raise NotFound("Install not found")
         return doc
 
@@ -391,7 +402,9 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
 
     async def mine(self, user_id: str) -> list[dict[str, Any]]:
         """Managed installs the user deployed or reaches through an org, with what is missing."""
-        return await managed_summaries(self.store, self.vault, self.platform_ids("managed"), user_id)
+        return await managed_summaries(
+            self.store, self.vault, self.platform_ids("managed"), user_id, self.orgs, self.runtime_lookups
+        )
 
     async def invoke(self, principal: Principal, install_id: str, body: InvokeBody) -> dict[str, Any]:
         """Proxy one input to an orchC team; record the run's count, tokens and outcome."""

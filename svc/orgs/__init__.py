@@ -19,6 +19,7 @@ from svc.orgs.bodies import (
 from svc.orgs.governance import Approvals, Governance
 from svc.orgs.invitations import Invitations
 from svc.orgs.lookups import (
+    OrgReads,
     find_org,
     is_live,
     is_member,
@@ -55,6 +56,7 @@ __all__ = [
     "OrgAccess",
     "OrgKeyBody",
     "OrgKeys",
+    "OrgReads",
     "OrgSecrets",
     "Orgs",
     "Plan",

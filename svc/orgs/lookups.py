@@ -26,11 +26,13 @@ async def owns_an_org(store: Store, user_id: str) -> bool:
     return bool(await store.org_members.count_documents({"userId": user_id, "role": "owner"}, limit=1))
 
 
-async def member_orgs(store: Store, user_id: str) -> dict[str, Document]:
-    """The orgs the user belongs to, by id."""
+async def member_orgs(store: Store, user_id: str) -> dict[str, Document | None]:
+    """The orgs the user belongs to, by id, in the order of the memberships (None: an org whose
+    record is gone while the membership is not)."""
     memberships = await store.org_members.find({"userId": user_id}).to_list(None)
     org_ids = [m["orgId"] for m in memberships]
-    return {o["_id"]: o for o in await store.orgs.find({"_id": {"$in": org_ids}}).to_list(None)}
+    orgs = {o["_id"]: o for o in await store.orgs.find({"_id": {"$in": org_ids}}).to_list(None)}
+    return {org_id: orgs.get(org_id) for org_id in org_ids}
 
 
 async def key_org(store: Store, user_id: str | None, org_id: str | None) -> Document | None:
@@ -75,3 +77,34 @@ async def secret_values(store: Store, vault: Vault, org_id: str) -> dict[str, st
     async for doc in store["org_secrets"].find({"orgId": org_id}):
         values[doc["key"]] = vault.decrypt(doc["valueEncrypted"])
     return values
+
+
+class OrgReads:
+    """The orgs' answers for the packages below them (svc.core.OrgLookups), over one store."""
+
+    def __init__(self, store: Store, vault: Vault | None = None) -> None:
+        self.store = store
+        self.vault = vault
+
+    async def is_member(self, org_id: str, user_id: str) -> bool:
+        return await is_member(self.store, org_id, user_id)
+
+    async def member_orgs(self, user_id: str) -> dict[str, Document | None]:
+        return await member_orgs(self.store, user_id)
+
+    async def is_live(self, org_id: str) -> bool:
+        return await is_live(self.store, org_id)
+
+    async def owns_an_org(self, user_id: str) -> bool:
+        return await owns_an_org(self.store, user_id)
+
+    async def key_org(self, user_id: str | None, org_id: str | None) -> Document | None:
+        return await key_org(self.store, user_id, org_id)
+
+    async def secret_names(self, org_ids: list[str], limit: int | None = None) -> dict[str, set[str]]:
+        return await secret_names(self.store, org_ids, limit)
+
+    async def secret_values(self, org_id: str) -> dict[str, str]:
+        if self.vault is None:
+            raise RuntimeError("OrgReads was built without the vault: it cannot decrypt org secrets")
+        return await secret_values(self.store, self.vault, org_id)

@@ -24,7 +24,7 @@ from svc.core import (
     utcnow,
 )
 from svc.identity import ApiKeys, find_users, normalise_email
-from svc.installs import Installs
+from svc.installs import Installs, org_install_ids
 from svc.orgs.access import MAX_LISTED, MAX_MEMBERS_LISTED, NOT_FOUND, OrgAccess, check_role
 from svc.orgs.audit import AuditLog, AuditQuery
 from svc.orgs.bodies import CreateOrgBody, RoleBody, TransferBody, UpdateOrgBody
@@ -321,7 +321,7 @@ class Orgs:
         """The org's one timeline: its own audit events and those of its installs, newest first."""
         access = await self.org_access.check(user_id, slug, "audit.read")
         org_id = access.org["_id"]
-        installs = await self.store.installs.distinct("_id", {"owner.kind": "org", "owner.id": org_id})
+        installs = await org_install_ids(self.store, org_id)
         scope = {"$or": [{"orgId": org_id}, {"installId": {"$in": installs[:MAX_LISTED]}}]}
         return await Timeline(self.store).page(scope, query)
 

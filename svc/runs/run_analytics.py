@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from svc.core import BadRequest, Document, NotFound, Store, iso
+from svc.core import BadRequest, Document, InstallLookups, NotFound, Store, iso
 from svc.identity import Principal, require_unscoped
 from svc.runs import newest, run_stats
 from svc.templates import owner_of, template_by_id_or_slug
@@ -172,8 +172,9 @@ def breakdown_pipeline(template_id: str) -> list[Document]:
 class RunAnalytics:
     """Answers GET /api/runs for the template's owner."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, installs: InstallLookups) -> None:
         self.store = store
+        self.installs = installs  # the template's installs (svc/wiring.py hands in their answer)
 
     async def report(self, principal: Principal, query: RunsQuery) -> dict[str, Any]:
         """Summary, byPlatform and byAgent over all runs; the newest `limit` runs."""
@@ -238,10 +239,10 @@ class RunAnalytics:
         }
 
     async def _tool_calls(self, template_id: str) -> dict[str, int]:
-        installs = await self.store.installs.find({"templateId": template_id}, {"_id": 1}).to_list(None)
-        if not installs:
+        install_ids = await self.installs.template_install_ids(template_id)
+        if not install_ids:
             return {"totalToolCalls": 0, "failedToolCalls": 0}
-        match = {"kind": "tools", "installId": {"$in": [doc["_id"] for doc in installs]}}
+        match = {"kind": "tools", "installId": {"$in": install_ids}}
         cursor = await self.store[run_stats.COLLECTION].aggregate(
             [
                 {"$match": match},

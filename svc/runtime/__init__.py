@@ -18,6 +18,7 @@ from svc.runtime.faults import CrashPoints
 from svc.runtime.host import InstallHost
 from svc.runtime.journal import scratch
 from svc.runtime.llm import LLM, ProviderNotConfigured
+from svc.runtime.lookups import RuntimeReads, is_runtime_run, next_runs
 from svc.runtime.mcp_installs import McpApprovalDecisionBody, McpApprovalQuery, McpConsentBody, McpInstalls
 from svc.runtime.mcp_policy import read_back_mcp
 from svc.runtime.mcp_run import McpRun, McpService
@@ -79,6 +80,7 @@ __all__ = [
     "RunScope",
     "RunService",
     "RunWatch",
+    "RuntimeReads",
     "RuntimeTestBody",
     "ScheduleBody",
     "SchedulerCore",
@@ -96,9 +98,11 @@ __all__ = [
     "eval_run_of",
     "incarnations",
     "is_eval_install",
+    "is_runtime_run",
     "ledger",
     "new_eval_run",
     "next_fire",
+    "next_runs",
     "pool",
     "read_back",
     "read_back_mcp",

@@ -38,7 +38,7 @@ from svc.core import (
     utcnow,
 )
 from svc.identity import Principal
-from svc.installs import Installs
+from svc.installs import Installs, find_install, installs_of_agent
 from svc.runs import require_ready
 from svc.runtime import ledger
 from svc.runtime.outreach import Outreach
@@ -124,7 +124,7 @@ class RunService:
 
     async def trigger(self, install_id: str, body: WebhookBody) -> dict[str, Any]:
         """Queue a run from the webhook; the result goes to `callbackUrl` when given."""
-        install = await self.store.installs.find_one({"_id": install_id})
+        install = await find_install(self.store, install_id)
         if install is None:
             raise NotFound("Webhook token not found")
         require_ready(install)
@@ -180,13 +180,8 @@ class RunService:
         """Run one orchA `http` agent for a heartbeat; answers in the deployer-webhook shape."""
         # Upstream agent ids come from each deployer's own server, so they may repeat across
         # installs: the install is the one whose secret the caller presents.
-        candidates = await self.store.installs.find(
-            {
-                "deployedAgents.externalId": body.agentId,
-                "platform": {"$in": self.installs.platform_ids("heartbeats")},
-                "status": "completed",
-            }
-        ).to_list(20)
+        platforms = self.installs.platform_ids("heartbeats")
+        candidates = await installs_of_agent(self.store, body.agentId, platforms, 20)
         install = None
         for candidate in candidates:
             expected = self.installs.vault.decrypt(candidate["webhookSecretEncrypted"])

@@ -35,7 +35,7 @@ from pymongo.errors import ClientBulkWriteException
 
 from plugins import tracing
 from svc.core import Batch, Document, Store, aware, counters, utcnow
-from svc.installs import note_last_run
+from svc.installs import find_install, note_last_run
 from svc.runs import record_of, recording
 from svc.runtime import ledger, security_log
 from svc.runtime.callbacks import CallbackDelivery
@@ -128,7 +128,7 @@ class Settlement:
         run = await ledger.get(self.store, run_id, heavy=True)
         if run is None or not run.get("owed"):
             return False
-        install = await self.store.installs.find_one({"_id": run["installId"]})
+        install = await find_install(self.store, run["installId"])
         await self.settle(run, install)
         return True
 
