@@ -278,6 +278,109 @@ def test_the_touch_finder_sees_every_spelling(tmp_path: Path) -> None:
     ]
 
 
+def service_classes() -> dict[str, str]:
+    """Every class a capability package defines, by name, with its package."""
+    found: dict[str, str] = {}
+    for path in (ROOT / "svc").rglob("*.py"):
+        package = package_of(path)
+        if package is not None:
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    found.setdefault(node.name, package)
+    return found
+
+
+def annotated_class(annotation: ast.expr | None) -> str | None:
+    """`Installs`, `svc.installs.Installs`, `"Installs"` or `Installs | None`: the class named."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(annotation, ast.BinOp):  # `X | None`
+        return annotated_class(annotation.left) or annotated_class(annotation.right)
+    if isinstance(annotation, ast.Name):
+        return annotation.id
+    if isinstance(annotation, ast.Attribute):
+        return annotation.attr
+    return None
+
+
+def private_reaches(path: Path, classes: dict[str, str], mine: str | None) -> list[str]:
+    """`x._name` where `x` is a parameter, a local or a `self.` attribute annotated (or built) as a
+    class of another package: that package's internals, reached around its surface."""
+    tree = ast.parse(path.read_text())
+
+    def foreign(name: str | None) -> bool:
+        return name is not None and name in classes and classes[name] != mine
+
+    typed: dict[str, str] = {}  # "installs" or "self.installs" -> its class
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for arg in [*node.args.args, *node.args.kwonlyargs, *node.args.posonlyargs]:
+                if foreign(annotated_class(arg.annotation)):
+                    typed[arg.arg] = annotated_class(arg.annotation) or ""
+        elif isinstance(node, ast.AnnAssign):
+            target = ast.unparse(node.target)
+            if foreign(annotated_class(node.annotation)):
+                typed[target] = annotated_class(node.annotation) or ""
+                if isinstance(node.target, ast.Name):  # a class body's field: `self.<name>`
+                    typed[f"self.{target}"] = typed[target]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = ast.unparse(node.targets[0]), node.value
+            if isinstance(value, ast.Name) and value.id in typed:
+                typed.setdefault(target, typed[value.id])
+            elif isinstance(value, ast.Call) and foreign(annotated_class(value.func)):
+                typed.setdefault(target, annotated_class(value.func) or "")
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    offences = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = ast.unparse(node.value)
+            if owner in typed:
+                offences.append((node.lineno, f"{where}:{node.lineno} {owner}.{node.attr} ({typed[owner]})"))
+    return [offence for _, offence in sorted(offences)]
+
+
+def test_no_package_reaches_into_another_packages_service() -> None:
+    """A package calls another's service through its public methods: `self.installs._decrypt_json`
+    from the runtime would tie it to how installs store their fields (imports alone cannot see it)."""
+    classes = service_classes()
+    offences = [
+        offence
+        for directory in ("svc", "api", "actors")
+        for path in sorted((ROOT / directory).rglob("*.py"))
+        for offence in private_reaches(path, classes, package_of(path))
+    ]
+    assert offences == []
+
+
+def test_the_private_reach_finder_sees_a_reach(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "class Runner:\n"
+        "    def __init__(self, installs: Installs, mine: Local) -> None:\n"
+        "        self.installs = installs\n"
+        "        self.mine = mine\n"
+        "        self.charges = Charges(store)\n"
+        "    def go(self, other: 'Installs | None') -> None:\n"
+        "        self.installs._decrypt_json(x)\n"
+        "        other._deployer(p)\n"
+        "        self.charges._payee(t)\n"
+        "        self.mine._fine()\n"
+        "        self._own()\n"
+        "        self.installs.__class__\n"
+    )
+    classes = {"Installs": "installs", "Charges": "billing", "Local": "runtime"}
+    found = [line.split(" ", 1)[1] for line in private_reaches(sample, classes, "runtime")]
+    assert found == [
+        "self.installs._decrypt_json (Installs)",
+        "other._deployer (Installs)",
+        "self.charges._payee (Charges)",
+    ]
+
+
 def test_the_domain_names_no_platform_but_the_managed_runtime() -> None:
     """The core reads `PlatformInfo.traits`; a platform id in svc/ would bypass them."""
     pattern = re.compile(r"[\"'](orchA|orchB|orchC)[\"']")

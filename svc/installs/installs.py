@@ -64,6 +64,7 @@ from svc.installs.fields import (
     interpolate,
     platform_fields,
 )
+from svc.installs.heartbeats import Heartbeats
 from svc.installs.remembered import RememberedSecrets
 from svc.installs.removal import InstallRemoval
 from svc.installs.summaries import managed_summaries
@@ -106,13 +107,13 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         self.settings = settings
         self.runs = runs
         self.remembered = RememberedSecrets(store, vault)
+        self.heartbeats = Heartbeats(store, vault, plugins, settings.egress_allow_private)
         # Org governance (None: nothing waits for approval). It reads org records only, so the
         # orgs package builds it without needing this service.
         self.governance = governance
-        # The answers of the packages above (svc/wiring.py hands them in): org membership and
-        # secrets, schedules, payment customers.
+        # What the packages above answer (handed in by svc/wiring.py): orgs, schedules, payments.
         self.orgs = orgs
-        self.runtime_lookups = runtime
+        self.runtime = runtime
         self.payments = payments
 
     def traits(self, platform_id: str) -> PlatformTraits:
@@ -402,9 +403,8 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
 
     async def mine(self, user_id: str) -> list[dict[str, Any]]:
         """Managed installs the user deployed or reaches through an org, with what is missing."""
-        return await managed_summaries(
-            self.store, self.vault, self.platform_ids("managed"), user_id, self.orgs, self.runtime_lookups
-        )
+        managed = self.platform_ids("managed")
+        return await managed_summaries(self.store, self.vault, managed, user_id, self.orgs, self.runtime)
 
     async def invoke(self, principal: Principal, install_id: str, body: InvokeBody) -> dict[str, Any]:
         """Proxy one input to an orchC team; record the run's count, tokens and outcome."""
