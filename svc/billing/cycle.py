@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from svc.billing.charging import ChargeCore
+from svc.billing.charging import Charger
 from svc.billing.leases import BATCH, CLAIM_LEASE, KEY_LIFETIME, UNBILLED_CANCEL
 from svc.billing.usage import MIN_CHARGE_CENTS, PAID_MODELS, install_amount
 from svc.core import BadGateway, Conflict, PaymentRequired, Unavailable, aware, iso
@@ -24,9 +24,9 @@ log = logging.getLogger("svc.billing.charges")
 class MonthlyCycle:
     """The billing job's charges, and the resumption of charges a dead process left."""
 
-    def __init__(self, charges: ChargeCore) -> None:
-        self.charges = charges
-        self.store = charges.store
+    def __init__(self, charger: Charger) -> None:
+        self.charger = charger
+        self.store = charger.store
 
     @property
     def _invoices(self) -> Any:
@@ -41,7 +41,7 @@ class MonthlyCycle:
         crash finds the same periods (and their invoices) and charges nobody twice; an
         amount under 50 cents is carried into the next cycle.
         """
-        self.charges.require_provider()
+        self.charger.require_provider()
         # Paid now, or paid earlier in a period not billed yet (a change to free waits).
         paid = await paid_templates(self.store, PAID_MODELS)
         counts = {"charged": 0, "alreadyPaid": 0, "skipped": 0, "failed": 0, "resumed": 0}
@@ -51,7 +51,7 @@ class MonthlyCycle:
             end = cycle_end
             if install["status"] == "cancelled":
                 end = min(cycle_end, aware(install["cancelledAt"]))
-            since = await self.charges.billed_until(install)
+            since = await self.charger.billed_until(install)
             if since >= end:
                 counts["alreadyPaid"] += 1
                 continue
@@ -61,7 +61,7 @@ class MonthlyCycle:
                 counts["skipped"] += 1
                 continue
             try:
-                outcome = await self.charges.charge(
+                outcome = await self.charger.charge(
                     install, since, end, amount, "monthly", wait=False, now=now
                 )
                 counts["charged" if outcome.charged_now else "alreadyPaid"] += 1
@@ -87,7 +87,7 @@ class MonthlyCycle:
             if install is None:
                 continue
             try:
-                await self.charges.charge(
+                await self.charger.charge(
                     install,
                     aware(invoice["periodStart"]),
                     aware(invoice["periodEnd"]),

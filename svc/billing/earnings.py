@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from svc.billing.charging import ChargeCore
+from svc.billing.charging import Charger
 from svc.billing.leases import BATCH, CLAIM_LEASE, KEY_LIFETIME
 from svc.billing.payments import PaymentDeclined, ProviderError, ProviderRefused
 from svc.core import Document, iso, utcnow
@@ -26,9 +26,9 @@ log = logging.getLogger("svc.billing.charges")
 class Earnings:
     """Held builder shares, their transfers, and `GET /api/stripe/my-earnings`."""
 
-    def __init__(self, charges: ChargeCore) -> None:
-        self.charges = charges
-        self.store = charges.store
+    def __init__(self, charger: Charger) -> None:
+        self.charger = charger
+        self.store = charger.store
 
     @property
     def _invoices(self) -> Any:
@@ -45,7 +45,7 @@ class Earnings:
         the refusal, so nothing retries it until `requeue_declined` (the builder's next
         account event) gives it a new key. A rate-limited one goes back to `held`.
         """
-        provider = self.charges.require_provider()
+        provider = self.charger.require_provider()
         now = utcnow()
         due: Document = {
             "status": "paid",
@@ -156,7 +156,7 @@ class Earnings:
 
     async def earnings(self, user_id: str) -> Document:
         """Paid invoices of the builder's templates, by template (one aggregation)."""
-        self.charges.require_provider()
+        self.charger.require_provider()
         pipeline = [
             {"$match": {"builderUserId": user_id, "status": "paid"}},
             {"$sort": {"periodStart": -1}},
