@@ -27,7 +27,16 @@ from pymongo.errors import DuplicateKeyError
 from svc.billing import Charges
 from svc.core import Document, Mailer, Runtime, RuntimeFailure, StartRun, Store, aware, iso, tokens, utcnow
 from svc.installs import find_install
-from svc.runtime import INTERRUPTED, OWED, STALLED, CallbackDelivery, InstallRunner, ledger, next_fire
+from svc.runtime import (
+    INTERRUPTED,
+    NOT_STARTED,
+    OWED,
+    STALLED,
+    CallbackDelivery,
+    InstallRunner,
+    ledger,
+    next_fire,
+)
 
 if TYPE_CHECKING:
     from config.settings import Settings
@@ -335,9 +344,7 @@ class RunSweeper:
 
     async def _hand_over(self, run: Document, now: datetime, counts: dict[str, int]) -> None:
         if aware(run["createdAt"]) <= now - self.handoff:
-            message = (
-                f"The install's worker could not be started within {int(self.handoff.total_seconds())} s"
-            )
+            message = f"{NOT_STARTED} within {int(self.handoff.total_seconds())} s"
             counts["expired"] += await self.runner.stop(run["_id"], message)
             return
         attempts = int(run.get("handoffs") or 0)

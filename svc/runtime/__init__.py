@@ -9,6 +9,8 @@ from svc.runtime.events import Events, agent_runs
 from svc.runtime.execution import (
     DATABASE_DOWN,
     INTERRUPTED,
+    NOT_STARTED,
+    RUNTIME_FAILURES,
     STALLED,
     Admission,
     InstallRunner,
@@ -49,7 +51,9 @@ __all__ = [
     "INTERRUPTED",
     "LLM",
     "MAX_DRAFT_ID",
+    "NOT_STARTED",
     "OWED",
+    "RUNTIME_FAILURES",
     "STALLED",
     "TERMINAL",
     "Admission",

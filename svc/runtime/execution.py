@@ -40,6 +40,20 @@ INTERRUPTED = "Interrupted: the install's worker stopped during the run; start i
 SUPERSEDED = "Superseded: a newer copy of the install's worker took the run over"
 DATABASE_DOWN = "Database unavailable during the run"
 STALLED = "The run made no progress for too long and was ended"
+# The hand-over failed: the API's 503 (actors/runtime.py), a queued run's end (runs_exec.py, jobs).
+NOT_STARTED = "The install's worker could not be started"
+# How the errors begin of a run that failed for the runtime's reasons, not the team's (an eval
+# case that ends so is an error, not a failure: svc/evals). One place, beside the messages.
+RUNTIME_FAILURES = (
+    "Model provider error",  # agent_loop.py
+    DATABASE_DOWN.removesuffix(" during the run"),
+    INTERRUPTED.split(":")[0],
+    SUPERSEDED.split(":")[0],
+    NOT_STARTED.removesuffix(" could not be started"),  # not started, or stopped (actors/)
+    "The recording cannot answer",  # a replay (journal.py, agent_loop.py)
+    "Cannot resume the run",
+    "Internal error",
+)
 Mode = Literal["start", "resume", "adopt"]
 # Spend caps (svc/billing/spend_caps.py): asked before every model call of a run with the install
 # and the tokens so far of each other run in flight; a Conflict refuses the call.

@@ -38,6 +38,7 @@ from svc.identity import Principal
 from svc.installs import Installs, find_install
 from svc.runs import require_ready
 from svc.runtime import ledger
+from svc.runtime.execution import NOT_STARTED
 from svc.runtime.outreach import Outreach
 
 log = logging.getLogger(__name__)
@@ -317,9 +318,7 @@ class RunService:
                 return outcome  # the actor that ran it answers once its record is stored
         except RuntimeFailure:
             # Never handed over: it must not start later (the caller is told 503).
-            if await ledger.fail_queued(
-                self.store, run["_id"], "The install's worker could not be started", []
-            ):
+            if await ledger.fail_queued(self.store, run["_id"], NOT_STARTED, []):
                 raise
             outcome = await self._now(run["_id"])
         # Answered by the ledger (the run moved to another copy): its end and its record, as the
