@@ -1,6 +1,6 @@
 """Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports."""
 
-from svc.core import counters, errors, rekey, run_commands, tally, timeline, tokens, windows
+from svc.core import counters, errors, rekey, tokens
 from svc.core.bulk import Batch
 from svc.core.cache import TTLCache
 from svc.core.clock import aware, iso, utcnow
@@ -47,10 +47,14 @@ from svc.core.run_commands import (
 )
 from svc.core.slots import Slots
 from svc.core.store import Document, Store
+from svc.core.tally import add as tally_add
 from svc.core.text import DisplayName, DisplayText
 from svc.core.timeline import KINDS, Kind, Timeline, TimelineQuery, actor_of
+from svc.core.timeline import add_to as add_timeline_entry
+from svc.core.timeline import entry as timeline_entry
 from svc.core.tokens import is_api_key
 from svc.core.vault import Vault
+from svc.core.windows import newest as newest_in_windows
 
 __all__ = [
     "KINDS",
@@ -104,18 +108,18 @@ __all__ = [
     "WatchEvents",
     "Watched",
     "actor_of",
+    "add_timeline_entry",
     "aware",
     "counters",
     "describe",
     "errors",
     "is_api_key",
     "iso",
+    "newest_in_windows",
     "rekey",
     "require_database",
-    "run_commands",
-    "tally",
-    "timeline",
+    "tally_add",
+    "timeline_entry",
     "tokens",
     "utcnow",
-    "windows",
 ]
