@@ -1,6 +1,6 @@
 """Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports."""
 
-from svc.core import counters, errors, rekey, tokens
+from svc.core import counters, errors, tokens
 from svc.core.bulk import Batch
 from svc.core.cache import TTLCache
 from svc.core.clock import aware, iso, utcnow
@@ -32,7 +32,10 @@ from svc.core.ports import (
     RuntimeLookups,
 )
 from svc.core.reaper import Reaper
+from svc.core.rekey import BATCH as REKEY_BATCH
 from svc.core.rekey import Encrypted, Rekeying
+from svc.core.rekey import Progress as RekeyProgress
+from svc.core.rekey import summary as rekey_summary
 from svc.core.run_commands import (
     Accepted,
     AskAgain,
@@ -58,6 +61,7 @@ from svc.core.windows import newest as newest_in_windows
 
 __all__ = [
     "KINDS",
+    "REKEY_BATCH",
     "Accepted",
     "AskAgain",
     "BadGateway",
@@ -87,6 +91,7 @@ __all__ = [
     "PaymentRequired",
     "RateLimited",
     "Reaper",
+    "RekeyProgress",
     "Rekeying",
     "RequestBody",
     "RunOutcome",
@@ -116,7 +121,7 @@ __all__ = [
     "is_api_key",
     "iso",
     "newest_in_windows",
-    "rekey",
+    "rekey_summary",
     "require_database",
     "tally_add",
     "timeline_entry",
