@@ -109,11 +109,7 @@ class OrgAccess:
         """The one permission check: 404 (unknown or not a member), 403 (role), 402 (plan)."""
         rule = RULES[action]
         org = await self.by_slug(slug)
-        membership = (
-            await membership_of(self.store, org["_id"], user_id)
-            if org is not None
-            else None
-        )
+        membership = await membership_of(self.store, org["_id"], user_id) if org is not None else None
         if org is None or membership is None:
             raise NotFound(NOT_FOUND)
         if membership["role"] not in rule.roles:
