@@ -41,7 +41,16 @@ from svc.core import (
     Watched,
     WatchEvents,
 )
-from svc.runtime import InstallHost, incarnations, pool
+from svc.runtime import (
+    InstallHost,
+    claim_spare,
+    forget_spare,
+    incarnation_holder,
+    leave_install,
+    register_spare,
+    release_spare,
+    spare_entry,
+)
 from svc.wiring import build_host, dropped_spans
 
 log = logging.getLogger(__name__)
@@ -93,12 +102,12 @@ class InstallActor:
     async def _wait_as_spare(self) -> None:
         """A spare registers in the pool; one Ray restarted after it had adopted an install serves
         that install again (its pool record says which)."""
-        entry = await pool.entry(self.store, self.name)
+        entry = await spare_entry(self.store, self.name)
         if entry is not None and entry.get("state") == "adopted" and entry.get("install"):
             self._serve(entry["install"])
             await self._recover()
             return
-        await pool.register(self.store, self.name, self.deployment_id, self.node)
+        await register_spare(self.store, self.name, self.deployment_id, self.node)
 
     async def adopt(self, install_id: str) -> str | None:
         """Become the actor of `install_id` (a spare's one job); None when it did (or already had),
@@ -106,14 +115,14 @@ class InstallActor:
         await self._recovered
         if self.install_id is not None:
             return None if self.install_id == install_id else ""
-        if not await pool.claim(self.store, self.name, install_id):
+        if not await claim_spare(self.store, self.name, install_id):
             return ""
         host = self._serve(install_id)
         stale = timedelta(seconds=ACTOR_GONE_AFTER_S)
         if not await host.recover(self.name, only_if_free=stale, node=self.node):
             self.install_id, self.host = None, None
-            await pool.release(self.store, self.name)
-            holder = await incarnations.holder(self.store, install_id)
+            await release_spare(self.store, self.name)
+            holder = await incarnation_holder(self.store, install_id)
             return str((holder or {}).get("actor") or "")
         self._wake.set()
         return None
@@ -263,8 +272,8 @@ class InstallActor:
             return
         try:  # said, so the sweeper need not wait for this copy's beat to age
             if self.host is not None and self.install_id is not None:
-                await incarnations.leave(self.store, self.install_id, self.host.incarnation)
-            await pool.forget(self.store, self.name)
+                await leave_install(self.store, self.install_id, self.host.incarnation)
+            await forget_spare(self.store, self.name)
         except Exception as exc:
             log.warning("could not record the actor's leaving: %s", type(exc).__name__)
         log.info("install actor leaving (idle: %s)", idle)

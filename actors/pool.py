@@ -27,7 +27,7 @@ from actors import capacity
 from actors.install_actor import ACTOR_GONE_AFTER_S, InstallActor
 from config.settings import Settings
 from svc.core import Store, aware, utcnow
-from svc.runtime import incarnations, pool
+from svc.runtime import forget_spare, incarnation_holder, spare_counts, spare_names, waiting_spares
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,8 @@ class PoolKeeper:
         wanted = self.settings.actor_spares
         if wanted <= 0:
             return 0
-        have = await pool.counts(self.store, self.deployment)
-        registered = await pool.names(self.store, self.deployment)
+        have = await spare_counts(self.store, self.deployment)
+        registered = await spare_names(self.store, self.deployment)
         now = time.monotonic()
         self._starting = {
             name: (node, at)
@@ -124,7 +124,7 @@ class Finder:
 
     async def _holder(self, install_id: str) -> Any:
         assert self.store is not None
-        record = await incarnations.holder(self.store, install_id)
+        record = await incarnation_holder(self.store, install_id)
         if record is None or record.get("gone") or not record.get("actor"):
             return None
         if aware(record["seenAt"]) < utcnow() - timedelta(seconds=ACTOR_GONE_AFTER_S):
@@ -134,10 +134,10 @@ class Finder:
     async def _adopted(self, install_id: str) -> Any:
         """A waiting spare that adopts the install now (or the actor that turned out to hold it)."""
         assert self.store is not None
-        for entry in await pool.spares(self.store, self.deployment):
+        for entry in await waiting_spares(self.store, self.deployment):
             spare = await asyncio.to_thread(by_name, entry["_id"])
             if spare is None:
-                await pool.forget(self.store, entry["_id"])  # its actor is gone for good
+                await forget_spare(self.store, entry["_id"])  # its actor is gone for good
                 continue
             try:
                 holder = await spare.adopt.remote(install_id)

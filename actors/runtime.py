@@ -45,12 +45,13 @@ from svc.core import (
     Watched,
     WatchEvents,
 )
+from svc.runtime import NOT_STARTED as WORKER_NOT_STARTED
 
 log = logging.getLogger(__name__)
 
 PING_TIMEOUT_S = 5.0
 NAMESPACE = "svc"
-NOT_STARTED = "The install's worker could not be started; try again shortly"
+NOT_STARTED = f"{WORKER_NOT_STARTED}; try again shortly"
 STOPPED = "The install's worker stopped during the run"
 
 

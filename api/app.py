@@ -46,6 +46,7 @@ from config import catalogue
 from config.settings import Settings
 from plugins.tracing import sdk as tracing_sdk
 from svc.core import EmbeddedMongo, Store, Vault, is_api_key
+from svc.installs import InstallReads
 from svc.runs import newest
 from svc.templates import backfill_install_counts
 from svc.wiring import build_services, dropped_spans
@@ -147,7 +148,7 @@ async def database(app: web.Application) -> AsyncIterator[None]:
     try:
         await store.ensure_indexes()
         # Records written before these structures existed (each a no-op once done).
-        await backfill_install_counts(store)
+        await backfill_install_counts(store, InstallReads(store))
         await newest.backfill(store)
         app[STORE] = store
         yield

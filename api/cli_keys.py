@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from config.settings import Settings
-from svc.core import Document, Store, Vault, rekey
+from svc.core import REKEY_BATCH, Document, Store, Vault
 from svc.key_rotation import rotate_keys
 
 NOT_YET = (
@@ -31,8 +31,8 @@ def add_parser(commands: Any) -> None:
     rotate.add_argument(
         "--batch",
         type=batch_size,
-        default=rekey.BATCH,
-        help=f"documents read and written per step (default {rekey.BATCH})",
+        default=REKEY_BATCH,
+        help=f"documents read and written per step (default {REKEY_BATCH})",
     )
 
 

@@ -26,7 +26,17 @@ from pymongo.errors import DuplicateKeyError
 
 from svc.billing import Charges
 from svc.core import Document, Mailer, Runtime, RuntimeFailure, StartRun, Store, aware, iso, tokens, utcnow
-from svc.runtime import INTERRUPTED, OWED, STALLED, CallbackDelivery, InstallRunner, ledger, next_fire
+from svc.installs import find_install
+from svc.runtime import (
+    INTERRUPTED,
+    NOT_STARTED,
+    OWED,
+    STALLED,
+    CallbackDelivery,
+    InstallRunner,
+    ledger,
+    next_fire,
+)
 
 if TYPE_CHECKING:
     from config.settings import Settings
@@ -314,7 +324,7 @@ class RunSweeper:
     async def _wake(self, run: Document, counts: dict[str, int]) -> None:
         """Have a live copy of the run's install actor (its recovery resumes the run); a run of a
         vanished install, or with no runtime at all, ends failed."""
-        install = await self.store.installs.find_one({"_id": run["installId"]}, {"_id": 1})
+        install = await find_install(self.store, run["installId"], "_id")
         if install is None or self.runtime is None:
             await self._settle(run, INTERRUPTED, counts)
             return
@@ -334,9 +344,7 @@ class RunSweeper:
 
     async def _hand_over(self, run: Document, now: datetime, counts: dict[str, int]) -> None:
         if aware(run["createdAt"]) <= now - self.handoff:
-            message = (
-                f"The install's worker could not be started within {int(self.handoff.total_seconds())} s"
-            )
+            message = f"{NOT_STARTED} within {int(self.handoff.total_seconds())} s"
             counts["expired"] += await self.runner.stop(run["_id"], message)
             return
         attempts = int(run.get("handoffs") or 0)

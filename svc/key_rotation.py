@@ -11,7 +11,19 @@ from __future__ import annotations
 import uuid
 
 from svc import identity, installs, orgs
-from svc.core import BadRequest, Conflict, Document, Encrypted, Lease, Rekeying, Store, Vault, rekey
+from svc.core import (
+    REKEY_BATCH,
+    BadRequest,
+    Conflict,
+    Document,
+    Encrypted,
+    Lease,
+    Rekeying,
+    RekeyProgress,
+    Store,
+    Vault,
+    rekey_summary,
+)
 
 FIELDS: tuple[Encrypted, ...] = (*identity.ENCRYPTED, *installs.ENCRYPTED, *orgs.ENCRYPTED)
 LEASE = "keys-rotate"
@@ -23,7 +35,7 @@ ONE_KEY = (
 
 
 async def rotate_keys(
-    store: Store, vault: Vault, batch: int = rekey.BATCH, progress: rekey.Progress | None = None
+    store: Store, vault: Vault, batch: int = REKEY_BATCH, progress: RekeyProgress | None = None
 ) -> Document:
     """Re-encrypt every declared field under the vault's first key; the pass's report."""
     if len(vault.keys) < 2:
@@ -40,6 +52,6 @@ async def rotate_keys(
                 await reported
 
     try:
-        return rekey.summary(await Rekeying(store, vault, FIELDS, batch).run(renewed))
+        return rekey_summary(await Rekeying(store, vault, FIELDS, batch).run(renewed))
     finally:
         await lease.release()

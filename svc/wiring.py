@@ -140,11 +140,20 @@ def build_services(
 ) -> Services:
     """Wire every service for one process (the API, the scheduler actor, the CLI, tests)."""
     from svc.authoring import Authoring
-    from svc.billing import Charges, OrgBilling, PaymentProvider, Payouts, SpendCaps, UsageReport, run_cost
+    from svc.billing import (
+        Charges,
+        OrgBilling,
+        PaymentProvider,
+        PaymentReads,
+        Payouts,
+        SpendCaps,
+        UsageReport,
+        run_cost,
+    )
     from svc.core import TTLCache
     from svc.evals import EvalLimits, Evals, SuiteRunner
     from svc.identity import Accounts, ApiKeys, Credentials, RateLimiter, UserAdmin
-    from svc.installs import AutoUpgrades, Installs, RunPoller, Upgrades
+    from svc.installs import AutoUpgrades, InstallReads, Installs, RunPoller, Upgrades
     from svc.orgs import (
         Approvals,
         AuditLog,
@@ -152,6 +161,7 @@ def build_services(
         Invitations,
         OrgAccess,
         OrgKeys,
+        OrgReads,
         Orgs,
         OrgSecrets,
         Plans,
@@ -162,6 +172,7 @@ def build_services(
         Outreach,
         RunDetail,
         RunService,
+        RuntimeReads,
         RunWatch,
         Schedules,
         SecurityLog,
@@ -170,16 +181,34 @@ def build_services(
 
     plugins = plugins if plugins is not None else Plugins(settings.disabled_plugins)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
+    # What a package asks of a package above it, each answered by the owner of the records
+    # (docs/architecture.md, "Who owns which collection"): handed in, never imported.
+    org_reads = OrgReads(store, vault)
+    install_reads = InstallReads(store)
+    runtime_reads = RuntimeReads(store)
     accounts = Accounts(store)
     key_cache: TTLCache[str, Principal] = TTLCache()
-    credentials = Credentials(store, accounts, settings.app_api_keys, key_cache)
+    credentials = Credentials(
+        store, accounts, settings.app_api_keys, key_cache, installs=install_reads, orgs=org_reads
+    )
     tokenless = frozenset(p.id for p in plugins.platforms() if not p.traits.reports_tokens)
     managed = frozenset(p.id for p in plugins.platforms() if p.traits.managed)
-    runs = Runs(store, tokenless, managed)
+    runs = Runs(store, tokenless, managed, installs=install_reads, runtime=runtime_reads)
     audit = AuditLog(store)
     org_access = OrgAccess(store, accounts)
     governance = Governance(store, org_access, audit, mailer, settings.base_url)
-    installs = Installs(store, vault, plugins, credentials, settings, runs, governance)
+    installs = Installs(
+        store,
+        vault,
+        plugins,
+        credentials,
+        settings,
+        runs,
+        governance,
+        orgs=org_reads,
+        runtime=runtime_reads,
+        payments=PaymentReads(store),
+    )
     upgrades = Upgrades(store, installs, mailer, governance)
     outreach = Outreach(store, installs)
     api_keys = ApiKeys(store, vault, key_cache, installs.deployer_may_reach)
@@ -205,7 +234,7 @@ def build_services(
     # Evals (issue 36): the suite runner is the publish gate, so it is built before the templates.
     limits = EvalLimits(settings.judge_model, settings.eval_monthly_runs, settings.eval_concurrency)
     suites = SuiteRunner(store, run_service, installs, llm, limits, governance)
-    templates = Templates(store, mailer, suites.gate)
+    templates = Templates(store, mailer, suites.gate, installs=install_reads, orgs=org_reads)
     callbacks = CallbackDelivery(store, vault, settings.egress_allow_private, settings.callback_max_attempts)
     return Services(
         settings=settings,
@@ -215,7 +244,7 @@ def build_services(
         plugins=plugins,
         mailer=mailer,
         accounts=accounts,
-        user_admin=UserAdmin(store, accounts, key_cache),
+        user_admin=UserAdmin(store, accounts, key_cache, orgs=org_reads),
         keys=api_keys,
         credentials=credentials,
         rate_limiter=RateLimiter(store, multiplier) if multiplier is not None else None,
@@ -223,7 +252,7 @@ def build_services(
         definitions=Definitions(settings.configured_providers),
         portability=Portability(store, templates),
         runs=runs,
-        run_analytics=RunAnalytics(store),
+        run_analytics=RunAnalytics(store, installs=install_reads),
         run_poller=RunPoller(store, vault, plugins, runs, settings),
         installs=installs,
         upgrades=upgrades,
@@ -248,7 +277,8 @@ def build_services(
         charges=charges,
         payouts=Payouts(store, accounts, charges, provider, org_billing.handle_event),
         org_billing=org_billing,
-        run_detail=RunDetail(store, run_cost, settings.tracing.viewer_url),  # the trace link (tracing, #33)
+        # the trace link (tracing, #33)
+        run_detail=RunDetail(store, run_cost, settings.tracing.viewer_url, orgs=org_reads),
         run_watch=RunWatch(store, runtime),
         callbacks=callbacks,
         spend_caps=spend_caps,
@@ -270,6 +300,7 @@ def install_runner(
     """What runs and settles an install's runs, with the deployment's settings (the same for an
     install's actor, the API's sweeper and the tests)."""
     from svc.billing import run_charge
+    from svc.orgs import OrgReads
 
     crash = CrashPoints(settings.crash_points, settings.data_dir / "crash-points")  # a test hook
     limits = RunLimits(settings.judge_model, settings.egress_allow_private, settings.run_max_resumes, crash)
@@ -283,6 +314,7 @@ def install_runner(
         admission,
         mcp,
         costing=partial(run_charge, store),  # the billed amount on a run's span (tracing, #33)
+        orgs=OrgReads(store, vault),  # an org install's secrets
     )
 
 

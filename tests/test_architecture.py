@@ -1,6 +1,8 @@
 """The layout's rules, checked against the code (docs/architecture.md): packages are reached
-through their public surface, each package writes only its own collections, the domain names
-no platform but the managed runtime, and no module grows past 500 lines. The layers themselves
+through their public surface, each collection is read and written only by the package that owns
+it (others call the owner's exported functions), no package touches a private attribute of
+another's service, the domain names no platform but the managed runtime, and no module grows
+past 500 lines. The layers themselves
 are held by import-linter (`lint-imports`, in `make test`)."""
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("api", "actors", "svc", "plugins", "config")
 PACKAGES = sorted(p.name for p in (ROOT / "svc").iterdir() if (p / "__init__.py").exists())
 
-# Who owns each collection: only that package's modules write it (others call its functions).
+# Who owns each collection: only that package's modules read or write it (others call the
+# functions it exports; a package below the owner is handed them by svc/wiring.py).
 OWNERS = {
     "identity": {"users", "sessions", "api_keys", "install_tokens", "rate_limits", "org_key_slots"},
     "templates": {"templates", "template_versions"},
@@ -57,6 +60,13 @@ WRITES = (
 NAMED = r'(?:\.(\w+)|\[\s*(?:"(\w+)"|([\w.]+))\s*\])'
 WRITE = re.compile(rf"store{NAMED}\s*\.\s*(?:{WRITES})\(")
 BATCHED = re.compile(r'\b\w+\.(?:put|update)\(\s*(?:"(\w+)"|([A-Z_][\w.]*))\s*,')
+# Any touch of a collection, read or write: a `store`/`db` (or `self.store`...) subscript or
+# attribute naming it, or a helper taking its name first (a batch's `put`/`update`, a declared
+# encrypted field of `svc keys rotate`).
+TOUCH = re.compile(rf"\b(?:store|db){NAMED}")
+NAMED_FIRST = re.compile(r'\b(?:\w+\.(?:put|update)|Encrypted)\(\s*(?:"(\w+)"|([A-Z_][\w.]*))\s*,')
+# The store itself declares every collection (its indexes, its typed accessors).
+STORE = "svc/core/store.py"
 # The only writer of a managed run (docs/runtime.md, "Who may write what").
 RUN_WRITER = "svc/runtime/ledger.py"
 
@@ -144,16 +154,43 @@ def writes(path: Path, named: dict[str, str]) -> list[str]:
     return out
 
 
-def test_each_package_writes_only_its_own_collections() -> None:
+def touches(path: Path, named: dict[str, str]) -> list[str]:
+    """The collections a module reads or writes, in every spelling, in the order they appear."""
+    text = path.read_text()
+    named = {**named, **module_constants(path)}
+    found = [
+        (match.start(), match.group(1) or match.group(2) or named.get(match.group(3), match.group(3)))
+        for match in TOUCH.finditer(text)
+    ]
+    found += [
+        (match.start(), match.group(1) or named.get(match.group(2), match.group(2)))
+        for match in NAMED_FIRST.finditer(text)
+    ]
+    return [collection for _, collection in sorted(found)]
+
+
+def foreign_touches(directory: str) -> list[str]:
+    """Every touch, under `directory`, of a collection its module's package does not own."""
     owner = {collection: package for package, names in OWNERS.items() for collection in names}
     named = constants()
     offences = []
-    for path in (ROOT / "svc").rglob("*.py"):
+    for path in sorted((ROOT / directory).rglob("*.py")):
+        where = str(path.relative_to(ROOT))
+        if where == STORE:
+            continue
         mine = package_of(path)
-        for collection in writes(path, named):
+        for collection in touches(path, named):
             if collection in owner and owner[collection] != mine:
-                offences.append(f"{path.relative_to(ROOT)} writes {collection} ({owner[collection]}'s)")
-    assert offences == []
+                whose = owner[collection] + ("'" if owner[collection].endswith("s") else "'s")
+                offences.append(f"{where}: {collection} ({whose})")
+    return offences
+
+
+@pytest.mark.parametrize("directory", ["svc", "actors", "api"])
+def test_each_collection_is_read_and_written_only_by_its_owner(directory: str) -> None:
+    """Another package's records are reached through its exported functions, never the store:
+    reads too, so each package answers its questions (membership, a template's price) once."""
+    assert foreign_touches(directory) == []
 
 
 def test_only_the_ledger_writes_runs() -> None:
@@ -188,6 +225,140 @@ def test_the_write_finder_sees_every_spelling(tmp_path: Path) -> None:
         "installs",
         "installs",
         "pipeline_runs",
+    ]
+
+
+def test_the_touch_finder_sees_every_spelling(tmp_path: Path) -> None:
+    """The ownership check would pass vacuously if the finder missed a read's spelling."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        'RUNS = "pipeline_runs"\n'
+        'doc = await store["templates"].find_one(q)\n'
+        "n = await self.store[RUNS].count_documents(q)\n"
+        "cursor = store[ledger.RUNS].find(q)\n"
+        "members = await self.store.org_members.distinct('userId', q)\n"
+        "col = self.store.orgs\n"
+        'users = db["users"]\n'
+        "rows = await (await store[run_stats.COLLECTION].aggregate(p)).to_list(None)\n"
+        'batch.update("installs", q, c)\n'
+        "batch.put(RUNS, doc)\n"
+        'ENCRYPTED = (Encrypted("org_secrets", "valueEncrypted"),)\n'
+    )
+    named = {"RUNS": "pipeline_runs", "ledger.RUNS": "pipeline_runs", "run_stats.COLLECTION": "run_stats"}
+    assert touches(sample, named) == [
+        "templates",
+        "pipeline_runs",
+        "pipeline_runs",
+        "org_members",
+        "orgs",
+        "users",
+        "run_stats",
+        "installs",
+        "pipeline_runs",
+        "org_secrets",
+    ]
+
+
+def service_classes() -> dict[str, str]:
+    """Every class a capability package defines, by name, with its package."""
+    found: dict[str, str] = {}
+    for path in (ROOT / "svc").rglob("*.py"):
+        package = package_of(path)
+        if package is not None:
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    found.setdefault(node.name, package)
+    return found
+
+
+def annotated_class(annotation: ast.expr | None) -> str | None:
+    """`Installs`, `svc.installs.Installs`, `"Installs"` or `Installs | None`: the class named."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(annotation, ast.BinOp):  # `X | None`
+        return annotated_class(annotation.left) or annotated_class(annotation.right)
+    if isinstance(annotation, ast.Name):
+        return annotation.id
+    if isinstance(annotation, ast.Attribute):
+        return annotation.attr
+    return None
+
+
+def private_reaches(path: Path, classes: dict[str, str], mine: str | None) -> list[str]:
+    """`x._name` where `x` is a parameter, a local or a `self.` attribute annotated (or built) as a
+    class of another package: that package's internals, reached around its surface."""
+    tree = ast.parse(path.read_text())
+
+    def foreign(name: str | None) -> bool:
+        return name is not None and name in classes and classes[name] != mine
+
+    typed: dict[str, str] = {}  # "installs" or "self.installs" -> its class
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for arg in [*node.args.args, *node.args.kwonlyargs, *node.args.posonlyargs]:
+                if foreign(annotated_class(arg.annotation)):
+                    typed[arg.arg] = annotated_class(arg.annotation) or ""
+        elif isinstance(node, ast.AnnAssign):
+            target = ast.unparse(node.target)
+            if foreign(annotated_class(node.annotation)):
+                typed[target] = annotated_class(node.annotation) or ""
+                if isinstance(node.target, ast.Name):  # a class body's field: `self.<name>`
+                    typed[f"self.{target}"] = typed[target]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = ast.unparse(node.targets[0]), node.value
+            if isinstance(value, ast.Name) and value.id in typed:
+                typed.setdefault(target, typed[value.id])
+            elif isinstance(value, ast.Call) and foreign(annotated_class(value.func)):
+                typed.setdefault(target, annotated_class(value.func) or "")
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    offences = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = ast.unparse(node.value)
+            if owner in typed:
+                offences.append((node.lineno, f"{where}:{node.lineno} {owner}.{node.attr} ({typed[owner]})"))
+    return [offence for _, offence in sorted(offences)]
+
+
+def test_no_package_reaches_into_another_packages_service() -> None:
+    """A package calls another's service through its public methods: `self.installs._decrypt_json`
+    from the runtime would tie it to how installs store their fields (imports alone cannot see it)."""
+    classes = service_classes()
+    offences = [
+        offence
+        for directory in ("svc", "api", "actors")
+        for path in sorted((ROOT / directory).rglob("*.py"))
+        for offence in private_reaches(path, classes, package_of(path))
+    ]
+    assert offences == []
+
+
+def test_the_private_reach_finder_sees_a_reach(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "class Runner:\n"
+        "    def __init__(self, installs: Installs, mine: Local) -> None:\n"
+        "        self.installs = installs\n"
+        "        self.mine = mine\n"
+        "        self.charges = Charges(store)\n"
+        "    def go(self, other: 'Installs | None') -> None:\n"
+        "        self.installs._decrypt_json(x)\n"
+        "        other._deployer(p)\n"
+        "        self.charges._payee(t)\n"
+        "        self.mine._fine()\n"
+        "        self._own()\n"
+        "        self.installs.__class__\n"
+    )
+    classes = {"Installs": "installs", "Charges": "billing", "Local": "runtime"}
+    found = [line.split(" ", 1)[1] for line in private_reaches(sample, classes, "runtime")]
+    assert found == [
+        "self.installs._decrypt_json (Installs)",
+        "other._deployer (Installs)",
+        "self.charges._payee (Charges)",
     ]
 
 

@@ -16,6 +16,8 @@ import pytest
 from config.settings import AppKey
 from svc.core import Forbidden, NotFound, TTLCache, Unauthorized, tokens, utcnow
 from svc.identity import Accounts, Credentials, Principal, require_unscoped
+from svc.installs import InstallReads
+from svc.orgs import OrgReads
 
 PERSONAL = "svc_live_" + "a" * 32
 ORG_KEY = "svc_live_" + "b" * 32
@@ -57,7 +59,8 @@ async def creds(store: Any) -> Credentials:
         AppKey(key="app-two", install_id="i-2"),
         AppKey(key="app-two", install_id="i-3"),
     ]
-    return Credentials(store, Accounts(store), app_keys, TTLCache())
+    lookups = {"installs": InstallReads(store), "orgs": OrgReads(store)}
+    return Credentials(store, Accounts(store), app_keys, TTLCache(), **lookups)
 
 
 API_KEY_ROWS = [

@@ -605,14 +605,16 @@ async def test_a_failed_invoice_is_retried_under_a_fresh_claim(m: Money) -> None
     install = await m.store.installs.find_one({"_id": "i1"})
     later = (datetime.now(UTC) + timedelta(minutes=10)).replace(microsecond=0)  # past the lease
     with time_machine.travel(later, tick=False):
-        taken = await m.charges._claim(install, MAR, APR, 2000, "x", later, wait=False)
+        taken = await m.charges.charger._claim(install, MAR, APR, 2000, "x", later, wait=False)
         stored = await m.invoice("i1")
         assert stored == taken
         assert (stored["status"], stored["attempt"], stored["amountCents"]) == ("processing", 2, 2000)
         assert stored["claim"] != failed["claim"]
         assert stored["claimedAt"] == stored["attemptStartedAt"] == stored["updatedAt"] == later
         with pytest.raises(Conflict) as raised:
-            await m.charges._claim(install, MAR, APR, 2000, "x", later + timedelta(seconds=1), wait=False)
+            await m.charges.charger._claim(
+                install, MAR, APR, 2000, "x", later + timedelta(seconds=1), wait=False
+            )
     assert raised.value.message == "A charge for this install and period is in progress; try again shortly"
 
 
@@ -622,10 +624,11 @@ async def test_a_late_failure_of_a_claim_taken_over_changes_nothing(m: Money) ->
     await deal(m)
     install = await m.store.installs.find_one({"_id": "i1"})
     now = datetime.now(UTC)
-    first = await m.charges._claim(install, MAR, APR, 1000, "x", now, wait=False)
-    second = await m.charges._claim(install, MAR, APR, 1000, "x", now + timedelta(minutes=6), wait=False)
+    first = await m.charges.charger._claim(install, MAR, APR, 1000, "x", now, wait=False)
+    later = now + timedelta(minutes=6)
+    second = await m.charges.charger._claim(install, MAR, APR, 1000, "x", later, wait=False)
     assert second["_id"] == first["_id"] and second["claim"] != first["claim"]
-    await m.charges._attempt_failed(first, "late", "card_declined")
+    await m.charges.charger._attempt_failed(first, "late", "card_declined")
     invoice = await m.invoice("i1")
     assert (invoice["status"], invoice["claim"], "failure" in invoice) == (
         "processing",

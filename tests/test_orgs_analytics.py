@@ -8,7 +8,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from svc.core.clock import iso, utcnow
+from svc.installs import InstallReads
 from svc.runs.runs import Runs
+from svc.runtime import RuntimeReads
 from tests.support.accounts import app_store, bearer
 from tests.support.installs import install_ok
 from tests.support.orgs import make_pro, ok, org_key, send, world
@@ -67,8 +69,10 @@ async def pipeline_run(client: Any, key: str, llm: Any, name: str) -> str:
 
 async def backdate(client: Any, install_id: str, days: int, status: str = "completed") -> None:
     """A run recorded `days` ago (the run API always stamps now, so older runs are written directly)."""
-    install = await app_store(client).installs.find_one({"_id": install_id})
-    await Runs(app_store(client)).record(  # the service's write path, which also keeps the counters
+    store = app_store(client)
+    install = await store.installs.find_one({"_id": install_id})
+    runs = Runs(store, installs=InstallReads(store), runtime=RuntimeReads(store))
+    await runs.record(  # the service's write path, which also keeps the counters
         install, agent_key="a", status=status, source="seed", created_at=utcnow() - timedelta(days=days)
     )
 

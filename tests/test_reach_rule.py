@@ -12,6 +12,7 @@ import pytest
 
 from svc.identity import Principal
 from svc.installs import deployer_reaches, is_visible, reaches
+from svc.orgs import OrgReads
 
 USER = {"kind": "user", "id": "u-owner"}
 ORG = {"kind": "org", "id": "org-1"}
@@ -54,7 +55,7 @@ ROWS = [
 
 @pytest.mark.parametrize(("principal", "doc", "expected"), ROWS)
 async def test_the_reach_table(members: Any, principal: Principal, doc: Any, expected: bool) -> None:
-    assert await reaches(members, principal, doc) is expected
+    assert await reaches(OrgReads(members), principal, doc) is expected
 
 
 DEPLOYER_ROWS = [
@@ -71,7 +72,7 @@ DEPLOYER_ROWS = [
 
 @pytest.mark.parametrize(("user_id", "doc", "expected"), DEPLOYER_ROWS)
 async def test_the_deployer_table(members: Any, user_id: str, doc: Any, expected: bool) -> None:
-    assert await deployer_reaches(members, user_id, doc) is expected
+    assert await deployer_reaches(OrgReads(members), user_id, doc) is expected
 
 
 def test_visibility() -> None:

@@ -6,8 +6,10 @@ import itertools
 import random
 from datetime import UTC, datetime, timedelta
 
+from svc.installs import InstallReads
 from svc.runs import newest, run_stats
 from svc.runs.runs import Runs
+from svc.runtime import RuntimeReads
 
 BASE = datetime(2026, 10, 10, 0, 0, tzinfo=UTC)
 
@@ -25,7 +27,7 @@ def install(install_id: str) -> dict:
 async def seed(store, count: int = 300) -> list[dict]:
     """Runs through the real write path, spread over three days; the records written."""
     rng = random.Random(7)
-    runs = Runs(store)
+    runs = Runs(store, installs=InstallReads(store), runtime=RuntimeReads(store))
     for i in range(count):
         await runs.record(
             install(f"i{i % 3}"),
@@ -121,7 +123,7 @@ async def test_buckets_hold_every_run_and_rebuild_gives_the_same(store) -> None:
 
 async def test_a_repeated_report_is_not_counted_twice(store) -> None:
     await store.ensure_indexes()  # the unique (installId, runId) index is what dedups
-    runs = Runs(store)
+    runs = Runs(store, installs=InstallReads(store), runtime=RuntimeReads(store))
     for _ in range(3):
         await runs.record(install("i1"), agent_key="lead", status="completed", source="t", run_id="same")
     counters = await store[run_stats.COLLECTION].find({}).to_list(None)
@@ -142,7 +144,7 @@ async def test_rebuild_keeps_the_tool_call_counters(store) -> None:
 
 async def test_the_newest_runs_record_keeps_only_the_newest(store, monkeypatch) -> None:
     monkeypatch.setattr(newest, "KEPT", 5)  # the bound, small enough to cross quickly
-    runs = Runs(store)
+    runs = Runs(store, installs=InstallReads(store), runtime=RuntimeReads(store))
     for minute in (3, 9, 1, 7, 5, 8, 2, 6):  # reported out of order
         await runs.record(
             install("i1"),

@@ -11,7 +11,7 @@ from typing import Any
 import ray
 
 from api.app import RUNTIME
-from svc.runtime import incarnations
+from svc.runtime import incarnation_holder
 from tests.support.runtime import member, provider_settings, start_llm, svc_install
 from tests.support.waiting import wait_for
 
@@ -32,7 +32,7 @@ async def test_a_cold_install_is_served_by_a_spare_that_adopts_it(make_client, a
         await client.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=key)
     ).json()
     assert result.get("status") == "completed" and result["response"] == "from a spare", result
-    record = await incarnations.holder(store, install_id)
+    record = await incarnation_holder(store, install_id)
     assert record["actor"].startswith("spare:"), "the install's actor is the spare that adopted it"
     adopted = await store["actor_pool"].find_one({"_id": record["actor"]})
     assert (adopted["state"], adopted["install"]) == ("adopted", install_id)
@@ -47,5 +47,5 @@ async def test_a_cold_install_is_served_by_a_spare_that_adopts_it(make_client, a
     actor = await asyncio.to_thread(ray.get_actor, record["actor"], namespace="svc")
     status = await actor.status.remote()
     assert (status["install"], status["incarnation"]) == (install_id, record["incarnation"])
-    assert (await incarnations.holder(store, install_id))["incarnation"] == record["incarnation"]
+    assert (await incarnation_holder(store, install_id))["incarnation"] == record["incarnation"]
     assert await wait_for(lambda: spares_at_least(store, 2), timeout_s=90), "the pool is topped up again"

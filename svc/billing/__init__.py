@@ -1,6 +1,7 @@
 """Money: usage maths, charges and invoices, payouts, the payment provider and org plans."""
 
 from svc.billing.charges import ChargeCycleBody, Charges
+from svc.billing.lookups import PaymentReads, customer_email
 from svc.billing.org_billing import OrgBilling
 from svc.billing.payments import PaymentProvider
 from svc.billing.payouts import OnboardBody, Payouts, SetupIntentBody
@@ -15,10 +16,12 @@ __all__ = [
     "OnboardBody",
     "OrgBilling",
     "PaymentProvider",
+    "PaymentReads",
     "Payouts",
     "SetupIntentBody",
     "SpendCaps",
     "UsageReport",
+    "customer_email",
     "run_charge",
     "run_cost",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from svc.billing.charging import ChargeCore
+from svc.billing.charging import Charger
 from svc.billing.leases import CLAIM_LEASE
 from svc.billing.usage import MIN_CHARGE_CENTS, ever_paid, install_amount, money
 from svc.core import (
@@ -22,24 +22,26 @@ from svc.core import (
     iso,
     utcnow,
 )
-from svc.installs import deployer_reaches
+from svc.identity import user_email
+from svc.installs import deployer_reaches, find_install
+from svc.templates import find_template
 
 
 class CancelBilling:
     """The deployer's cancel: one claim, one charge at most, one receipt."""
 
-    def __init__(self, charges: ChargeCore) -> None:
-        self.charges = charges
-        self.store = charges.store
-        self.mailer = charges.mailer
-        self.installs = charges.installs
+    def __init__(self, charger: Charger) -> None:
+        self.charger = charger
+        self.store = charger.store
+        self.mailer = charger.mailer
+        self.installs = charger.installs
 
     async def cancel_install(self, user_id: str, install_id: str) -> Document:
         """Bill completed runs since the last paid period, mail a receipt, cancel the install."""
-        self.charges.require_provider()
-        install = await self.store.installs.find_one({"_id": install_id})
+        self.charger.require_provider()
+        install = await find_install(self.store, install_id)
         # The install's deployer (for an org's install, while still a member): svc.installs.reach.
-        if install is None or not await deployer_reaches(self.store, user_id, install):
+        if install is None or not await deployer_reaches(self.installs.orgs, user_id, install):
             raise NotFound("Install not found")
         if install["status"] == "cancelled":
             raise Conflict("Install is already cancelled")
@@ -47,8 +49,8 @@ class CancelBilling:
         now = utcnow()
         if not await self.installs.claim_cancellation(install, now, CLAIM_LEASE):
             raise Conflict("A cancellation of this install is already in progress")
-        template = await self.store["templates"].find_one({"_id": install["templateId"]}) or {}
-        since = await self.charges.billed_until(install)
+        template = await find_template(self.store, install["templateId"]) or {}
+        since = await self.charger.billed_until(install)
         amount = (
             await install_amount(self.store, install_id, template, since, now) if ever_paid(template) else 0
         )
@@ -58,7 +60,7 @@ class CancelBilling:
                 note = f"{money(amount)} is due; no payment method is saved on this install."
             else:
                 try:
-                    await self.charges.charge(install, since, now, amount, "cancel", wait=True, now=now)
+                    await self.charger.charge(install, since, now, amount, "cancel", wait=True, now=now)
                     charged, note = True, f"Charged {money(amount)} to the saved payment method."
                 except (PaymentRequired, BadGateway, Conflict, Unavailable) as exc:
                     note = f"{money(amount)} is due; the charge did not go through ({exc.message})."
@@ -74,8 +76,7 @@ class CancelBilling:
     async def _receipt(
         self, install: Document, user_id: str, since: datetime, until: datetime, amount: int, note: str
     ) -> None:
-        user = await self.store.users.find_one({"_id": user_id}, {"email": 1})
-        to = install.get("deployerEmail") or (user or {}).get("email")
+        to = install.get("deployerEmail") or await user_email(self.store, user_id)
         if not to:
             return
         body = (

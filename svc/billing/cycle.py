@@ -11,10 +11,12 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from svc.billing.charging import ChargeCore
+from svc.billing.charging import Charger
 from svc.billing.leases import BATCH, CLAIM_LEASE, KEY_LIFETIME, UNBILLED_CANCEL
 from svc.billing.usage import MIN_CHARGE_CENTS, PAID_MODELS, install_amount
 from svc.core import BadGateway, Conflict, PaymentRequired, Unavailable, aware, iso
+from svc.installs import billable_installs, find_install
+from svc.templates import paid_templates
 
 log = logging.getLogger("svc.billing.charges")
 
@@ -22,9 +24,9 @@ log = logging.getLogger("svc.billing.charges")
 class MonthlyCycle:
     """The billing job's charges, and the resumption of charges a dead process left."""
 
-    def __init__(self, charges: ChargeCore) -> None:
-        self.charges = charges
-        self.store = charges.store
+    def __init__(self, charger: Charger) -> None:
+        self.charger = charger
+        self.store = charger.store
 
     @property
     def _invoices(self) -> Any:
@@ -39,48 +41,27 @@ class MonthlyCycle:
         crash finds the same periods (and their invoices) and charges nobody twice; an
         amount under 50 cents is carried into the next cycle.
         """
-        self.charges.require_provider()
-        paid_templates = {
-            doc["_id"]: doc
-            async for doc in self.store["templates"].find(
-                {
-                    "kind": "template",
-                    # Paid now, or paid earlier in a period not billed yet (a change to free waits).
-                    "$or": [
-                        {"pricingModel": {"$in": list(PAID_MODELS)}},
-                        {"priceHistory.pricingModel": {"$in": list(PAID_MODELS)}},
-                    ],
-                },
-                {"pricingModel": 1, "priceUsdCents": 1, "priceHistory": 1, "owner": 1},
-            )
-        }
+        self.charger.require_provider()
+        # Paid now, or paid earlier in a period not billed yet (a change to free waits).
+        paid = await paid_templates(self.store, PAID_MODELS)
         counts = {"charged": 0, "alreadyPaid": 0, "skipped": 0, "failed": 0, "resumed": 0}
         await self._resume_stale(now, counts)
-        query = {
-            # Installs removed with DELETE (not through cancel billing) still owe their last usage.
-            "$or": [
-                {"status": "completed"},
-                {"status": "cancelled", "cancelledAt": {"$gt": cycle_end - UNBILLED_CANCEL}},
-            ],
-            "templateId": {"$in": list(paid_templates)},
-            "payCustomerId": {"$type": "string"},
-            "payPaymentMethodId": {"$type": "string"},
-        }
-        async for install in self.store.installs.find(query).sort("_id", 1).batch_size(BATCH):
+        # Installs removed with DELETE (not through cancel billing) still owe their last usage.
+        async for install in billable_installs(self.store, paid, cycle_end - UNBILLED_CANCEL, BATCH):
             end = cycle_end
             if install["status"] == "cancelled":
                 end = min(cycle_end, aware(install["cancelledAt"]))
-            since = await self.charges.billed_until(install)
+            since = await self.charger.billed_until(install)
             if since >= end:
                 counts["alreadyPaid"] += 1
                 continue
-            template = paid_templates[install["templateId"]]
+            template = paid[install["templateId"]]
             amount = await install_amount(self.store, install["_id"], template, since, end)
             if amount < MIN_CHARGE_CENTS:
                 counts["skipped"] += 1
                 continue
             try:
-                outcome = await self.charges.charge(
+                outcome = await self.charger.charge(
                     install, since, end, amount, "monthly", wait=False, now=now
                 )
                 counts["charged" if outcome.charged_now else "alreadyPaid"] += 1
@@ -102,11 +83,11 @@ class MonthlyCycle:
             "attemptStartedAt": {"$gt": now - KEY_LIFETIME},
         }
         async for invoice in self._invoices.find(stale).limit(BATCH):
-            install = await self.store.installs.find_one({"_id": invoice["installId"]})
+            install = await find_install(self.store, invoice["installId"])
             if install is None:
                 continue
             try:
-                await self.charges.charge(
+                await self.charger.charge(
                     install,
                     aware(invoice["periodStart"]),
                     aware(invoice["periodEnd"]),

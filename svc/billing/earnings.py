@@ -13,10 +13,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from svc.billing.charging import ChargeCore
+from svc.billing.charging import Charger
 from svc.billing.leases import BATCH, CLAIM_LEASE, KEY_LIFETIME
 from svc.billing.payments import PaymentDeclined, ProviderError, ProviderRefused
 from svc.core import Document, iso, utcnow
+from svc.identity import active_payout_accounts
+from svc.templates import find_templates
 
 log = logging.getLogger("svc.billing.charges")
 
@@ -24,9 +26,9 @@ log = logging.getLogger("svc.billing.charges")
 class Earnings:
     """Held builder shares, their transfers, and `GET /api/stripe/my-earnings`."""
 
-    def __init__(self, charges: ChargeCore) -> None:
-        self.charges = charges
-        self.store = charges.store
+    def __init__(self, charger: Charger) -> None:
+        self.charger = charger
+        self.store = charger.store
 
     @property
     def _invoices(self) -> Any:
@@ -43,7 +45,7 @@ class Earnings:
         the refusal, so nothing retries it until `requeue_declined` (the builder's next
         account event) gives it a new key. A rate-limited one goes back to `held`.
         """
-        provider = self.charges.require_provider()
+        provider = self.charger.require_provider()
         now = utcnow()
         due: Document = {
             "status": "paid",
@@ -60,12 +62,7 @@ class Earnings:
         builders = (
             [builder_user_id] if builder_user_id else await self._invoices.distinct("builderUserId", due)
         )
-        active = {
-            user["_id"]: user["payout"]["accountId"]
-            async for user in self.store.users.find(
-                {"_id": {"$in": [b for b in builders if b]}, "payout.status": "active"}, {"payout": 1}
-            )
-        }
+        active = await active_payout_accounts(self.store, builders)
         moved = 0
         for user_id, account_id in active.items():
             async for invoice in self._invoices.find({**due, "builderUserId": user_id}).limit(BATCH):
@@ -159,7 +156,7 @@ class Earnings:
 
     async def earnings(self, user_id: str) -> Document:
         """Paid invoices of the builder's templates, by template (one aggregation)."""
-        self.charges.require_provider()
+        self.charger.require_provider()
         pipeline = [
             {"$match": {"builderUserId": user_id, "status": "paid"}},
             {"$sort": {"periodStart": -1}},
@@ -174,12 +171,7 @@ class Earnings:
             {"$sort": {"lastPaidAt": -1}},
         ]
         rows = [row async for row in await self._invoices.aggregate(pipeline)]
-        templates = {
-            doc["_id"]: doc
-            async for doc in self.store["templates"].find(
-                {"_id": {"$in": [row["_id"] for row in rows]}}, {"name": 1, "slug": 1}
-            )
-        }
+        templates = await find_templates(self.store, [row["_id"] for row in rows], "name", "slug")
         by_template = [
             {
                 "templateId": row["_id"],

@@ -15,7 +15,7 @@ from typing import Any
 from config.settings import Settings
 from svc.billing.payments import PaymentProvider, ProviderError, WebhookEvent, provider_call, unavailable
 from svc.core import Conflict, Document, Store
-from svc.orgs import SYSTEM, AuditLog, OrgAccess, Plans
+from svc.orgs import SYSTEM, AuditLog, OrgAccess, Plans, find_org, org_id_where
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class OrgBilling:
             org_id = obj.get("client_reference_id") or (obj.get("metadata") or {}).get("orgId")
             if not org_id or obj.get("mode") != "subscription":
                 return
-            org = await self.store.orgs.find_one({"_id": org_id})
+            org = await find_org(self.store, org_id)
             if org is None:
                 return  # the org was deleted meanwhile
             if await self._duplicate(org, obj.get("subscription")):
@@ -191,7 +191,7 @@ class OrgBilling:
             return
         if event.type.startswith("customer.subscription."):
             org_id = await self._org_of(obj)
-            org = await self.store.orgs.find_one({"_id": org_id}) if org_id else None
+            org = await find_org(self.store, org_id) if org_id else None
             if org is None or org_id is None:
                 log.info("subscription event for no known org", extra={"eventType": event.type})
                 return
@@ -254,9 +254,9 @@ class OrgBilling:
             ("payCustomerId", subscription.get("customer")),
         ):
             if value:
-                org = await self.store.orgs.find_one({field: value}, {"_id": 1})
-                if org is not None:
-                    return str(org["_id"])
+                found = await org_id_where(self.store, field, value)
+                if found is not None:
+                    return found
         return None
 
     async def _apply(self, org_id: str, subscription: Document) -> None:

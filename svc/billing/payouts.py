@@ -26,7 +26,7 @@ from svc.billing.payments import (
     unavailable,
 )
 from svc.core import Conflict, Document, NotFound, RequestBody, Store, Unprocessable, utcnow
-from svc.identity import EMAIL_PATTERN, Accounts
+from svc.identity import EMAIL_PATTERN, Accounts, find_user
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class Payouts:
         return {"status": "active", "dashboardUrl": await provider_call(provider.dashboard_link(account_id))}
 
     async def _user(self, user_id: str) -> Document:
-        user = await self.store.users.find_one({"_id": user_id}, {"email": 1, "payout": 1})
+        user = await find_user(self.store, user_id, "email", "payout")
         if user is None:
             raise NotFound("User not found")
         return user

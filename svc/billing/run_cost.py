@@ -13,7 +13,7 @@ from typing import Any
 
 from svc.billing.usage import amount_cents, price_segments, split_fee
 from svc.core import Document, Store, utcnow
-from svc.templates import PLATFORM_FEE_PERCENT
+from svc.templates import PLATFORM_FEE_PERCENT, find_template
 
 
 def run_cost(pricing_model: str, price_cents: int | None, completed: bool, tokens: int) -> dict[str, Any]:
@@ -37,8 +37,8 @@ async def run_charge(
     """(pricing model, price in cents, amount in cents) one run is billed: the template's price in
     force when the run ended, the invoice's maths for a period holding this run alone. A failed run
     costs nothing, except the tokens of one its token cap stopped (`billable`, per_k_tokens)."""
-    template = await store["templates"].find_one(
-        {"_id": install.get("templateId")}, {"pricingModel": 1, "priceUsdCents": 1, "priceHistory": 1}
+    template = await find_template(
+        store, install.get("templateId"), "pricingModel", "priceUsdCents", "priceHistory"
     )
     if template is None:
         return "free", None, 0

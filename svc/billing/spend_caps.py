@@ -26,8 +26,9 @@ from pymongo.errors import DuplicateKeyError
 
 from svc.billing.usage import amount_cents, ever_paid, install_amount, money
 from svc.core import Conflict, Document, Mailer, Store, iso, utcnow
+from svc.identity import user_email
 from svc.installs import limits_of
-from svc.templates import next_period_start, period_start, price_in_force
+from svc.templates import find_template, next_period_start, period_start, price_in_force
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,8 @@ class SpendCaps:
         """This period's spend of the install ({spentCents, periodStart, periodResetsAt}), None when
         its template never costs anything."""
         now = now or utcnow()
-        template = await self.store["templates"].find_one(
-            {"_id": install.get("templateId")}, {"pricingModel": 1, "priceUsdCents": 1, "priceHistory": 1}
+        template = await find_template(
+            self.store, install.get("templateId"), "pricingModel", "priceUsdCents", "priceHistory"
         )
         if template is None or not ever_paid(template):
             return None
@@ -145,9 +146,8 @@ class SpendCaps:
             )
 
     async def _deployer_email(self, install: Document) -> str | None:
-        if install.get("deployedBy"):
-            user = await self.store.users.find_one({"_id": install["deployedBy"]}, {"email": 1})
-            if user is not None and user.get("email"):
-                return str(user["email"])
+        account_email = await user_email(self.store, install.get("deployedBy"))
+        if account_email:
+            return str(account_email)
         email = install.get("deployerEmail")
         return str(email) if email else None

@@ -16,8 +16,9 @@ from pydantic import BaseModel, Field, model_validator
 
 from svc.core import BadRequest, Document, Forbidden, NotFound, Store, aware, iso, utcnow
 from svc.identity import Principal
-from svc.runs import find_template, usage_by_install
-from svc.templates import PLATFORM_FEE_PERCENT, is_owner
+from svc.installs import find_install
+from svc.runs import usage_by_install
+from svc.templates import PLATFORM_FEE_PERCENT, is_owner, template_by_id_or_slug
 
 MIN_CHARGE_CENTS = 50
 PAID_MODELS = ("per_run", "per_k_tokens")
@@ -148,9 +149,8 @@ class UsageReport:
         scope: Document = {"templateId": template["_id"]}
         install = None
         if query.installId is not None:
-            install = await self.store.installs.find_one(
-                {"_id": query.installId, "templateId": template["_id"]}, {"owner": 1}
-            )
+            of_template = {"templateId": template["_id"]}
+            install = await find_install(self.store, query.installId, "owner", where=of_template)
             scope = {"installId": query.installId}
         # The builder sees every install; a deployer the install they own and no other (404 alike).
         if not is_owner(principal, template) and (install is None or not is_owner(principal, install)):
@@ -207,7 +207,7 @@ class UsageReport:
 
     async def _template(self, query: BillingQuery) -> Document:
         # One index-covered look-up (by id, or by slug), the rest checked in Python.
-        template = await find_template(self.store, query.templateId, query.templateSlug)
+        template = await template_by_id_or_slug(self.store, query.templateId, query.templateSlug)
         if template is None:
             raise NotFound("Template not found")
         return template

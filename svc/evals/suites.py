@@ -31,23 +31,20 @@ from svc.evals.checks import facts_of, is_policy, judge, pricing_of, verdict
 from svc.evals.scorecards import digest, of_definition, store_card, summary, tally
 from svc.identity import Principal
 from svc.installs import Installs
-from svc.runtime import LLM, RunService, eval_run_of, is_eval_install, new_eval_run, recorded_journal
+from svc.runtime import (
+    LLM,
+    RUNTIME_FAILURES,
+    RunService,
+    eval_run_of,
+    is_eval_install,
+    new_eval_run,
+    recorded_journal,
+)
 from svc.templates import VARIABLE_REFERENCE, note_scorecard
 
 ORG_REQUIRES_SUITE = (
     "Your organisation publishes templates only with an eval suite that passes: add `evals` to "
     "the definition (docs/evals.md)"
-)
-# A run that failed for one of these reasons says nothing about the team: the case is an error.
-RUNTIME_ERRORS = (
-    "Model provider error",
-    "Database unavailable",
-    "Interrupted",
-    "Superseded",
-    "The install's worker",
-    "The recording cannot answer",
-    "Cannot resume the run",
-    "Internal error",
 )
 
 
@@ -202,7 +199,7 @@ class SuiteRunner:
             costCents=facts.cost_cents,
             durationMs=facts.duration_ms or int((time.monotonic() - started) * 1000),
         )
-        if facts.status == "failed" and any((facts.error or "").startswith(m) for m in RUNTIME_ERRORS):
+        if facts.status == "failed" and any((facts.error or "").startswith(m) for m in RUNTIME_FAILURES):
             return {**result, "reason": f"runtime: {facts.error}"}
         checks, errored = [], False
         for check in case["checks"]:

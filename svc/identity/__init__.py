@@ -12,6 +12,15 @@ from svc.identity.accounts import (
 )
 from svc.identity.credentials import Credentials, Principal, require_unscoped
 from svc.identity.keys import ENCRYPTED, ApiKeys, CreateKeyBody
+from svc.identity.lookups import (
+    active_payout_accounts,
+    find_user,
+    find_users,
+    key_creator,
+    user_email,
+    user_emails,
+    user_id_by_email,
+)
 from svc.identity.ratelimit import RateLimiter
 from svc.identity.user_admin import UserAdmin
 
@@ -29,7 +38,14 @@ __all__ = [
     "RateLimiter",
     "SignupBody",
     "UserAdmin",
+    "active_payout_accounts",
+    "find_user",
+    "find_users",
+    "key_creator",
     "normalise_email",
     "public_user",
     "require_unscoped",
+    "user_email",
+    "user_emails",
+    "user_id_by_email",
 ]

@@ -12,7 +12,17 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from config.parsing import AppKey
-from svc.core import Forbidden, NotFound, Store, TTLCache, Unauthorized, tokens, utcnow
+from svc.core import (
+    Forbidden,
+    InstallLookups,
+    NotFound,
+    OrgLookups,
+    Store,
+    TTLCache,
+    Unauthorized,
+    tokens,
+    utcnow,
+)
 from svc.identity.accounts import Accounts
 
 Via = Literal["key", "session", "app_key", "install_token", "webhook_token"]
@@ -54,8 +64,15 @@ class Credentials:
         accounts: Accounts,
         app_keys: Sequence[AppKey],
         key_cache: TTLCache[str, Principal],
+        *,
+        installs: InstallLookups,
+        orgs: OrgLookups,
     ) -> None:
         self.store = store
+        # The answers of the packages above (svc/wiring.py hands them in): which install a
+        # webhook token names, and the org a key speaks for.
+        self.installs = installs
+        self.orgs = orgs
         self.accounts = accounts
         self.key_cache = key_cache
         # Compare digests, so every configured key costs the same to test.
@@ -122,10 +139,10 @@ class Credentials:
         """The token in a webhook path; 404 `Webhook token not found` otherwise."""
         if not token or len(token) > 128:
             raise NotFound(WEBHOOK_NOT_FOUND)
-        doc = await self.store.installs.find_one({"webhookTokenHash": tokens.digest(token)}, {"_id": 1})
-        if doc is None:
+        install_id = await self.installs.webhook_install_id(token)
+        if install_id is None:
             raise NotFound(WEBHOOK_NOT_FOUND)
-        return Principal(via="webhook_token", install_id=doc["_id"])
+        return Principal(via="webhook_token", install_id=install_id)
 
     async def issue_install_token(self, install_id: str) -> str:
         """A new install token for ingest; only its hash is stored."""
@@ -154,15 +171,10 @@ class Credentials:
     async def key_identity(self, principal: Principal) -> dict[str, Any]:
         """{userName, orgName, orgSlug} for GET /api/auth/key-identity."""
         user_name: str | None = None
-        org_id = principal.org_id
         if principal.user_id is not None:
             user = await self.accounts.get_user(principal.user_id)
             user_name = user["name"]
-            membership = await self.store.org_members.find_one(
-                {"userId": principal.user_id}, sort=[("joinedAt", 1)]
-            )
-            org_id = membership["orgId"] if membership else None
-        org = await self.store.orgs.find_one({"_id": org_id}) if org_id else None
+        org = await self.orgs.key_org(principal.user_id, principal.org_id)
         return {
             "userName": user_name,
             "orgName": org["name"] if org else None,

@@ -33,7 +33,7 @@ from typing import Any
 
 from pymongo.errors import PyMongoError
 
-from svc.core import RateLimited, Store, tally
+from svc.core import RateLimited, Store, tally_add
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class RateLimiter:
         position included (the count it is judged by, exact even when processes race to open
         the window: svc/core/tally.py)."""
         expires = datetime.fromtimestamp(end, UTC) + timedelta(seconds=60)
-        return await tally.add(self.store.rate_limits, key, increments, {"expiresAt": expires})
+        return await tally_add(self.store.rate_limits, key, increments, {"expiresAt": expires})
 
     def _schedule_flush(self) -> None:
         if self._flush_task is None or self._flush_task.done():

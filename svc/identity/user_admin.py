@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from svc.core import Conflict, Document, NotFound, Store, TTLCache, iso, utcnow
+from svc.core import Conflict, Document, NotFound, OrgLookups, Store, TTLCache, iso, utcnow
 from svc.identity.accounts import Accounts, normalise_email
 from svc.identity.credentials import Principal
 
@@ -21,8 +21,11 @@ from svc.identity.credentials import Principal
 class UserAdmin:
     """Disable, enable and delete accounts; the `users`, `sessions` and `api_keys` writes of it."""
 
-    def __init__(self, store: Store, accounts: Accounts, key_cache: TTLCache[str, Principal]) -> None:
+    def __init__(
+        self, store: Store, accounts: Accounts, key_cache: TTLCache[str, Principal], *, orgs: OrgLookups
+    ) -> None:
         self.store = store
+        self.orgs = orgs  # whether a user owns an org (svc/wiring.py hands in the orgs' answer)
         self.accounts = accounts
         self.key_cache = key_cache
 
@@ -61,7 +64,7 @@ class UserAdmin:
         so no org is left without an owner.
         """
         user = await self.find(who)
-        if await self.store.org_members.count_documents({"userId": user["_id"], "role": "owner"}, limit=1):
+        if await self.orgs.owns_an_org(user["_id"]):
             raise Conflict("The user owns an org; transfer it or delete it first")
         now = utcnow()
         await self.store.users.update_one(

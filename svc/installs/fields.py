@@ -10,7 +10,7 @@ from pydantic import Field
 
 from config.catalogue import DEFAULT_PLATFORM
 from plugins.types import OPTIONAL_FIELDS, PlatformInfo
-from svc.core import BadRequest, DisplayName, Encrypted, RequestBody, Store
+from svc.core import BadRequest, DisplayName, Encrypted, PaymentLookups, RequestBody
 from svc.templates import VARIABLE_REFERENCE, hierarchy_depth
 
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -157,15 +157,15 @@ def check_depth(platform: PlatformInfo, definition: dict[str, Any]) -> None:
         )
 
 
-async def check_payment_fields(store: Store, body: CreateInstallBody) -> None:
+async def check_payment_fields(payments: PaymentLookups, body: CreateInstallBody) -> None:
     """A customer must be one our setup-intent created, for the deployer's email: nobody
     bills their usage to a customer id they happened to learn."""
     if body.payPaymentMethodId is not None and body.payCustomerId is None:
         raise BadRequest("payPaymentMethodId needs payCustomerId")
     if body.payCustomerId is None:
         return
-    customer = await store["pay_customers"].find_one({"_id": body.payCustomerId})
-    if customer is None:
+    customer_email = await payments.customer_email(body.payCustomerId)
+    if customer_email is None:
         raise BadRequest("payCustomerId: unknown customer; create one with POST /api/stripe/setup-intent")
-    if (body.deployerEmail or "").strip().lower() != customer["email"]:
+    if (body.deployerEmail or "").strip().lower() != customer_email:
         raise BadRequest("deployerEmail must be the email the payment customer was created for")

@@ -38,6 +38,9 @@ from svc.core import (
     Governance,
     Kind,
     NotFound,
+    OrgLookups,
+    PaymentLookups,
+    RuntimeLookups,
     Store,
     Timeline,
     TimelineQuery,
@@ -47,7 +50,7 @@ from svc.core import (
     tokens,
     utcnow,
 )
-from svc.identity import Credentials, Principal, require_unscoped
+from svc.identity import Credentials, Principal, key_creator, require_unscoped
 from svc.installs import reach
 from svc.installs.abandoned import AbandonedInstalls
 from svc.installs.callback_secret import rotate_callback_secret
@@ -62,12 +65,13 @@ from svc.installs.fields import (
     interpolate,
     platform_fields,
 )
+from svc.installs.heartbeats import Heartbeats
 from svc.installs.remembered import RememberedSecrets
 from svc.installs.removal import InstallRemoval
 from svc.installs.summaries import managed_summaries
 from svc.mcp import Catalogue, install_warnings
 from svc.runs import InvokeBody, Runs, SelfReportBody, require_ready
-from svc.templates import claim_install, is_owner, owner_of, release_install
+from svc.templates import claim_install, find_template, is_owner, owner_of, release_install
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,10 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         settings: Settings,
         runs: Runs,
         governance: Governance | None = None,
+        *,
+        orgs: OrgLookups,
+        runtime: RuntimeLookups,
+        payments: PaymentLookups,
     ) -> None:
         self.store = store
         self.vault = vault
@@ -100,9 +108,11 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         self.settings = settings
         self.runs = runs
         self.remembered = RememberedSecrets(store, vault)
-        # Org governance (None: nothing waits for approval). It reads org records only, so the
-        # orgs package builds it without needing this service.
+        self.heartbeats = Heartbeats(store, vault, plugins, settings.egress_allow_private)
+        # Org governance (None: nothing waits for approval; the orgs package builds it) and what
+        # the packages above answer (orgs, schedules, payments), all handed in by svc/wiring.py.
         self.governance = governance
+        self.orgs, self.runtime, self.payments = orgs, runtime, payments
 
     def traits(self, platform_id: str) -> PlatformTraits:
         """How the core treats the platform's installs (defaults for a platform no longer loaded)."""
@@ -119,8 +129,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         deployer while still a member (`Removal.hand_back`)."""
         if principal.user_id is not None or principal.key_id is None:
             return principal.user_id
-        key = await self.store.api_keys.find_one({"_id": principal.key_id}, {"createdBy": 1})
-        return (key or {}).get("createdBy")
+        return await key_creator(self.store, principal.key_id)
 
     async def create(self, principal: Principal, body: CreateInstallBody) -> dict[str, Any]:
         """Validate, provision through the platform's driver, store; the spec's response."""
@@ -132,7 +141,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         check_depth(platform, definition)
         variables = check_variables(definition, body.variables or {})
         install_secrets = check_secret_names(body.secrets or {})
-        await check_payment_fields(self.store, body)
+        await check_payment_fields(self.payments, body)
         company_id = body.companyId
         # A re-install into the same company (or, without companies, by the same owner) is pre-filled;
         # a company created by this install starts empty.
@@ -315,7 +324,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         return platform
 
     async def _installable_template(self, principal: Principal, template_id: str) -> Document:
-        template = await self.store["templates"].find_one({"_id": template_id, "kind": "template"})
+        template = await find_template(self.store, template_id, kind="template")
         # Someone else's draft or archived template is "not there", as GET answers (404, not 409).
         public = (
             template is not None and template["visibility"] == "public" and template["status"] == "published"
@@ -342,8 +351,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         owner = doc["owner"]
         if owner["kind"] != "org":
             return
-        live = {"_id": owner["id"], "deleting": {"$ne": True}}
-        if not await self.store.orgs.count_documents(live, limit=1):
+        if not await self.orgs.is_live(owner["id"]):
             await self._forget(doc["_id"])
             raise NotFound("Org not found")
 
@@ -359,12 +367,12 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
     async def deployer_may_reach(self, user_id: str, install_id: str) -> bool:
         """Whether the user acts as the install's deployer (svc.installs.reach.deployer_reaches)."""
         doc = await self.store.installs.find_one({"_id": install_id})
-        return await reach.deployer_reaches(self.store, user_id, doc)
+        return await reach.deployer_reaches(self.orgs, user_id, doc)
 
     async def owned(self, principal: Principal, install_id: str) -> Document:
         """The install, if the principal reaches it (svc.installs.reach); else 404."""
         doc = await self.store.installs.find_one({"_id": install_id})
-        if doc is None or not await reach.reaches(self.store, principal, doc):
+        if doc is None or not await reach.reaches(self.orgs, principal, doc):
             raise NotFound("Install not found")
         return doc
 
@@ -394,7 +402,8 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
     # `builtins.list`: below `def list`, a bare `list` in this class's annotations is that method.
     async def mine(self, user_id: str) -> builtins.list[dict[str, Any]]:
         """Managed installs the user deployed or reaches through an org, with what is missing."""
-        return await managed_summaries(self.store, self.vault, self.platform_ids("managed"), user_id)
+        managed = self.platform_ids("managed")
+        return await managed_summaries(self.store, self.vault, managed, user_id, self.orgs, self.runtime)
 
     async def invoke(self, principal: Principal, install_id: str, body: InvokeBody) -> dict[str, Any]:
         """Proxy one input to an orchC team; record the run's count, tokens and outcome."""

@@ -3,7 +3,8 @@
 - A credential bound to one install (a scoped key, an install token, a webhook token,
   an app key) reaches that install and no other.
 - Otherwise the install's owner reaches it: the user, or the org for an org key.
-- A signed-in member of the owning org reaches the org's installs while still a member;
+- A signed-in member of the owning org reaches the org's installs while still a member (the
+  orgs' own answer, `svc.orgs.is_member`, handed in as `svc.core.OrgLookups`);
   a member's personal key stays personal (docs/orgs.md).
 - Nobody reaches an install while it is being provisioned (a governance-pending one is
   provisioned, so it is visible).
@@ -11,9 +12,9 @@
 
 from __future__ import annotations
 
-from svc.core import Document, Store
+from svc.core import Document, OrgLookups, Store
 from svc.identity import Principal
-from svc.templates import is_owner, owner_of
+from svc.templates import find_template, is_owner, owner_of
 
 # Status `pending` means provisioning, except on an install waiting for governance approval
 # (`approval: "pending"`, provisioned and listed, but not ready for runs until approved).
@@ -26,12 +27,7 @@ def is_visible(doc: Document) -> bool:
     return doc.get("status") != "pending" or doc.get("approval") == "pending"
 
 
-async def is_member(store: Store, org_id: str, user_id: str) -> bool:
-    """Whether the user belongs to the org now."""
-    return await store.org_members.find_one({"orgId": org_id, "userId": user_id}, {"_id": 1}) is not None
-
-
-async def reaches(store: Store, principal: Principal, doc: Document | None) -> bool:
+async def reaches(orgs: OrgLookups, principal: Principal, doc: Document | None) -> bool:
     """May this principal see and change this install?"""
     if doc is None or not is_visible(doc):
         return False
@@ -44,7 +40,7 @@ async def reaches(store: Store, principal: Principal, doc: Document | None) -> b
     owner = doc.get("owner") or {}
     if principal.via != "session" or principal.user_id is None or owner.get("kind") != "org":
         return False
-    return await is_member(store, owner["id"], principal.user_id)
+    return await orgs.is_member(owner["id"], principal.user_id)
 
 
 def owned_query(principal: Principal) -> Document:
@@ -55,7 +51,7 @@ def owned_query(principal: Principal) -> Document:
     return query
 
 
-async def deployer_reaches(store: Store, user_id: str, doc: Document | None) -> bool:
+async def deployer_reaches(orgs: OrgLookups, user_id: str, doc: Document | None) -> bool:
     """May this user act as the install's deployer (cancel billing)? The user who deployed it or
     owns it; for an org's install, only while still a member of the org."""
     if doc is None or not is_visible(doc):
@@ -63,7 +59,7 @@ async def deployer_reaches(store: Store, user_id: str, doc: Document | None) -> 
     owner = doc.get("owner") or {}
     if doc.get("deployedBy") != user_id and owner != {"kind": "user", "id": user_id}:
         return False
-    return owner.get("kind") != "org" or await is_member(store, owner["id"], user_id)
+    return owner.get("kind") != "org" or await orgs.is_member(owner["id"], user_id)
 
 
 async def builder_reaches(store: Store, principal: Principal, doc: Document | None) -> bool:
@@ -74,5 +70,5 @@ async def builder_reaches(store: Store, principal: Principal, doc: Document | No
         return False
     if principal.install_id is not None and principal.install_id != doc["_id"]:
         return False
-    template = await store["templates"].find_one({"_id": doc["templateId"]}, {"owner": 1})
+    template = await find_template(store, doc["templateId"], "owner")
     return template is not None and is_owner(principal, template)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from svc.core import Document, Store, Vault, iso
+from svc.core import Document, OrgLookups, RuntimeLookups, Store, Vault, iso
 from svc.installs.reach import is_visible
 from svc.installs.versions import update_note
 from svc.templates import template_heads
@@ -14,12 +14,16 @@ MAX_LISTED = 500
 
 
 async def managed_summaries(
-    store: Store, vault: Vault, managed: list[str], user_id: str
+    store: Store,
+    vault: Vault,
+    managed: list[str],
+    user_id: str,
+    org_lookups: OrgLookups,
+    runtime: RuntimeLookups,
 ) -> list[dict[str, Any]]:
     """Managed (`svc`) installs the user deployed or reaches through an org, with what is missing."""
-    memberships = await store.org_members.find({"userId": user_id}).to_list(None)
-    org_ids = [m["orgId"] for m in memberships]
-    orgs = {o["_id"]: o for o in await store.orgs.find({"_id": {"$in": org_ids}}).to_list(None)}
+    orgs = await org_lookups.member_orgs(user_id)
+    org_ids = list(orgs)
     # One query per kind of owner, each only on the fields of the owner index: the embedded
     # server uses an index only when it covers every field of the filter (a platform or
     # status condition beside them made it read every install of every user). Platform
@@ -33,11 +37,8 @@ async def managed_summaries(
         key=lambda d: d["createdAt"],
         reverse=True,
     )[:MAX_LISTED]
-    org_secrets = await _org_secret_names(store, org_ids)
-    ids = [d["_id"] for d in docs]
-    # By _id alone (an `enabled` condition beside it would scan every schedule).
-    cursor = store["schedules"].find({"_id": {"$in": ids}}, {"nextRunAt": 1, "enabled": 1})
-    schedules = {d["_id"]: d.get("nextRunAt") for d in await cursor.to_list(None) if d.get("enabled") is True}
+    org_secrets = await org_lookups.secret_names(org_ids)
+    schedules = await runtime.next_runs([d["_id"] for d in docs])
     heads = await template_heads(store, sorted({d["templateId"] for d in docs}))  # issue 34
     summaries = []
     for doc in docs:
@@ -72,12 +73,3 @@ async def managed_summaries(
             }
         )
     return summaries
-
-
-async def _org_secret_names(store: Store, org_ids: list[str]) -> dict[str, set[str]]:
-    if not org_ids:
-        return {}
-    names: dict[str, set[str]] = {}
-    async for doc in store["org_secrets"].find({"orgId": {"$in": org_ids}}, {"orgId": 1, "key": 1}):
-        names.setdefault(doc["orgId"], set()).add(doc["key"])
-    return names

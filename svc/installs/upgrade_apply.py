@@ -37,6 +37,7 @@ from svc.core import (
     iso,
     utcnow,
 )
+from svc.identity import user_email
 from svc.installs.fields import MAX_INSTALL_SECRETS, interpolate
 from svc.installs.installs import Installs
 from svc.installs.secret_merge import fits
@@ -359,10 +360,6 @@ class VersionMover:
 
     async def mail_deployer(self, install: Document, subject: str, body: str, kind: str) -> None:
         """Mail the install's deployer (the deploying account, else the billing email given)."""
-        email = None
-        if install.get("deployedBy"):
-            user = await self.store.users.find_one({"_id": install["deployedBy"]}, {"email": 1})
-            email = (user or {}).get("email")
-        email = email or install.get("deployerEmail")
+        email = await user_email(self.store, install.get("deployedBy")) or install.get("deployerEmail")
         if email:
             await self.mailer.send(email, subject, body, kind=kind)

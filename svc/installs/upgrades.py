@@ -166,8 +166,8 @@ class Upgrades(VersionMover):
         owner = install.get("owner") or {}
         if traits.managed and owner.get("kind") == "org":
             # Names only, read as the deployer's home list reads them (svc/installs/summaries.py).
-            cursor = self.store["org_secrets"].find({"orgId": owner["id"]}, {"key": 1})
-            secrets |= {doc["key"] for doc in await cursor.to_list(MAX_ORG_SECRETS)}
+            names = await self.installs.orgs.secret_names([owner["id"]], MAX_ORG_SECRETS)
+            secrets |= names.get(owner["id"], set())
         return variables, secrets
 
     # ---- approvals ----------------------------------------------------------------------

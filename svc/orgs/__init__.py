@@ -18,6 +18,19 @@ from svc.orgs.bodies import (
 )
 from svc.orgs.governance import Approvals, Governance
 from svc.orgs.invitations import Invitations
+from svc.orgs.lookups import (
+    OrgReads,
+    find_org,
+    is_live,
+    is_member,
+    key_org,
+    member_orgs,
+    membership,
+    org_id_where,
+    owns_an_org,
+    secret_names,
+    secret_values,
+)
 from svc.orgs.org_analytics import AnalyticsQuery
 from svc.orgs.org_keys import OrgKeys
 from svc.orgs.org_secrets import ENCRYPTED, OrgSecrets
@@ -43,6 +56,7 @@ __all__ = [
     "OrgAccess",
     "OrgKeyBody",
     "OrgKeys",
+    "OrgReads",
     "OrgSecrets",
     "Orgs",
     "Plan",
@@ -51,4 +65,14 @@ __all__ = [
     "SecretBody",
     "TransferBody",
     "UpdateOrgBody",
+    "find_org",
+    "is_live",
+    "is_member",
+    "key_org",
+    "member_orgs",
+    "membership",
+    "org_id_where",
+    "owns_an_org",
+    "secret_names",
+    "secret_values",
 ]

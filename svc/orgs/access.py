@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from svc.core import BadRequest, Document, Forbidden, NotFound, PaymentRequired, Store
-from svc.identity import Accounts
+from svc.identity import Accounts, user_email, user_emails
 from svc.orgs.audit import SYSTEM, Actor
+from svc.orgs.lookups import membership as membership_of
 
 Role = Literal["owner", "admin", "member"]
 MEMBERS: frozenset[str] = frozenset({"owner", "admin", "member"})
@@ -102,18 +103,13 @@ class OrgAccess:
         """The user as an audit actor, or the service itself when nobody is named."""
         if user_id is None:
             return SYSTEM
-        user = await self.store.users.find_one({"_id": user_id}, {"email": 1})
-        return Actor(user_id, user.get("email") if user else None)
+        return Actor(user_id, await user_email(self.store, user_id))
 
     async def check(self, user_id: str, slug: str, action: str) -> Access:
         """The one permission check: 404 (unknown or not a member), 403 (role), 402 (plan)."""
         rule = RULES[action]
         org = await self.by_slug(slug)
-        membership = (
-            await self.store.org_members.find_one({"orgId": org["_id"], "userId": user_id})
-            if org is not None
-            else None
-        )
+        membership = await membership_of(self.store, org["_id"], user_id) if org is not None else None
         if org is None or membership is None:
             raise NotFound(NOT_FOUND)
         if membership["role"] not in rule.roles:
@@ -128,7 +124,7 @@ class OrgAccess:
 
     async def membership(self, org_id: str, user_id: str) -> Document:
         """The user's membership of the org; 404 `Member not found`."""
-        doc = await self.store.org_members.find_one({"orgId": org_id, "userId": user_id})
+        doc = await membership_of(self.store, org_id, user_id)
         if doc is None:
             raise NotFound("Member not found")
         return doc
@@ -138,7 +134,5 @@ class OrgAccess:
         managers = await self.store.org_members.find(
             {"orgId": org_id, "role": {"$in": sorted(MANAGERS)}}, {"userId": 1}
         ).to_list(MAX_MEMBERS_LISTED)
-        users = await self.store.users.find(
-            {"_id": {"$in": [m["userId"] for m in managers]}}, {"email": 1}
-        ).to_list(None)
-        return sorted(u["email"] for u in users if u.get("email"))
+        emails = await user_emails(self.store, [m["userId"] for m in managers])
+        return sorted(email for email in emails.values() if email)

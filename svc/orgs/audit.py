@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from svc.core import Document, Store, Timeline, Timestamp, actor_of, iso, tokens, utcnow, windows
+from svc.core import Document, Store, Timeline, Timestamp, actor_of, iso, newest_in_windows, tokens, utcnow
 
 COLLECTION = "org_audit"
 MAX_PAGE = 10_000
@@ -86,7 +86,7 @@ class AuditLog:
         wanted = page * limit
         floor = start if start is not None else (since - SLACK if since is not None else None)
         scope = {"orgId": org_id}
-        docs = await windows.newest(self.store[COLLECTION], scope, wanted, floor=floor, ceiling=end)
+        docs = await newest_in_windows(self.store[COLLECTION], scope, wanted, floor=floor, ceiling=end)
         return [view(doc) for doc in docs[(page - 1) * limit : wanted]]
 
 

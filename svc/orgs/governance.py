@@ -10,8 +10,8 @@ from typing import Any
 from pymongo import DESCENDING, ReturnDocument
 
 from svc.core import BadRequest, Conflict, Document, Mailer, NotFound, Store, tokens, utcnow
-from svc.identity import Principal
-from svc.installs import Installs, Upgrades
+from svc.identity import Principal, key_creator
+from svc.installs import Installs, Upgrades, find_install, org_install_ids
 from svc.orgs.access import MAX_LISTED, OrgAccess, is_pro
 from svc.orgs.audit import SYSTEM, Actor, AuditLog
 from svc.orgs.bodies import ApprovalDecisionBody, ApprovalRequestBody, GovernanceBody
@@ -41,8 +41,7 @@ class Governance:
         """Governance port: the automatic request for a gated install; owners and admins are emailed."""
         requestor_id = principal.user_id
         if requestor_id is None and principal.key_id is not None:
-            key = await self.store.api_keys.find_one({"_id": principal.key_id}, {"createdBy": 1})
-            requestor_id = (key or {}).get("createdBy")
+            requestor_id = await key_creator(self.store, principal.key_id)
         actor = await self.org_access.actor_or_system(requestor_id)
         org = await self.store.orgs.find_one({"_id": install["owner"]["id"]})
         assert org is not None
@@ -203,10 +202,9 @@ class Approvals:
     async def create_approval(self, user_id: str, slug: str, body: ApprovalRequestBody) -> dict[str, Any]:
         """A request made by hand for one of the org's installs; owners and admins are emailed."""
         access = await self.org_access.check(user_id, slug, "approvals.create")
-        install = await self.store.installs.find_one(
-            {"_id": body.installId, "owner.kind": "org", "owner.id": access.org["_id"]},
-            {"templateId": 1, "templateName": 1},
-        )
+        org_owned = {"owner.kind": "org", "owner.id": access.org["_id"]}
+        fields = ("templateId", "templateName")
+        install = await find_install(self.store, body.installId, *fields, where=org_owned)
         if install is None:
             raise NotFound("Install not found")
         if body.templateId != install["templateId"]:
@@ -283,9 +281,7 @@ class Approvals:
 
     async def cancel_waiting(self, org_id: str) -> None:
         """Nobody is left to approve the installs of an org being deleted: they are rejected."""
-        as_org = {"owner.kind": "org", "owner.id": org_id}
-        waiting = await self.store.installs.find({**as_org, "approval": "pending"}, {"_id": 1}).to_list(None)
-        for install in waiting:
-            await self.installs.settle_approval(install["_id"], org_id, approved=False)
+        for install_id in await org_install_ids(self.store, org_id, awaiting_approval=True):
+            await self.installs.settle_approval(install_id, org_id, approved=False)
         if self.upgrades is not None:  # version moves waiting for approval are dropped too
             await self.upgrades.drop_pending(org_id)

@@ -12,10 +12,11 @@ from pymongo import DESCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from svc.core import Conflict, Document, Forbidden, Gone, Mailer, NotFound, Store, aware, iso, tokens, utcnow
-from svc.identity import normalise_email
+from svc.identity import normalise_email, user_id_by_email
 from svc.orgs.access import MAX_LISTED, OrgAccess, check_role
 from svc.orgs.audit import AuditLog
 from svc.orgs.bodies import InvitationBody
+from svc.orgs.lookups import is_member
 from svc.orgs.views import invitation_view, org_view
 
 INVITATION_LIFETIME = timedelta(days=7)
@@ -41,10 +42,8 @@ class Invitations:
         role = check_role(body.role)
         email = normalise_email(body.email)
         org = access.org
-        existing = await self.store.users.find_one({"email": email}, {"_id": 1})
-        if existing is not None and await self.store.org_members.count_documents(
-            {"orgId": org["_id"], "userId": existing["_id"]}
-        ):
+        existing_id = await user_id_by_email(self.store, email)
+        if existing_id is not None and await is_member(self.store, org["_id"], existing_id):
             raise Conflict("That person is already a member of this org")
         raw = tokens.new_session_token()
         now = utcnow()

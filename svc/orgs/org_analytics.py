@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from svc.core import BadRequest, Document, Store, Timestamp, iso, utcnow
-from svc.runs import run_stats
+from svc.installs import find_installs
+from svc.runs import daily_by_install
 
 FREE_DAYS = 30
 PRO_DAYS = 365
@@ -50,31 +51,15 @@ class OrgAnalytics:
         is_pro = org.get("plan") == "pro"
         max_days = PRO_DAYS if is_pro else FREE_DAYS
         start, end = window(query, max_days)
-        # Whole days and hours come from the run counters, the edge hours from the records.
-        groups: list[Document] = []
+        # Whole days and hours come from the run counters, the edge hours from the records; a
+        # window ending now reads its current hour from the hour counters, not the runs.
         owner = {"owner.kind": "org", "owner.id": org["_id"]}
-        # A window ending now reads its current hour from the hour counters, not the runs.
-        for kind, low, high in run_stats.segments(start, end, open_end=query.to is None):
-            if kind == "raw":
-                match = {**owner, "createdAt": {"$gte": low, "$lt": high}}
-                pipeline = _daily(
-                    match, "$createdAt", 1, {"$cond": [{"$eq": ["$status", "completed"]}, 1, 0]}
-                )
-                groups += await (await self.store["runs"].aggregate(pipeline)).to_list(None)
-            else:
-                match = {"kind": kind, **owner, "start": {"$gte": low, "$lt": high}}
-                pipeline = _daily(match, "$start", "$runs", "$completed")
-                groups += await (await self.store[run_stats.COLLECTION].aggregate(pipeline)).to_list(None)
+        groups = await daily_by_install(self.store, owner, start, end, open_end=query.to is None)
         by_day: dict[str, dict[str, Any]] = {
             day: {"date": day, "total": 0, "success": 0} for day in days(start, end)
         }
         install_ids = sorted({g["_id"]["installId"] for g in groups})
-        installs = {
-            doc["_id"]: doc
-            for doc in await self.store.installs.find(
-                {"_id": {"$in": install_ids}}, {"templateName": 1, "definition.gates": 1}
-            ).to_list(None)
-        }
+        installs = await find_installs(self.store, install_ids, "templateName", "definition.gates")
         by_template: dict[str, dict[str, Any]] = {}
         for group in groups:
             key, total, success = group["_id"], group["total"], group["success"]
@@ -104,24 +89,6 @@ class OrgAnalytics:
             "byDay": [by_day[d] for d in sorted(by_day)],
             "byTemplate": sorted(by_template.values(), key=lambda e: (-e["total"], e["templateId"])),
         }
-
-
-def _daily(match: Document, time: str, runs: Any, successes: Any) -> list[Document]:
-    """Runs and successes per UTC day, template and install."""
-    return [
-        {"$match": match},
-        {
-            "$group": {
-                "_id": {
-                    "day": {"$dateToString": {"format": "%Y-%m-%d", "date": time}},
-                    "templateId": "$templateId",
-                    "installId": "$installId",
-                },
-                "total": {"$sum": runs},
-                "success": {"$sum": successes},
-            }
-        },
-    ]
 
 
 def days(start: datetime, end: datetime) -> list[str]:

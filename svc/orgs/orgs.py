@@ -8,7 +8,7 @@ import re
 import unicodedata
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, ReturnDocument
+from pymongo import ASCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from svc.core import (
@@ -23,8 +23,8 @@ from svc.core import (
     tokens,
     utcnow,
 )
-from svc.identity import ApiKeys, normalise_email
-from svc.installs import Installs
+from svc.identity import ApiKeys, find_users, normalise_email
+from svc.installs import Installs, org_install_ids
 from svc.orgs.access import MAX_LISTED, MAX_MEMBERS_LISTED, NOT_FOUND, OrgAccess, check_role
 from svc.orgs.audit import AuditLog, AuditQuery
 from svc.orgs.bodies import CreateOrgBody, RoleBody, TransferBody, UpdateOrgBody
@@ -33,7 +33,7 @@ from svc.orgs.invitations import Invitations
 from svc.orgs.org_analytics import AnalyticsQuery, OrgAnalytics
 from svc.orgs.org_secrets import OrgSecrets
 from svc.orgs.views import org_view
-from svc.templates import Templates
+from svc.templates import Templates, org_templates
 from svc.templates import view as template_view
 
 RECENT_TEMPLATES = 5
@@ -142,12 +142,7 @@ class Orgs:
         """{org, memberCount, recentTemplates, myRole}."""
         access = await self.org_access.check(user_id, slug, "org.read")
         org_id = access.org["_id"]
-        templates = (
-            await self.store["templates"]
-            .find({"owner.kind": "org", "owner.id": org_id, "kind": "template"})
-            .sort([("createdAt", DESCENDING), ("_id", DESCENDING)])
-            .to_list(RECENT_TEMPLATES)
-        )
+        templates = await org_templates(self.store, org_id, RECENT_TEMPLATES)
         return {
             "org": org_view(access.org),
             "memberCount": await self.store.org_members.count_documents({"orgId": org_id}),
@@ -222,13 +217,9 @@ class Orgs:
             .sort("joinedAt", ASCENDING)
             .to_list(MAX_MEMBERS_LISTED)
         )
-        users = {
-            u["_id"]: u
-            for u in await self.store.users.find(
-                {"_id": {"$in": [m["userId"] for m in memberships]}},
-                {"email": 1, "name": 1, "handle": 1, "avatarUrl": 1},
-            ).to_list(None)
-        }
+        users = await find_users(
+            self.store, [m["userId"] for m in memberships], "email", "name", "handle", "avatarUrl"
+        )
         rank = {"owner": 0, "admin": 1, "member": 2}
         memberships.sort(key=lambda m: rank.get(m["role"], 3))
         return [
@@ -330,7 +321,7 @@ class Orgs:
         """The org's one timeline: its own audit events and those of its installs, newest first."""
         access = await self.org_access.check(user_id, slug, "audit.read")
         org_id = access.org["_id"]
-        installs = await self.store.installs.distinct("_id", {"owner.kind": "org", "owner.id": org_id})
+        installs = await org_install_ids(self.store, org_id)
         scope = {"$or": [{"orgId": org_id}, {"installId": {"$in": installs[:MAX_LISTED]}}]}
         return await Timeline(self.store).page(scope, query)
 

@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from svc.core import BadRequest, Document, NotFound, Store, iso, utcnow
+from svc.core import BadRequest, Document, InstallLookups, NotFound, Store, iso, utcnow
 from svc.identity import Principal, require_unscoped
 from svc.runs import newest, run_stats
-from svc.templates import owner_of
+from svc.templates import owner_of, template_by_id_or_slug
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = newest.KEPT
@@ -170,29 +170,12 @@ def breakdown_pipeline(template_id: str) -> list[Document]:
 # ---- the service -----------------------------------------------------------------------
 
 
-async def find_template(
-    store: Store, template_id: str | None, slug: str | None, projection: Document | None = None
-) -> Document | None:
-    """A template (kind `template`) by id and/or slug, with one index-covered look-up.
-
-    By `_id` alone, or by `slug` alone (its unique index is partial on `kind: template`);
-    the other conditions are checked here. `{kind, _id}` in one filter has no index that
-    covers it, and the embedded server then reads every template.
-    """
-    if template_id is not None:
-        doc = await store["templates"].find_one({"_id": template_id}, projection)
-    else:
-        doc = await store["templates"].find_one({"kind": "template", "slug": slug}, projection)
-    if doc is None or doc.get("kind") != "template" or (slug is not None and doc.get("slug") != slug):
-        return None
-    return doc
-
-
 class RunAnalytics:
     """Answers GET /api/runs for the template's owner."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, installs: InstallLookups) -> None:
         self.store = store
+        self.installs = installs  # the template's installs (svc/wiring.py hands in their answer)
 
     async def report(self, principal: Principal, query: RunsQuery) -> dict[str, Any]:
         """Summary, byPlatform and byAgent over all runs; the newest `limit` runs."""
@@ -223,7 +206,7 @@ class RunAnalytics:
         if template_id is None and template_slug is None:
             raise BadRequest("templateId or templateSlug is required")
         require_unscoped(principal)
-        template = await find_template(
+        template = await template_by_id_or_slug(
             self.store, template_id, template_slug, {"owner": 1, "kind": 1, "slug": 1}
         )
         if template is None or template.get("owner") != owner_of(principal):
@@ -268,10 +251,10 @@ class RunAnalytics:
         }
 
     async def _tool_calls(self, template_id: str) -> dict[str, int]:
-        installs = await self.store.installs.find({"templateId": template_id}, {"_id": 1}).to_list(None)
-        if not installs:
+        install_ids = await self.installs.template_install_ids(template_id)
+        if not install_ids:
             return {"totalToolCalls": 0, "failedToolCalls": 0}
-        match = {"kind": "tools", "installId": {"$in": [doc["_id"] for doc in installs]}}
+        match = {"kind": "tools", "installId": {"$in": install_ids}}
         cursor = await self.store[run_stats.COLLECTION].aggregate(
             [
                 {"$match": match},

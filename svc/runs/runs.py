@@ -17,8 +17,20 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from svc.core import BadRequest, Conflict, Document, NotFound, RequestBody, Store, tokens, utcnow
+from svc.core import (
+    BadRequest,
+    Conflict,
+    Document,
+    InstallLookups,
+    NotFound,
+    RequestBody,
+    RuntimeLookups,
+    Store,
+    tokens,
+    utcnow,
+)
 from svc.runs import recording
+from svc.templates import find_template
 
 RunStatus = Literal["completed", "failed"]
 
@@ -131,9 +143,19 @@ class Runs:
     """
 
     def __init__(
-        self, store: Store, tokenless: frozenset[str] = frozenset(), managed: frozenset[str] = frozenset()
+        self,
+        store: Store,
+        tokenless: frozenset[str] = frozenset(),
+        managed: frozenset[str] = frozenset(),
+        *,
+        installs: InstallLookups,
+        runtime: RuntimeLookups,
     ) -> None:
         self.store = store
+        # The answers of the packages above (svc/wiring.py hands them in): an install, and
+        # whether the managed runtime holds a run.
+        self.installs = installs
+        self.runtime = runtime
         self.tokenless = tokenless
         # Platforms whose runs the managed runtime executes: it alone records them.
         self.managed = managed
@@ -145,8 +167,7 @@ class Runs:
         of a managed run's record, so a report can neither pre-empt nor replace it (docs/runs.md)."""
         if install["platform"] in self.managed:
             raise Conflict(MANAGED_REPORT)
-        runtime_run = {"installId": install["_id"], "$or": [{"_id": run_id}, {"platformRunId": run_id}]}
-        if run_id is not None and await self.store["pipeline_runs"].count_documents(runtime_run, limit=1):
+        if run_id is not None and await self.runtime.is_runtime_run(install["_id"], run_id):
             raise Conflict(RUNTIME_RUN_ID)
 
     async def record(self, install: Document, **fields: Any) -> str:
@@ -206,7 +227,7 @@ class Runs:
         """
         if install["platform"] in self.tokenless or (input_tokens is not None and output_tokens is not None):
             return
-        template = await self.store["templates"].find_one({"_id": install["templateId"]}, {"pricingModel": 1})
+        template = await find_template(self.store, install["templateId"], "pricingModel")
         if template is None or template.get("pricingModel") != "per_k_tokens":
             return
         missing = [
@@ -224,7 +245,7 @@ class Runs:
         The install token names the install, so no owner check is needed beyond it; the
         body must match that install (platform, agent). A repeated runId answers the same.
         """
-        install = await self.store.installs.find_one({"_id": install_id})
+        install = await self.installs.find(install_id)
         if install is None:
             raise NotFound("Install not found")
         await self.require_reportable(install, body.runId)

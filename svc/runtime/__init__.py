@@ -1,7 +1,7 @@
 """The managed runtime: starting and executing runs, the run's journal and its settlement, the agent
 loop, pipelines and gates, schedules, access policies, the security log and pipeline events."""
 
-from svc.runtime import incarnations, ledger, pool
+from svc.runtime import ledger
 from svc.runtime.agent_loop import RunScope, TeamRunner, root_agent
 from svc.runtime.callbacks import CallbackDelivery
 from svc.runtime.eval_runs import eval_run_of, is_eval_install, new_eval_run, recorded_journal
@@ -9,6 +9,8 @@ from svc.runtime.events import Events, agent_runs
 from svc.runtime.execution import (
     DATABASE_DOWN,
     INTERRUPTED,
+    NOT_STARTED,
+    RUNTIME_FAILURES,
     STALLED,
     Admission,
     InstallRunner,
@@ -16,8 +18,11 @@ from svc.runtime.execution import (
 )
 from svc.runtime.faults import CrashPoints
 from svc.runtime.host import InstallHost
+from svc.runtime.incarnations import holder as incarnation_holder
+from svc.runtime.incarnations import leave as leave_install
 from svc.runtime.journal import scratch
 from svc.runtime.llm import LLM, ProviderNotConfigured
+from svc.runtime.lookups import RuntimeReads, is_runtime_run, next_runs
 from svc.runtime.mcp_installs import McpApprovalDecisionBody, McpApprovalQuery, McpConsentBody, McpInstalls
 from svc.runtime.mcp_policy import read_back_mcp
 from svc.runtime.mcp_run import McpRun, McpService
@@ -26,6 +31,14 @@ from svc.runtime.mcp_tools import McpToolbox
 from svc.runtime.outreach import BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody, draft_number
 from svc.runtime.pipelines import MAX_DRAFT_ID
 from svc.runtime.policy import read_back
+from svc.runtime.pool import claim as claim_spare
+from svc.runtime.pool import counts as spare_counts
+from svc.runtime.pool import entry as spare_entry
+from svc.runtime.pool import forget as forget_spare
+from svc.runtime.pool import names as spare_names
+from svc.runtime.pool import register as register_spare
+from svc.runtime.pool import release as release_spare
+from svc.runtime.pool import spares as waiting_spares
 from svc.runtime.run_detail import RunDetail
 from svc.runtime.run_events import TERMINAL, RunEvents, redacted
 from svc.runtime.run_lists import queued_runs
@@ -49,7 +62,9 @@ __all__ = [
     "INTERRUPTED",
     "LLM",
     "MAX_DRAFT_ID",
+    "NOT_STARTED",
     "OWED",
+    "RUNTIME_FAILURES",
     "STALLED",
     "TERMINAL",
     "Admission",
@@ -80,6 +95,7 @@ __all__ = [
     "RunScope",
     "RunService",
     "RunWatch",
+    "RuntimeReads",
     "RuntimeTestBody",
     "ScheduleBody",
     "SchedulerCore",
@@ -94,20 +110,30 @@ __all__ = [
     "agent_runs",
     "check_cron",
     "check_timezone",
+    "claim_spare",
     "draft_number",
     "eval_run_of",
-    "incarnations",
+    "forget_spare",
+    "incarnation_holder",
     "is_eval_install",
+    "is_runtime_run",
+    "leave_install",
     "ledger",
     "new_eval_run",
     "next_fire",
-    "pool",
+    "next_runs",
     "queued_runs",
     "read_back",
     "read_back_mcp",
     "recorded_journal",
     "redacted",
+    "register_spare",
+    "release_spare",
     "root_agent",
     "scratch",
     "settled_event",
+    "spare_counts",
+    "spare_entry",
+    "spare_names",
+    "waiting_spares",
 ]

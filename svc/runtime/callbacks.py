@@ -35,6 +35,7 @@ import httpx
 from plugins import tracing
 from plugins.egress import EgressDenied, egress_client
 from svc.core import Batch, Conflict, Document, NotFound, Store, Vault, aware, iso, tokens, utcnow
+from svc.installs import find_install
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +193,7 @@ class CallbackDelivery:
                     },
                 )
                 continue
-            install = await self.store.installs.find_one(
-                {"_id": claimed["installId"]}, {"callbackSecretEncrypted": 1}
-            )
+            install = await find_install(self.store, claimed["installId"], "callbackSecretEncrypted")
             if await self._attempt(claimed, install or {"_id": claimed["installId"]}, now):
                 delivered += 1
         return delivered

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from svc.core import Store, iso, tokens, utcnow, windows
+from svc.core import Store, iso, newest_in_windows, tokens, utcnow
 from svc.runtime import step_tally
 
 EventType = Literal[
@@ -80,7 +80,7 @@ class Events:
     async def latest(self, install_id: str, since: datetime | None = None) -> list[dict[str, Any]]:
         """The last 100 events, newest first, read in windows (svc/core/windows.py) back to `since`
         (the install's creation), so the cost depends on the 100, not on the install's history."""
-        docs = await windows.newest(
+        docs = await newest_in_windows(
             self.store["pipeline_events"], {"installId": install_id}, FEED_LIMIT, floor=since
         )
         return [
@@ -118,7 +118,7 @@ async def agent_runs(
 ) -> list[dict[str, Any]]:
     """The install's newest `limit` agent steps, newest first, read in windows back to `since`
     (svc/core/windows.py): the cost depends on `limit`, not on the install's history."""
-    docs = await windows.newest(store["agent_runs"], {"installId": install_id}, limit, floor=since)
+    docs = await newest_in_windows(store["agent_runs"], {"installId": install_id}, limit, floor=since)
     return [
         {
             "id": d["_id"],

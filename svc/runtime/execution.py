@@ -20,8 +20,8 @@ from bson import ObjectId
 from pymongo.errors import PyMongoError
 
 from plugins import tracing
-from svc.core import Document, Mailer, NotFound, RunOutcome, Store, Vault, tokens, utcnow
-from svc.installs import run_definition
+from svc.core import Document, Mailer, NotFound, OrgLookups, RunOutcome, Store, Vault, tokens, utcnow
+from svc.installs import find_install, run_definition
 from svc.runtime import ledger, run_traces
 from svc.runtime.agent_loop import CANCELLED, GateReached, RunScope, TeamRunner, root_agent
 from svc.runtime.eval_runs import eval_install
@@ -40,6 +40,20 @@ INTERRUPTED = "Interrupted: the install's worker stopped during the run; start i
 SUPERSEDED = "Superseded: a newer copy of the install's worker took the run over"
 DATABASE_DOWN = "Database unavailable during the run"
 STALLED = "The run made no progress for too long and was ended"
+# The hand-over failed: the API's 503 (actors/runtime.py), a queued run's end (runs_exec.py, jobs).
+NOT_STARTED = "The install's worker could not be started"
+# How the errors begin of a run that failed for the runtime's reasons, not the team's (an eval
+# case that ends so is an error, not a failure: svc/evals). One place, beside the messages.
+RUNTIME_FAILURES = (
+    "Model provider error",  # agent_loop.py
+    DATABASE_DOWN.removesuffix(" during the run"),
+    INTERRUPTED.split(":")[0],
+    SUPERSEDED.split(":")[0],
+    NOT_STARTED.removesuffix(" could not be started"),  # not started, or stopped (actors/)
+    "The recording cannot answer",  # a replay (journal.py, agent_loop.py)
+    "Cannot resume the run",
+    "Internal error",
+)
 Mode = Literal["start", "resume", "adopt"]
 # Spend caps (svc/billing/spend_caps.py): asked before every model call of a run with the install
 # and the tokens so far of each other run in flight; a Conflict refuses the call.
@@ -76,8 +90,11 @@ class InstallRunner:
         admission: Admission | None = None,
         mcp: McpService | None = None,
         costing: run_traces.Costing | None = None,
+        *,
+        orgs: OrgLookups,
     ) -> None:
         self.store = store
+        self.orgs = orgs  # an org install's org secrets (svc/wiring.py hands in the orgs' answer)
         self.costing = costing  # the billed amount on the run's span (tracing, #33)
         self.vault = vault
         self.llm = llm
@@ -112,7 +129,7 @@ class InstallRunner:
         with run_traces.run_span(run, mode):  # in the trace of whoever asked for the run (tracing, #33)
             # Written first (the claim), read second: a cancellation of the install that answered
             # before this read is seen, so no run starts after it has answered (docs/consistency.md).
-            install = eval_install(run) or await self.store.installs.find_one({"_id": run["installId"]})
+            install = eval_install(run) or await find_install(self.store, run["installId"])
             if install is None or install["status"] != "completed":
                 return await self._refused(run, install)
             run_traces.started(install)  # tracing (#33)
@@ -444,8 +461,7 @@ class InstallRunner:
         values: dict[str, str] = {}
         owner = install.get("owner") or {}
         if owner.get("kind") == "org":
-            async for doc in self.store["org_secrets"].find({"orgId": owner["id"]}):
-                values[doc["key"]] = self.vault.decrypt(doc["valueEncrypted"])
+            values.update(await self.orgs.secret_values(owner["id"]))
         for name, token in (install.get("secretsEncrypted") or {}).items():
             values[name] = self.vault.decrypt(token)
         return values

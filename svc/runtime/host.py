@@ -41,7 +41,7 @@ from svc.core import (
     WatchEvents,
     utcnow,
 )
-from svc.installs import run_definition
+from svc.installs import find_install, run_definition
 from svc.runtime import incarnations, ledger
 from svc.runtime.execution import INTERRUPTED, InstallRunner, Mode
 from svc.runtime.journal import RunRecorder
@@ -250,7 +250,7 @@ class InstallHost:
         """The journal entry of how a person settled a gate at a tool call (None for a pipeline
         gate); a Continued conflict when the gate needs a decision it did not get."""
         if state.get("kind") != "tool":
-            install = await self.store.installs.find_one({"_id": self.install_id})
+            install = await find_install(self.store, self.install_id)
             if install is None:
                 return Continued(conflict=NO_AGENTS_LEFT)
             # Issue 34: a paused pipeline keeps the version it started on, across an upgrade.

@@ -22,12 +22,14 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from plugins import tracing
-from svc.core import Document, NotFound, Store, aware, iso
+from svc.core import Document, NotFound, OrgLookups, Store, aware, iso
 from svc.identity import Principal
-from svc.installs import builder_reaches, reaches
+from svc.installs import builder_reaches, find_install, reaches
+from svc.runs import find_record
 from svc.runtime import run_lists
 from svc.runtime.journal import wire
 from svc.runtime.ledger import RUNS
+from svc.templates import find_template
 
 # (pricing model, price in cents, completed?, tokens) -> the run's cost (svc.billing.run_cost);
 # injected, because billing sits above the runtime.
@@ -57,15 +59,23 @@ SECURITY_FIELDS = (
 class RunDetail:
     """Answers "what happened in run X"."""
 
-    def __init__(self, store: Store, costing: Costing | None = None, trace_url: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        costing: Costing | None = None,
+        trace_url: str | None = None,
+        *,
+        orgs: OrgLookups,
+    ) -> None:
         self.store = store
+        self.orgs = orgs  # org membership, for the reach rule (svc/wiring.py hands it in)
         self.costing = costing
         self.trace_url = trace_url  # SVC_TRACE_URL: the run's trace link (tracing, #33)
 
     async def access(self, principal: Principal, install_id: str) -> tuple[Document, bool]:
         """The install and whether the caller sees the deployer's content; 404 for anyone else."""
-        install = await self.store.installs.find_one({"_id": install_id})
-        if install is not None and await reaches(self.store, principal, install):
+        install = await find_install(self.store, install_id)
+        if install is not None and await reaches(self.orgs, principal, install):
             return install, True
         if install is not None and await builder_reaches(self.store, principal, install):
             return install, False
@@ -78,18 +88,16 @@ class RunDetail:
         )
         if ledger is not None:
             return ledger
-        return await self.store["runs"].find_one({"installId": install_id, "runId": run_id})
+        return await find_record(self.store, install_id, run_id)
 
     async def get(self, principal: Principal, install_id: str, run_id: str) -> dict[str, Any]:
         """The run detail (see the module's docstring)."""
         install, full = await self.access(principal, install_id)
         ledger, record, callback, template = await asyncio.gather(
             self.store[RUNS].find_one({"_id": run_id, "installId": install_id}),
-            self.store["runs"].find_one({"installId": install_id, "runId": run_id}),
+            find_record(self.store, install_id, run_id),
             self.store["callbacks"].find_one({"_id": run_id, "installId": install_id}),
-            self.store["templates"].find_one(
-                {"_id": install["templateId"]}, {"pricingModel": 1, "priceUsdCents": 1}
-            ),
+            find_template(self.store, install["templateId"], "pricingModel", "priceUsdCents"),
         )
         if ledger is None and record is None:
             raise NotFound("Run not found")

@@ -8,7 +8,6 @@ queued: the job runner hands it over again (svc/jobs.py).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -17,7 +16,6 @@ from typing import Any
 import httpx
 from pydantic import Field
 
-from plugins.types import HeartbeatContext
 from svc.core import (
     BadGateway,
     BadRequest,
@@ -33,14 +31,14 @@ from svc.core import (
     StartRun,
     Store,
     Timeline,
-    Unauthorized,
     actor_of,
     utcnow,
 )
 from svc.identity import Principal
-from svc.installs import Installs
+from svc.installs import Installs, find_install
 from svc.runs import require_ready
 from svc.runtime import ledger
+from svc.runtime.execution import NOT_STARTED
 from svc.runtime.outreach import Outreach
 
 log = logging.getLogger(__name__)
@@ -124,7 +122,7 @@ class RunService:
 
     async def trigger(self, install_id: str, body: WebhookBody) -> dict[str, Any]:
         """Queue a run from the webhook; the result goes to `callbackUrl` when given."""
-        install = await self.store.installs.find_one({"_id": install_id})
+        install = await find_install(self.store, install_id)
         if install is None:
             raise NotFound("Webhook token not found")
         require_ready(install)
@@ -180,32 +178,11 @@ class RunService:
         """Run one orchA `http` agent for a heartbeat; answers in the deployer-webhook shape."""
         # Upstream agent ids come from each deployer's own server, so they may repeat across
         # installs: the install is the one whose secret the caller presents.
-        candidates = await self.store.installs.find(
-            {
-                "deployedAgents.externalId": body.agentId,
-                "platform": {"$in": self.installs.platform_ids("heartbeats")},
-                "status": "completed",
-            }
-        ).to_list(20)
-        install = None
-        for candidate in candidates:
-            expected = self.installs.vault.decrypt(candidate["webhookSecretEncrypted"])
-            if secret and hmac.compare_digest(secret.encode(), expected.encode()):
-                install = candidate
-        if install is None:
-            raise Unauthorized("Invalid runtime credential")
+        heartbeats = self.installs.heartbeats
+        install = await heartbeats.install(body.agentId, secret)
         agent = next(a for a in install["deployedAgents"] if a["externalId"] == body.agentId)
-        beat = HeartbeatContext(
-            install_id=install["_id"],
-            platform=install["platform"],
-            agent_key=agent["key"],
-            platform_agent_id=body.agentId,
-            credentials=self.installs._decrypt_json(install.get("credentialsEncrypted")),
-            state=self.installs._decrypt_json(install.get("platformStateEncrypted")),
-            payload=body.model_dump(),
-            allow_private=self.installs.settings.egress_allow_private,
-        )
-        read = await self.installs.plugins.heartbeat_task(install["platform"], beat)
+        beat = heartbeats.context(install, agent["key"], body.agentId, body.model_dump())
+        read = await heartbeats.task(beat)
         context = body.context or {}
         task = (
             (read.task if read else "")
@@ -232,9 +209,7 @@ class RunService:
             raise Conflict(ran.conflict, **(ran.extra or {}))
         outcome = ran.wire()
         try:
-            problems = await self.installs.plugins.heartbeat_finished(
-                install["platform"], replace(beat, outcome=outcome)
-            )
+            problems = await heartbeats.finished(replace(beat, outcome=outcome))
         except Exception as exc:  # a write-back failure must not hide the run's own outcome
             problems = [f"write-back raised {type(exc).__name__}"]
         for problem in problems:
@@ -343,9 +318,7 @@ class RunService:
                 return outcome  # the actor that ran it answers once its record is stored
         except RuntimeFailure:
             # Never handed over: it must not start later (the caller is told 503).
-            if await ledger.fail_queued(
-                self.store, run["_id"], "The install's worker could not be started", []
-            ):
+            if await ledger.fail_queued(self.store, run["_id"], NOT_STARTED, []):
                 raise
             outcome = await self._now(run["_id"])
         # Answered by the ledger (the run moved to another copy): its end and its record, as the

@@ -46,7 +46,7 @@ from svc.core import (
     utcnow,
 )
 from svc.identity import Principal
-from svc.installs import Installs
+from svc.installs import Installs, ready_versions
 from svc.runtime import ledger
 from svc.runtime.events import Events
 
@@ -371,12 +371,8 @@ class SchedulerCore:
         if not claimed:
             return []
         ids = [schedule["_id"] for schedule, _ in claimed]
-        ready = {  # install id -> the version its runs are queued on (issue 34: pinned runs)
-            doc["_id"]: doc.get("templateVersion")
-            for doc in await self.store.installs.find(
-                {"_id": {"$in": ids}, "status": "completed"}, {"_id": 1, "templateVersion": 1}
-            ).to_list(None)
-        }
+        # install id -> the version its runs are queued on (issue 34: pinned runs)
+        ready = await ready_versions(self.store, ids)
         active = (
             await self.store["pipeline_runs"]
             .find(

@@ -11,7 +11,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from svc.core import Batch, Document, Store, counters, iso, timeline, utcnow, windows
+from svc.core import (
+    Batch,
+    Document,
+    Store,
+    add_timeline_entry,
+    counters,
+    iso,
+    newest_in_windows,
+    timeline_entry,
+    utcnow,
+)
 
 COLLECTION = "security_requests"
 LOG_LIMIT = 200
@@ -83,8 +93,8 @@ def add_to(batch: Batch, entry: Document, entry_id: str, timeline_id: str, at: d
             "reason": entry.get("reason"),
             "reportOnly": entry.get("reportOnly"),
         }
-        doc = timeline.entry("egress", action, install_id=entry["installId"], meta=meta, entry_id=timeline_id)
-        timeline.add_to(batch, doc)
+        doc = timeline_entry("egress", action, install_id=entry["installId"], meta=meta, entry_id=timeline_id)
+        add_timeline_entry(batch, doc)
 
 
 class SecurityLog:
@@ -101,7 +111,7 @@ class SecurityLog:
         how many requests the install made.
         """
         floor = utcnow() - KEPT_FOR - timedelta(days=1)  # the TTL monitor runs late, never early
-        docs = await windows.newest(
+        docs = await newest_in_windows(
             self.store["security_requests"],
             {"installId": install_id},
             LOG_LIMIT,

@@ -35,8 +35,8 @@ from pymongo.errors import ClientBulkWriteException
 
 from plugins import tracing
 from svc.core import Batch, Document, Store, aware, counters, utcnow
-from svc.installs import note_last_run
-from svc.runs import record_of, recording
+from svc.installs import find_install, note_last_run
+from svc.runs import record_managed, record_of, run_metric_changes
 from svc.runtime import ledger, security_log
 from svc.runtime.callbacks import CallbackDelivery
 from svc.runtime.events import Events, EventType
@@ -128,7 +128,7 @@ class Settlement:
         run = await ledger.get(self.store, run_id, heavy=True)
         if run is None or not run.get("owed"):
             return False
-        install = await self.store.installs.find_one({"_id": run["installId"]})
+        install = await find_install(self.store, run["installId"])
         await self.settle(run, install)
         return True
 
@@ -172,8 +172,8 @@ class Settlement:
         if install is not None:
             if RECORD in owed and run["status"] in ledger.SETTLED:
                 record = self._record(run, install)
-                recording.managed(batch, record, tool_counts(run))
-                counters.add_to(tail, recording.metric_changes([record]))
+                record_managed(batch, record, tool_counts(run))
+                counters.add_to(tail, run_metric_changes([record]))
             if LAST_RUN in owed and run.get("endedAt") is not None:
                 note_last_run(batch, install["_id"], run["endedAt"])
             if CALLBACK in owed and run.get("callbackUrl"):

@@ -12,6 +12,13 @@ from svc.templates.definitions import (
 )
 from svc.templates.eval_fields import MAX_CASES, EvalSuite
 from svc.templates.eval_gate import PublishGate, note_scorecard
+from svc.templates.lookups import (
+    find_template,
+    find_templates,
+    org_templates,
+    paid_templates,
+    template_by_id_or_slug,
+)
 from svc.templates.mcp_fields import MAX_AGENT_SERVERS, McpServer, parse_argument_path
 from svc.templates.owner_archive import archive_user_templates
 from svc.templates.permissions import widens
@@ -80,12 +87,16 @@ __all__ = [
     "claim_install",
     "diff_summary",
     "export_schema",
+    "find_template",
+    "find_templates",
     "hierarchy_depth",
     "is_owner",
     "json_schema",
     "next_period_start",
     "note_scorecard",
+    "org_templates",
     "owner_of",
+    "paid_templates",
     "parse_argument_path",
     "period_start",
     "price_in_force",
@@ -94,6 +105,7 @@ __all__ = [
     "release_install",
     "releases_after",
     "structured_diff",
+    "template_by_id_or_slug",
     "template_head",
     "template_heads",
     "upgrade_bump",

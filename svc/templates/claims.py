@@ -25,12 +25,11 @@ from typing import Any
 from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
-from svc.core import Conflict, Document, NotFound, Store, aware, tokens, utcnow
+from svc.core import Conflict, Document, InstallLookups, NotFound, OrgLookups, Store, aware, tokens, utcnow
 from svc.templates.resources import MERGED_FIELDS
 from svc.templates.versioning import FIRST_SEMVER
 
 COUNTER = "activeInstalls"
-ACTIVE = {"status": {"$ne": "cancelled"}}
 # A published template's open version draft: its id, set on the parent before the draft is
 # written, emptied when the draft is published or deleted (svc/templates/templates.py).
 DRAFT_GUARD = "versionDraftId"
@@ -56,7 +55,7 @@ async def release_install(store: Store, template_id: str) -> None:
     )
 
 
-async def backfill_install_counts(store: Store) -> int:
+async def backfill_install_counts(store: Store, installs: InstallLookups) -> int:
     """Give templates stored before the counter and the draft guard existed their values;
     how many counters were set.
 
@@ -78,7 +77,7 @@ async def backfill_install_counts(store: Store) -> int:
         None
     )
     for doc in missing:
-        active = await store.installs.count_documents({"templateId": doc["_id"], **ACTIVE})
+        active = await installs.count_active(doc["_id"])
         await templates.update_one(
             {"_id": doc["_id"], COUNTER: {"$exists": False}}, {"$set": {COUNTER: active}}
         )
@@ -108,7 +107,7 @@ async def clear_stale_draft_slot(store: Store, parent_id: str) -> bool:
     return cleared.modified_count == 1
 
 
-async def require_live_owner(store: Store, doc: Document) -> None:
+async def require_live_owner(store: Store, doc: Document, orgs: OrgLookups) -> None:
     """An org's new template, written after the org began deleting itself, is taken back (404).
 
     Org deletion sets the org's `deleting` guard before it hands templates back; this check
@@ -118,7 +117,7 @@ async def require_live_owner(store: Store, doc: Document) -> None:
     owner = doc["owner"]
     if owner["kind"] != "org":
         return
-    if not await store.orgs.count_documents({"_id": owner["id"], "deleting": {"$ne": True}}, limit=1):
+    if not await orgs.is_live(owner["id"]):
         await store["templates"].delete_one({"_id": doc["_id"]})
         raise NotFound("Org not found")
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from svc.core import Document, Mailer, Store, aware, iso
-from svc.templates.resources import ACTIVE_INSTALL
+from svc.core import Document, InstallLookups, Mailer, Store, aware, iso
+from svc.identity import user_emails
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -73,15 +73,17 @@ def display(model: str, price: int | None) -> str:
 
 
 async def notify_deployers(
-    store: Store, mailer: Mailer, template: Document, old: tuple[str, int | None], effective: datetime
+    store: Store,
+    mailer: Mailer,
+    installs_of: InstallLookups,
+    template: Document,
+    old: tuple[str, int | None],
+    effective: datetime,
 ) -> int:
     """Mail each deployer with an active install of the template about the new price; how many."""
-    installs = await store.installs.find(
-        {"templateId": template["_id"], **ACTIVE_INSTALL}, {"deployedBy": 1, "deployerEmail": 1}
-    ).to_list(10_000)
+    installs = await installs_of.active_of(template["_id"], "deployedBy", "deployerEmail", limit=10_000)
     user_ids = {i["deployedBy"] for i in installs if i.get("deployedBy")}
-    users = await store.users.find({"_id": {"$in": list(user_ids)}}, {"email": 1}).to_list(None)
-    account_email = {user["_id"]: user["email"] for user in users}
+    account_email = await user_emails(store, user_ids)
     emails = {
         email
         for i in installs

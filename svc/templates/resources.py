@@ -29,7 +29,6 @@ PLATFORM_FEE_PERCENT = 10
 SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$"
 MAX_PRICE_CENTS = 1_000_000
 LIST_DEFAULT, LIST_MAX = 50, 100
-ACTIVE_INSTALL = {"status": {"$ne": "cancelled"}}
 PricingModel = Literal["free", "per_run", "per_k_tokens"]
 Visibility = Literal["team", "public"]
 

@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from pymongo import ReturnDocument
-from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.errors import DuplicateKeyError
 
 from svc.core import (
@@ -23,14 +22,16 @@ from svc.core import (
     Conflict,
     Document,
     Forbidden,
+    InstallLookups,
     Mailer,
     NotFound,
+    OrgLookups,
     Store,
     Unprocessable,
     tokens,
     utcnow,
 )
-from svc.identity import Principal, require_unscoped
+from svc.identity import Principal, require_unscoped, user_emails
 from svc.templates.claims import (
     COUNTER,
     DRAFT_GUARD,
@@ -50,7 +51,6 @@ from svc.templates.price_changes import (
 )
 from svc.templates.reading import TemplateReading
 from svc.templates.resources import (
-    ACTIVE_INSTALL,
     MERGED_FIELDS,
     NULLABLE_FIELDS,
     PLATFORM_FEE_PERCENT,
@@ -73,9 +73,21 @@ log = logging.getLogger(__name__)
 class Templates(TemplateReading):
     """The template lifecycle (reading it: `TemplateReading`)."""
 
-    def __init__(self, store: Store, mailer: Mailer, publish_gate: PublishGate | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        mailer: Mailer,
+        publish_gate: PublishGate | None = None,
+        *,
+        installs: InstallLookups,
+        orgs: OrgLookups,
+    ) -> None:
         self.store = store
         self.mailer = mailer
+        # The answers of the packages above (svc/wiring.py hands them in): a template's active
+        # installs, and whether an org is live.
+        self.installs = installs
+        self.orgs = orgs
         # Evals (issue 36): asked before a publish; refuses it (Conflict) when a required suite
         # fails, and answers the scorecard summary the version is published with.
         self.publish_gate = publish_gate
@@ -136,7 +148,7 @@ class Templates(TemplateReading):
             await self._templates.insert_one(doc)
         except DuplicateKeyError:
             raise Conflict(f"Slug {body.slug!r} is already taken") from None
-        await require_live_owner(self.store, doc)
+        await require_live_owner(self.store, doc, self.orgs)
         return view(doc)
 
     async def update_draft(
@@ -185,7 +197,7 @@ class Templates(TemplateReading):
         await self._templates.update_one({"_id": doc["_id"]}, {"$set": {**changes, "updatedAt": now}})
         old = (doc["pricingModel"], doc.get("priceUsdCents"))
         if effective is not None and old != (body.pricingModel, body.priceUsdCents):
-            await notify_deployers(self.store, self.mailer, {**doc, **changes}, old, effective)
+            await notify_deployers(self.store, self.mailer, self.installs, {**doc, **changes}, old, effective)
         return {
             "id": doc["_id"],
             "pricingModel": body.pricingModel,
@@ -256,7 +268,9 @@ class Templates(TemplateReading):
         if bump == "MAJOR":
             await self._notify_major(updated)
         if new_price != old_price:
-            await notify_deployers(self.store, self.mailer, updated, old_price, next_period_start(now))
+            await notify_deployers(
+                self.store, self.mailer, self.installs, updated, old_price, next_period_start(now)
+            )
         return view(updated)
 
     async def _publish_lost(self, draft: Document) -> NotFound | Conflict:
@@ -291,10 +305,9 @@ class Templates(TemplateReading):
 
     async def _notify_major(self, template: Document) -> None:
         """Tell deployers with active installs that a breaking version is out."""
-        installs = await self._installs_of(template["_id"]).to_list(10_000)
+        installs = await self.installs.active_of(template["_id"], limit=10_000)
         user_ids = {i["deployedBy"] for i in installs if i.get("deployedBy")}
-        users = await self.store.users.find({"_id": {"$in": list(user_ids)}}, {"email": 1}).to_list(None)
-        account_email = {user["_id"]: user["email"] for user in users}
+        account_email = await user_emails(self.store, user_ids)
         # One address per install: the deploying account's, else the billing email given at install.
         emails = {
             email
@@ -311,9 +324,6 @@ class Templates(TemplateReading):
         )
         for email in sorted(emails):
             await self.mailer.send(email, subject, body, kind="template.major_version")
-
-    def _installs_of(self, template_id: str) -> AsyncCursor[Document]:
-        return self.store.installs.find({"templateId": template_id, **ACTIVE_INSTALL})
 
     # ---- version drafts, rollback, fork --------------------------------------------
 
@@ -378,7 +388,7 @@ class Templates(TemplateReading):
                 await self._templates.insert_one(doc)
             except DuplicateKeyError:
                 continue
-            await require_live_owner(self.store, doc)
+            await require_live_owner(self.store, doc, self.orgs)
             return view(doc)
         raise Conflict("Could not find a free slug for the fork; try again")
 

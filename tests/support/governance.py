@@ -18,11 +18,13 @@ import time_machine
 
 from config.settings import Settings
 from plugins.manager import Plugins
+from svc.billing import PaymentReads
 from svc.core import Mailer, Store, TTLCache, Vault
 from svc.identity import Accounts, Credentials
-from svc.installs import Installs
-from svc.orgs import Approvals, AuditLog, Governance, OrgAccess, Plans
+from svc.installs import InstallReads, Installs
+from svc.orgs import Approvals, AuditLog, Governance, OrgAccess, OrgReads, Plans
 from svc.runs import Runs
+from svc.runtime import RuntimeReads
 
 # The clock the tests freeze the domain at: ahead of the real one (the embedded database's
 # TTL indexes then only keep documents longer), whole seconds (MongoDB keeps milliseconds).
@@ -48,9 +50,23 @@ def build(store: Store, settings: Settings) -> Services:
     audit = AuditLog(store)
     mailer = Mailer(store)
     governance = Governance(store, org_access, audit, mailer, PUBLIC_URL)
-    credentials = Credentials(store, accounts, settings.app_api_keys, TTLCache())
+    orgs, installs_read, runtime = OrgReads(store), InstallReads(store), RuntimeReads(store)
+    credentials = Credentials(
+        store, accounts, settings.app_api_keys, TTLCache(), installs=installs_read, orgs=orgs
+    )
+    runs = Runs(store, installs=installs_read, runtime=runtime)
+    vault = Vault(list(settings.secret_keys))
     installs = Installs(
-        store, Vault(list(settings.secret_keys)), Plugins(), credentials, settings, Runs(store), governance
+        store,
+        vault,
+        Plugins(),
+        credentials,
+        settings,
+        runs,
+        governance,
+        orgs=orgs,
+        runtime=runtime,
+        payments=PaymentReads(store),
     )
     approvals = Approvals(store, org_access, audit, mailer, governance, installs)
     return Services(store, governance, approvals, Plans(store, org_access, audit, approvals))
