@@ -37,7 +37,6 @@ from svc.core import (
     Cancelled,
     Continue,
     Continued,
-    Reaper,
     RunOutcome,
     RuntimeFailure,
     StartRun,
@@ -46,6 +45,7 @@ from svc.core import (
     WatchEvents,
 )
 from svc.runtime import NOT_STARTED as WORKER_NOT_STARTED
+from svc.subprocesses import Reaper
 
 log = logging.getLogger(__name__)
 

@@ -45,9 +45,10 @@ from api.routing import Handler, Route
 from config import catalogue
 from config.settings import Settings
 from plugins.tracing import sdk as tracing_sdk
-from svc.core import EmbeddedMongo, Store, Vault, is_api_key
+from svc.core import Store, Vault, is_api_key
 from svc.installs import InstallReads
 from svc.runs import newest
+from svc.subprocesses import EmbeddedMongo
 from svc.templates import backfill_install_counts
 from svc.wiring import build_services, dropped_spans
 

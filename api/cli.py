@@ -19,9 +19,10 @@ from api.app import create_app
 from api.lifecycle import ListenError, link_origin, listen_socket, serve
 from api.logs import configure_logging
 from config.settings import Settings, settings_or_exit
-from svc.core import EmbeddedMongo, NoDatabaseError, ServiceError, Store, Vault, require_database
+from svc.core import ServiceError, Store, Vault
 from svc.identity import Accounts, public_user
 from svc.runs import run_stats
+from svc.subprocesses import EmbeddedMongo, NoDatabaseError, require_database
 from svc.wiring import build_services
 
 log = logging.getLogger("svc")

@@ -29,7 +29,8 @@ import stripe
 from actors.runtime import RayRuntime
 from api.doctor_mcp import check_mcp
 from config.settings import ProviderSettings, Settings
-from svc.core import EmbeddedMongo, Store
+from svc.core import Store
+from svc.subprocesses import EmbeddedMongo
 
 TIMEOUT_S = 10.0
 OK, FAILED, NOT_CONFIGURED = "ok", "FAILED", "not configured"

@@ -6,7 +6,7 @@ Two kinds of metric (docs/operations.md):
   rate-limit refusals. Kept in a registry per application (prometheus-client).
 - the deployment's: what happens in Ray actors and the scheduler (runs, run
   duration, tokens, judge decisions, egress blocks, payment and mail failures,
-  scheduler lag) is counted in MongoDB (`svc/core/counters.py`) and read on
+  scheduler lag) is counted in MongoDB (`svc/core/metric_counters.py`) and read on
   scrape in one bounded query; queued runs and queued mail are counted by their
   owners (`svc.runtime.queued_runs`, `svc.core.queued_mail`) with queries that
   match only the queued records; live install actors come from one
@@ -38,7 +38,7 @@ from actors.runtime import RayRuntime
 from api.context import SERVICES, SETTINGS
 from api.errors import error_response
 from config.settings import Settings
-from svc.core import Store, counters, queued_mail
+from svc.core import Store, metric_counters, queued_mail
 from svc.runtime import queued_runs
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ class _Snapshot(Collector):
 
 async def deployment_families(store: Store, runtime: Any) -> list[Metric]:
     """The deployment-wide metrics: stored counters and histograms, and three live gauges."""
-    docs = await counters.read_all(store)
+    docs = await metric_counters.read_all(store)
     families: list[Metric] = []
     for stored, (name, help_text) in STORED_COUNTERS.items():
         rows = [doc for doc in docs if doc.get("name") == stored]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import aiohttp
 from harness import running_service, wait_ready  # bench/harness.py
 
-from svc.core.embedded import free_port
+from svc.subprocesses.embedded_db import free_port
 
 BARE_SERVER = """
 import sys

@@ -4,7 +4,7 @@
 
 Every write a driver sends with retryable writes on (PyMongo's default) leaves a record in
 SecantusDB for 30 minutes. Its own prune scans all of them on every write, and past 10,000
-sorts them all; `svc/core/embedded_child.py` replaces it with one that drops from the oldest
+sorts them all; `svc/subprocesses/embedded_db_child.py` replaces it with one that drops from the oldest
 end. This runs the same upserts against SecantusDB as its own command line starts it and as
 the service starts it (`EmbeddedMongo`), one block after another, and prints the mean time of
 a write per block: flat with the service's prune, stepping up past 10,000 with the library's.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pymongo import AsyncMongoClient
 
-from svc.core.embedded import EmbeddedMongo, free_port
+from svc.subprocesses.embedded_db import EmbeddedMongo, free_port
 
 
 async def blocks(port: int, count: int, size: int) -> list[float]:

@@ -20,7 +20,7 @@ from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-from svc.core.embedded import free_port
+from svc.subprocesses.embedded_db import free_port
 from tests.fakes.llm import FakeLLM
 
 

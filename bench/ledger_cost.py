@@ -18,7 +18,8 @@ from pathlib import Path
 
 from pymongo import ASCENDING, ReturnDocument
 
-from svc.core import EmbeddedMongo, Store
+from svc.core import Store
+from svc.subprocesses import EmbeddedMongo
 
 FILTER_FIELDS = ("_id", "status", "incarnation")
 

@@ -33,8 +33,8 @@ from harness import wait_ready  # bench/harness.py
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-from svc.core.embedded import free_port
-from svc.core.processes import MARKER_VARIABLE, marked_processes
+from svc.subprocesses.embedded_db import free_port
+from svc.subprocesses.process_finder import MARKER_VARIABLE, marked_processes
 
 SCENARIOS: tuple[tuple[str, signal.Signals, bool], ...] = (
     ("SIGTERM", signal.SIGTERM, True),

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from harness import percentile, running_service  # bench/harness.py
 
 from svc.core import Store, tokens, utcnow
-from svc.core.embedded import STATE_FILE, uri_for
 from svc.runs import run_stats
+from svc.subprocesses.embedded_db import STATE_FILE, uri_for
 
 BATCH = 2_000
 AGENTS = [{"key": "lead", "name": "Lead", "model": "providerA:small", "prompt": "Lead."}]

@@ -44,7 +44,7 @@ from harness import children, percentile, rss_mb, running_service, start_fake  #
 
 from plugins.builtin.orch_c_bedrock import ENDPOINT_ENV
 from svc.core import Store
-from svc.core.embedded import STATE_FILE, free_port, uri_for
+from svc.subprocesses.embedded_db import STATE_FILE, free_port, uri_for
 from tests.fakes import orch_c
 from tests.fakes.llm import DEFAULT_KEY
 
@@ -69,7 +69,7 @@ def database_pid(pid: int) -> int | None:
     for child in children(pid):
         try:
             command = Path(f"/proc/{child}/cmdline").read_bytes()
-            if b"secantus" in command or b"embedded_child" in command:
+            if b"secantus" in command or b"embedded_db_child" in command:
                 return child
         except OSError:
             continue

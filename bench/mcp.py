@@ -31,8 +31,9 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent)
 from config.settings import Settings  # noqa: E402
 from plugins.manager import PROVIDER_BUILTINS, Plugins  # noqa: E402
 from scripts.mcp_servers import free_port, wait_for_port  # noqa: E402
-from svc.core import EmbeddedMongo, Store  # noqa: E402
+from svc.core import Store  # noqa: E402
 from svc.runtime import LLM, McpService, SecurityLog  # noqa: E402
+from svc.subprocesses import EmbeddedMongo  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -26,8 +26,8 @@ import aiohttp
 from harness import percentile, running_service  # bench/harness.py
 
 from svc.core import utcnow
-from svc.core.embedded import STATE_FILE, uri_for
 from svc.core.store import Store
+from svc.subprocesses.embedded_db import STATE_FILE, uri_for
 
 WARM_UP = 5
 ASSET = re.compile(r'(?:href|src)="(/static/[^"]+)"')

@@ -28,9 +28,9 @@ from typing import Any
 import aiohttp
 from harness import percentile, running_service  # bench/harness.py
 
-from svc.core.embedded import STATE_FILE, uri_for
 from svc.core.store import Store
 from svc.runs import run_stats
+from svc.subprocesses.embedded_db import STATE_FILE, uri_for
 
 PLATFORMS = ("orchA", "orchB", "svc")
 AGENTS = ("lead", "writer", "editor", "researcher")

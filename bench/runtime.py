@@ -51,9 +51,9 @@ from policy import mixed_rules, policy
 from plugins import tracing
 from plugins.tracing import sdk
 from plugins.types import CompletionResponse
-from svc.core.embedded import EmbeddedMongo, free_port
 from svc.core.store import Store
 from svc.runtime.policy import compile_policy, evaluate
+from svc.subprocesses.embedded_db import EmbeddedMongo, free_port
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 from tests.fakes.otlp import Collector
 

@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from harness import percentile  # bench/harness.py
 
-from svc.core.embedded import EmbeddedMongo
 from svc.core.store import Store
 from svc.runtime.schedules import SchedulerCore
+from svc.subprocesses.embedded_db import EmbeddedMongo
 
 
 class RecordingRuntime:

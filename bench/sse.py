@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import percentile, running_service  # bench/harness.py
 
-from svc.core.embedded import free_port
+from svc.subprocesses.embedded_db import free_port
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import percentile, wait_ready  # bench/harness.py
 
-from svc.core.embedded import free_port
+from svc.subprocesses.embedded_db import free_port
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 
 LATENCY_S = 0.1

@@ -20,8 +20,8 @@ from datetime import UTC, datetime, timedelta
 import aiohttp
 from harness import percentile, running_service  # bench/harness.py
 
-from svc.core.embedded import STATE_FILE, uri_for
 from svc.core.store import Store
+from svc.subprocesses.embedded_db import STATE_FILE, uri_for
 from svc.templates.definitions import TeamDefinition, check_definition
 
 

@@ -35,7 +35,7 @@ try:
     from scripts.install_lock import one_installer
 except ModuleNotFoundError:  # run as `python scripts/<name>.py`
     from install_lock import one_installer  # type: ignore[no-redef]
-from svc.core.embedded import free_port
+from svc.subprocesses.embedded_db import free_port
 
 # langgraph-api 0.16.7 is the version of the first comparison (issue 38); the others are what
 # pip resolved with it, pinned so that a second machine serves the same code.

@@ -20,8 +20,8 @@ from actors.runtime import NAMESPACE, RayRuntime
 from api.app import create_app
 from api.routing import Route
 from config.settings import Settings
-from svc.core.embedded import EmbeddedMongo, uri_for
 from svc.core.store import Store
+from svc.subprocesses.embedded_db import EmbeddedMongo, uri_for
 from tests.leftovers import (  # noqa: F401 - the session's leftover check
     pytest_addoption,
     pytest_configure,

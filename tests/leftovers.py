@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from svc.core.processes import MARKER_VARIABLE, ProcessInfo, marked_processes, processes_using
+from svc.subprocesses.process_finder import MARKER_VARIABLE, ProcessInfo, marked_processes, processes_using
 from tests.support.waiting import wait_until_sync
 
 MARKER = pytest.StashKey[str]()

@@ -49,8 +49,8 @@ from cryptography.fernet import Fernet
 from ray.cluster_utils import Cluster
 
 from actors.capacity import NO_ROOM
-from svc.core.embedded import EmbeddedMongo, free_port
 from svc.core.store import Store
+from svc.subprocesses.embedded_db import EmbeddedMongo, free_port
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 from tests.support.processes import ApiProcess, ThreadServer, start_api
 from tests.support.runtime import member, svc_install, webhook_token

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from svc.core import EmbeddedMongo, NoDatabaseError, require_database
+from svc.subprocesses import EmbeddedMongo, NoDatabaseError, require_database
 
 
 async def test_no_database_is_refused_and_a_real_one_is_found(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ values exist, every metric is in the table with every label value the code write
 scrape configuration names the compose service.
 
 What the code emits is found, not listed by hand: the calls that count a deployment metric
-(`counters.inc(store, "name", {labels})` and its siblings) are read from the source, each is
+(`metric_counters.inc(store, "name", {labels})` and its siblings) are read from the source, each is
 written once into the test's database, and the real scrape code (`deployment_families`, the
 HTTP registry) renders them in the exposition format, which is parsed back.
 """
@@ -25,7 +25,7 @@ from api.app import ROUTES, create_app
 from api.metrics import STORED_COUNTERS, STORED_HISTOGRAMS, HttpMetrics, _Snapshot, deployment_families
 from api.schemas.common import EventStream
 from config.settings import Settings
-from svc.core import counters
+from svc.core import metric_counters
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "operations.md"
@@ -85,9 +85,9 @@ async def exposed(store) -> tuple[dict[str, set[str]], set[str]]:
     for stored, entry in counted_in_code().items():
         labels = {key: sorted(values)[0] if values else "x" for key, values in entry.labels.items()}
         if entry.histogram:
-            await counters.observe(store, stored, labels, [1.0], counters.DURATION_BUCKETS)
+            await metric_counters.observe(store, stored, labels, [1.0], metric_counters.DURATION_BUCKETS)
         else:
-            await counters.inc(store, stored, labels)
+            await metric_counters.inc(store, stored, labels)
     http = HttpMetrics()
     http.observe("GET", "/api/health", 429, 0.01)
     snapshot = CollectorRegistry()

@@ -1,4 +1,4 @@
-"""The embedded server's retryable-write prune (svc/core/embedded_child.py) drops exactly what
+"""The embedded server's retryable-write prune (svc/subprocesses/embedded_db_child.py) drops exactly what
 SecantusDB's own prune drops, from the oldest end instead of scanning and sorting every record
 on each write (bench/embedded_writes.py measures the difference)."""
 
@@ -10,8 +10,8 @@ import pytest
 from secantus import transactions
 from secantus.transactions import TransactionRegistry
 
-from svc.core import embedded_child
-from svc.core.embedded_child import prune_retryable_in_order
+from svc.subprocesses import embedded_db_child
+from svc.subprocesses.embedded_db_child import prune_retryable_in_order
 
 LIFETIME = transactions._RETRYABLE_RECORD_LIFETIME_SECONDS
 
@@ -64,5 +64,5 @@ def test_the_child_installs_it_over_the_library_prune(monkeypatch: pytest.Monkey
     monkeypatch.setattr(
         TransactionRegistry, "_prune_retryable_locked", TransactionRegistry._prune_retryable_locked
     )
-    embedded_child._install_prune()
+    embedded_db_child._install_prune()
     assert TransactionRegistry._prune_retryable_locked is prune_retryable_in_order

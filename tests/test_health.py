@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp.test_utils import TestClient, TestServer
 
 from api.app import create_app
-from svc.core.embedded import EmbeddedMongo
+from svc.subprocesses.embedded_db import EmbeddedMongo
 
 
 async def test_healthy(client):

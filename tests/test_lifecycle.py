@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from actors.deployment import SECRETS_DIR
-from svc.core.embedded import STATE_FILE, EmbeddedMongo
-from svc.core.embedded_child import SERVER_LOCK
-from svc.core.processes import alive, marked_processes
 from svc.core.vault import DEV_KEY_FILE
+from svc.subprocesses.embedded_db import STATE_FILE, EmbeddedMongo
+from svc.subprocesses.embedded_db_child import SERVER_LOCK
+from svc.subprocesses.process_finder import alive, marked_processes
 from tests.support.serve import EXIT_TIMEOUT_S, LEFTOVER_TIMEOUT_S, START_TIMEOUT_S, SVC, Service
 from tests.support.waiting import wait_until
 
@@ -252,7 +252,8 @@ async def test_the_database_stops_when_its_killed_users_are_gone(tmp_path):
     """A user killed with SIGKILL releases its hold; the server's watchdog notices and stops."""
     data_dir = tmp_path / "data"
     script = (
-        "import asyncio, sys; from pathlib import Path; from svc.core.embedded import EmbeddedMongo\n"
+        "import asyncio, sys; from pathlib import Path\n"
+        "from svc.subprocesses.embedded_db import EmbeddedMongo\n"
         "async def main():\n"
         "    await EmbeddedMongo(Path(sys.argv[1])).start()\n"
         "    print('up', flush=True)\n"

@@ -1,5 +1,5 @@
 """Newest-first feeds read in time windows (svc/core/windows.py) and the run-log's incremental
-tally (svc/runtime/step_tally.py) answer exactly what the unbounded queries answer.
+tally (svc/runtime/daily_step_counts.py) answer exactly what the unbounded queries answer.
 
 The records are seeded straight into the database with the times that stress the windows:
 a burst in the last second, ties on one instant (ordered by id), a record stamped a moment
@@ -16,7 +16,7 @@ from typing import Any
 from pymongo import DESCENDING
 
 from svc.core import iso, tokens, utcnow
-from svc.runtime import step_tally
+from svc.runtime import daily_step_counts
 from tests.support.accounts import signup
 from tests.support.installs import mine
 from tests.support.orgs import create_org, make_pro
@@ -165,9 +165,9 @@ async def test_run_log_counts_stay_exact_as_events_arrive(make_client, aiohttp_s
     await check()  # the new ones are not settled yet: read as the live part
 
     async def settled() -> bool:
-        return utcnow() - written > step_tally.SETTLE
+        return utcnow() - written > daily_step_counts.SETTLE
 
-    assert await wait_for(settled, timeout_s=step_tally.SETTLE.total_seconds() + 30)
+    assert await wait_for(settled, timeout_s=daily_step_counts.SETTLE.total_seconds() + 30)
     await check()  # now added to the tally
     await check()
 

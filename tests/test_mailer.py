@@ -15,11 +15,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from svc.core import counters
+from svc.core import metric_counters
 from svc.core.clock import aware, utcnow
-from svc.core.embedded import free_port
 from svc.core.mailer import MAX_ATTEMPTS, Mailer, backoff
 from svc.jobs import Jobs
+from svc.subprocesses.embedded_db import free_port
 from tests.fakes.smtp import SmtpSink
 
 
@@ -158,7 +158,8 @@ async def test_a_refused_message_stays_queued_and_the_job_runner_retries_it(stor
     assert len(sink.messages) == 1
     record = await outbox(store, "retry@example.com")
     assert (record["status"], record["attempts"]) == ("sent", 2) and "nextAttemptAt" not in record
-    failures = await store[counters.COLLECTION].find_one({"name": "mail_failures", "labels.final": "false"})
+    counted = store[metric_counters.COLLECTION]
+    failures = await counted.find_one({"name": "mail_failures", "labels.final": "false"})
     assert failures["value"] == 1
 
 
@@ -182,5 +183,6 @@ async def test_after_the_last_attempt_the_message_is_failed(store):
     record = await outbox(store, "c@example.com")
     assert (record["status"], record["attempts"]) == ("failed", MAX_ATTEMPTS)
     assert record["lastError"] in {"ConnectionRefusedError", "OSError"}
-    final = await store[counters.COLLECTION].find_one({"name": "mail_failures", "labels.final": "true"})
+    counted = store[metric_counters.COLLECTION]
+    final = await counted.find_one({"name": "mail_failures", "labels.final": "true"})
     assert final["value"] == 1

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import time_machine
 
-from svc.billing.leases import CLAIM_LEASE
+from svc.billing.claim_timeouts import CLAIM_LEASE
 from svc.core.clock import utcnow
 from tests.fakes.stripe import reverse_transfer, start_subscription
 from tests.support.accounts import app_store, signup

@@ -21,9 +21,9 @@ from actors.scheduler import SchedulerActor, scheduler_name
 from api.app import STORE, VAULT, create_app
 from api.context import SETTINGS
 from config.settings import Settings
-from svc.core.embedded import EmbeddedMongo, uri_for
 from svc.core.store import Store
 from svc.runtime.schedules import next_fire
+from svc.subprocesses.embedded_db import EmbeddedMongo, uri_for
 from tests.support.serve import Service
 from tests.support.waiting import wait_for
 

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from api.app import create_app
 from config.settings import Settings
-from svc.core.embedded import STATE_FILE, EmbeddedMongo, free_port
+from svc.subprocesses.embedded_db import STATE_FILE, EmbeddedMongo, free_port
 from tests.support.accounts import signup
 from tests.support.waiting import wait_until
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 
-from svc.core.embedded import STATE_FILE
-from svc.core.processes import alive
+from svc.subprocesses.embedded_db import STATE_FILE
+from svc.subprocesses.process_finder import alive
 from tests.support.serve import Service
 from tests.support.waiting import wait_for
 

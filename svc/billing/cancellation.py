@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from svc.billing.charging import Charger
-from svc.billing.leases import CLAIM_LEASE
+from svc.billing.claim_timeouts import CLAIM_LEASE
+from svc.billing.period_charge import Charger
 from svc.billing.usage import MIN_CHARGE_CENTS, ever_paid, install_amount, money
 from svc.core import (
     BadGateway,

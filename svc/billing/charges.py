@@ -28,12 +28,12 @@ from typing import Any
 from pydantic import Field, StrictInt
 
 from svc.billing.cancellation import CancelBilling
-from svc.billing.charging import Charger
 from svc.billing.cycle import MonthlyCycle
 from svc.billing.earnings import Earnings
 from svc.billing.payments import (
     PaymentProvider,
 )
+from svc.billing.period_charge import Charger
 from svc.billing.usage import MIN_CHARGE_CENTS, check_period
 from svc.core import (
     BadRequest,
@@ -45,7 +45,7 @@ from svc.core import (
     RequestBody,
     Store,
     Timestamp,
-    counters,
+    metric_counters,
     utcnow,
 )
 from svc.identity import Principal
@@ -83,7 +83,7 @@ class Charges:
     ) -> None:
         self.store = store
         self.provider = provider
-        # The charge of one period (charging.py), and the money paths built on it, one module
+        # The charge of one period (period_charge.py), and the money paths built on it, one module
         # each: Charges calls them (the public methods below delegate), never the reverse.
         self.charger = Charger(store, mailer, provider, installs)
         self.cancellation = CancelBilling(self.charger)
@@ -168,4 +168,4 @@ class Charges:
             {"$set": {**update, "updatedAt": utcnow()}},
         )
         if not succeeded and settled.modified_count:
-            await counters.inc(self.store, "payment_failures", {"reason": "provider_event"})
+            await metric_counters.inc(self.store, "payment_failures", {"reason": "provider_event"})

@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from svc.billing.charging import Charger
-from svc.billing.leases import BATCH, CLAIM_LEASE, KEY_LIFETIME, UNBILLED_CANCEL
+from svc.billing.claim_timeouts import BATCH, CLAIM_LEASE, KEY_LIFETIME, UNBILLED_CANCEL
+from svc.billing.period_charge import Charger
 from svc.billing.usage import MIN_CHARGE_CENTS, PAID_MODELS, install_amount
 from svc.core import BadGateway, Conflict, PaymentRequired, Unavailable, aware, iso
 from svc.installs import billable_installs, find_install

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from svc.billing.charging import Charger
-from svc.billing.leases import BATCH, CLAIM_LEASE, KEY_LIFETIME
+from svc.billing.claim_timeouts import BATCH, CLAIM_LEASE, KEY_LIFETIME
 from svc.billing.payments import PaymentDeclined, ProviderError, ProviderRefused
+from svc.billing.period_charge import Charger
 from svc.core import Document, iso, utcnow
 from svc.identity import active_payout_accounts
 from svc.templates import find_templates

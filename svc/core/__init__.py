@@ -1,10 +1,16 @@
-"""Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports."""
+"""Shared ground of every capability: the store, errors, time, tokens, the vault, the cache, mail, ports.
 
-from svc.core import counters, errors, tokens
+The processes the service starts beside itself (the embedded database, the reaper of a local Ray)
+are controlled from `svc.subprocesses`, not from here."""
+
+from svc.core import errors, metric_counters, tokens
+from svc.core.audit_timeline import KINDS, Kind, Timeline, TimelineQuery, actor_of
+from svc.core.audit_timeline import add_to as add_timeline_entry
+from svc.core.audit_timeline import entry as timeline_entry
 from svc.core.bulk import Batch
 from svc.core.cache import TTLCache
+from svc.core.capped_counts import Slots
 from svc.core.clock import aware, iso, utcnow
-from svc.core.embedded import EmbeddedMongo, NoDatabaseError, require_database
 from svc.core.errors import (
     BadGateway,
     BadRequest,
@@ -19,6 +25,7 @@ from svc.core.errors import (
     Unavailable,
     Unprocessable,
 )
+from svc.core.exact_increment import add as increment_exactly
 from svc.core.leases import Lease
 from svc.core.mailer import Mailer, queued_mail
 from svc.core.models import RequestBody, Timestamp, describe
@@ -31,7 +38,6 @@ from svc.core.ports import (
     RuntimeFailure,
     RuntimeLookups,
 )
-from svc.core.reaper import Reaper
 from svc.core.rekey import BATCH as REKEY_BATCH
 from svc.core.rekey import Encrypted, Rekeying
 from svc.core.rekey import Progress as RekeyProgress
@@ -48,13 +54,8 @@ from svc.core.run_commands import (
     Watched,
     WatchEvents,
 )
-from svc.core.slots import Slots
 from svc.core.store import DATABASE_ERRORS, DRIVER_LOGGER, Document, Store
-from svc.core.tally import add as tally_add
 from svc.core.text import DisplayName, DisplayText
-from svc.core.timeline import KINDS, Kind, Timeline, TimelineQuery, actor_of
-from svc.core.timeline import add_to as add_timeline_entry
-from svc.core.timeline import entry as timeline_entry
 from svc.core.tokens import is_api_key
 from svc.core.vault import Vault
 from svc.core.windows import newest as newest_in_windows
@@ -77,7 +78,6 @@ __all__ = [
     "DisplayName",
     "DisplayText",
     "Document",
-    "EmbeddedMongo",
     "Encrypted",
     "Forbidden",
     "Gone",
@@ -86,13 +86,11 @@ __all__ = [
     "Kind",
     "Lease",
     "Mailer",
-    "NoDatabaseError",
     "NotFound",
     "OrgLookups",
     "PaymentLookups",
     "PaymentRequired",
     "RateLimited",
-    "Reaper",
     "RekeyProgress",
     "Rekeying",
     "RequestBody",
@@ -117,16 +115,15 @@ __all__ = [
     "actor_of",
     "add_timeline_entry",
     "aware",
-    "counters",
     "describe",
     "errors",
+    "increment_exactly",
     "is_api_key",
     "iso",
+    "metric_counters",
     "newest_in_windows",
     "queued_mail",
     "rekey_summary",
-    "require_database",
-    "tally_add",
     "timeline_entry",
     "tokens",
     "utcnow",

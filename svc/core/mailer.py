@@ -31,7 +31,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from pymongo.errors import DuplicateKeyError
 
-from svc.core import counters, tokens
+from svc.core import metric_counters, tokens
 from svc.core.clock import utcnow
 from svc.core.store import Document, Store
 
@@ -163,7 +163,7 @@ class Mailer:
             else:
                 update["nextAttemptAt"] = utcnow() + backoff(attempts)
             await self.store["outbox"].update_one({"_id": doc["_id"]}, {"$set": update})
-            await counters.inc(self.store, "mail_failures", {"final": "true" if gave_up else "false"})
+            await metric_counters.inc(self.store, "mail_failures", {"final": "true" if gave_up else "false"})
             log.warning(
                 "mail delivery failed (attempt %s of %s): %s",
                 attempts,

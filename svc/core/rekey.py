@@ -32,9 +32,9 @@ from typing import Any
 
 from pymongo import ReturnDocument
 
+from svc.core.audit_timeline import Timeline
 from svc.core.clock import iso, utcnow
 from svc.core.store import Document, Store
-from svc.core.timeline import Timeline
 from svc.core.vault import Vault
 
 log = logging.getLogger(__name__)

@@ -214,7 +214,7 @@ INDEXES: dict[str, list[Index]] = {
     ],
     # Append-only; never expires (kept after the org is deleted).
     "org_audit": [Index([("orgId", ASCENDING), ("createdAt", DESCENDING), ("_id", DESCENDING)])],
-    # The audit timeline (svc/core/timeline.py): append-only, read newest first per install or org.
+    # The audit timeline (svc/core/audit_timeline.py): append-only, read newest first per install or org.
     "timeline": [
         Index([("installId", ASCENDING), ("createdAt", DESCENDING), ("_id", DESCENDING)]),
         Index([("orgId", ASCENDING), ("createdAt", DESCENDING), ("_id", DESCENDING)]),

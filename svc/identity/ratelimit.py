@@ -33,7 +33,7 @@ from typing import Any
 
 from pymongo.errors import PyMongoError
 
-from svc.core import RateLimited, Store, tally_add
+from svc.core import RateLimited, Store, increment_exactly
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +150,9 @@ class RateLimiter:
     async def _increment(self, key: str, increments: dict[str, int], end: float) -> dict[str, Any]:
         """Add to the counters atomically; returns them after the addition, this request's own
         position included (the count it is judged by, exact even when processes race to open
-        the window: svc/core/tally.py)."""
+        the window: svc/core/exact_increment.py)."""
         expires = datetime.fromtimestamp(end, UTC) + timedelta(seconds=60)
-        return await tally_add(self.store.rate_limits, key, increments, {"expiresAt": expires})
+        return await increment_exactly(self.store.rate_limits, key, increments, {"expiresAt": expires})
 
     def _schedule_flush(self) -> None:
         if self._flush_task is None or self._flush_task.done():

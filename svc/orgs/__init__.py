@@ -2,7 +2,6 @@
 analytics. Each concern is a service of its own; `OrgAccess` is the one permission check."""
 
 from svc.orgs.access import Access, OrgAccess
-from svc.orgs.audit import SYSTEM, AuditLog, AuditQuery
 from svc.orgs.bodies import (
     ApprovalDecisionBody,
     ApprovalRequestBody,
@@ -32,6 +31,7 @@ from svc.orgs.lookups import (
     secret_values,
 )
 from svc.orgs.org_analytics import AnalyticsQuery
+from svc.orgs.org_audit_log import SYSTEM, AuditLog, AuditQuery
 from svc.orgs.org_keys import OrgKeys
 from svc.orgs.org_secrets import ENCRYPTED, OrgSecrets
 from svc.orgs.orgs import Orgs

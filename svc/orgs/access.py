@@ -12,8 +12,8 @@ from typing import Literal
 
 from svc.core import BadRequest, Document, Forbidden, NotFound, PaymentRequired, Store
 from svc.identity import Accounts, user_email, user_emails
-from svc.orgs.audit import SYSTEM, Actor
 from svc.orgs.lookups import membership as membership_of
+from svc.orgs.org_audit_log import SYSTEM, Actor
 
 Role = Literal["owner", "admin", "member"]
 MEMBERS: frozenset[str] = frozenset({"owner", "admin", "member"})

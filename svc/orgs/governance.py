@@ -13,8 +13,8 @@ from svc.core import BadRequest, Conflict, Document, Mailer, NotFound, Store, to
 from svc.identity import Principal, key_creator
 from svc.installs import Installs, Upgrades, find_install, org_install_ids
 from svc.orgs.access import MAX_LISTED, OrgAccess, is_pro
-from svc.orgs.audit import SYSTEM, Actor, AuditLog
 from svc.orgs.bodies import ApprovalDecisionBody, ApprovalRequestBody, GovernanceBody
+from svc.orgs.org_audit_log import SYSTEM, Actor, AuditLog
 from svc.orgs.views import approval_view, org_view
 
 

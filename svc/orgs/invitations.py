@@ -14,9 +14,9 @@ from pymongo.errors import DuplicateKeyError
 from svc.core import Conflict, Document, Forbidden, Gone, Mailer, NotFound, Store, aware, iso, tokens, utcnow
 from svc.identity import normalise_email, user_id_by_email
 from svc.orgs.access import MAX_LISTED, OrgAccess, check_role
-from svc.orgs.audit import AuditLog
 from svc.orgs.bodies import InvitationBody
 from svc.orgs.lookups import is_member
+from svc.orgs.org_audit_log import AuditLog
 from svc.orgs.views import invitation_view, org_view
 
 INVITATION_LIFETIME = timedelta(days=7)

@@ -7,8 +7,8 @@ from typing import Any
 from svc.core import NotFound
 from svc.identity import ApiKeys
 from svc.orgs.access import OrgAccess
-from svc.orgs.audit import AuditLog
 from svc.orgs.bodies import OrgKeyBody
+from svc.orgs.org_audit_log import AuditLog
 
 MAX_ORG_KEYS = 100
 

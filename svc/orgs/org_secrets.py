@@ -12,8 +12,8 @@ from pymongo.errors import DuplicateKeyError
 
 from svc.core import BadRequest, Conflict, Encrypted, NotFound, Slots, Store, Vault, iso, tokens, utcnow
 from svc.orgs.access import MAX_LISTED, OrgAccess
-from svc.orgs.audit import AuditLog
 from svc.orgs.bodies import SecretBody
+from svc.orgs.org_audit_log import AuditLog
 
 # The Fernet fields this package stores (`svc keys rotate` re-encrypts them).
 ENCRYPTED = (Encrypted("org_secrets", "valueEncrypted"),)

@@ -26,11 +26,11 @@ from svc.core import (
 from svc.identity import ApiKeys, find_users, normalise_email
 from svc.installs import Installs, org_install_ids
 from svc.orgs.access import MAX_LISTED, MAX_MEMBERS_LISTED, NOT_FOUND, OrgAccess, check_role
-from svc.orgs.audit import AuditLog, AuditQuery
 from svc.orgs.bodies import CreateOrgBody, RoleBody, TransferBody, UpdateOrgBody
 from svc.orgs.governance import Approvals
 from svc.orgs.invitations import Invitations
 from svc.orgs.org_analytics import AnalyticsQuery, OrgAnalytics
+from svc.orgs.org_audit_log import AuditLog, AuditQuery
 from svc.orgs.org_secrets import OrgSecrets
 from svc.orgs.views import org_view
 from svc.templates import Templates, org_templates

@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from svc.core import BadRequest, Document, NotFound, Store, aware, iso, utcnow
 from svc.orgs.access import NOT_FOUND, OrgAccess, is_pro
-from svc.orgs.audit import SYSTEM, AuditLog
 from svc.orgs.governance import Approvals
+from svc.orgs.org_audit_log import SYSTEM, AuditLog
 from svc.orgs.views import org_view
 
 Plan = Literal["free", "pro"]

@@ -1,10 +1,10 @@
-"""What recorded runs add to the operational counters (svc/core/counters.py, GET /metrics)."""
+"""What recorded runs add to the operational counters (svc/core/metric_counters.py, GET /metrics)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from svc.core import Document, Store, aware, counters
+from svc.core import Document, Store, aware, metric_counters
 
 
 async def recorded(store: Store, run: Document) -> None:
@@ -18,10 +18,10 @@ async def recorded_many(store: Store, runs: list[Document]) -> None:
     One round trip for any number of runs: the counter of each (platform, status) and the
     duration histogram in one bulk write.
     """
-    await counters.write(store, changes(runs))
+    await metric_counters.write(store, changes(runs))
 
 
-def changes(runs: list[Document]) -> list[counters.Change | None]:
+def changes(runs: list[Document]) -> list[metric_counters.Change | None]:
     """The counter changes of new run records. A managed (`svc`) run's record carries `startedAt`,
     when the install's actor began it (a run failed before it started has none); other
     platforms report finished runs with no start time."""
@@ -33,13 +33,13 @@ def changes(runs: list[Document]) -> list[counters.Change | None]:
     ]
     return [
         *(
-            counters.increment("runs", {"platform": platform, "status": status}, seen)
+            metric_counters.increment("runs", {"platform": platform, "status": status}, seen)
             for (platform, status), seen in sorted(by_label.items())
         ),
-        counters.observation(
+        metric_counters.observation(
             "run_duration_seconds",
             {"platform": "svc"},
             [s for s in seconds if s >= 0],
-            counters.DURATION_BUCKETS,
+            metric_counters.DURATION_BUCKETS,
         ),
     ]

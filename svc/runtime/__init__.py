@@ -5,8 +5,11 @@ from svc.runtime import ledger
 from svc.runtime.agent_loop import RunScope, TeamRunner, root_agent
 from svc.runtime.callbacks import CallbackDelivery
 from svc.runtime.eval_runs import eval_run_of, is_eval_install, new_eval_run, recorded_journal
-from svc.runtime.events import Events, agent_runs
-from svc.runtime.execution import (
+from svc.runtime.faults import CrashPoints
+from svc.runtime.host import InstallHost
+from svc.runtime.incarnations import holder as incarnation_holder
+from svc.runtime.incarnations import leave as leave_install
+from svc.runtime.install_runner import (
     DATABASE_DOWN,
     INTERRUPTED,
     NOT_STARTED,
@@ -16,10 +19,6 @@ from svc.runtime.execution import (
     InstallRunner,
     RunLimits,
 )
-from svc.runtime.faults import CrashPoints
-from svc.runtime.host import InstallHost
-from svc.runtime.incarnations import holder as incarnation_holder
-from svc.runtime.incarnations import leave as leave_install
 from svc.runtime.journal import scratch
 from svc.runtime.llm import LLM, ProviderNotConfigured
 from svc.runtime.lookups import RuntimeReads, is_runtime_run, next_runs
@@ -28,7 +27,8 @@ from svc.runtime.mcp_policy import read_back_mcp
 from svc.runtime.mcp_run import McpRun, McpService
 from svc.runtime.mcp_support import ApprovalNeeded, ToolOutcome
 from svc.runtime.mcp_tools import McpToolbox
-from svc.runtime.outreach import BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody, draft_number
+from svc.runtime.outreach_review import BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody, draft_number
+from svc.runtime.pipeline_events import Events, agent_runs
 from svc.runtime.pipelines import MAX_DRAFT_ID
 from svc.runtime.policy import read_back
 from svc.runtime.pool import claim as claim_spare
@@ -40,10 +40,10 @@ from svc.runtime.pool import register as register_spare
 from svc.runtime.pool import release as release_spare
 from svc.runtime.pool import spares as waiting_spares
 from svc.runtime.run_detail import RunDetail
-from svc.runtime.run_events import TERMINAL, RunEvents, redacted
 from svc.runtime.run_lists import queued_runs
+from svc.runtime.run_requests import HeartbeatBody, RunBody, RunService, RuntimeTestBody, WebhookBody
 from svc.runtime.run_watch import CLOSING, RunWatch, Subscription, settled_event
-from svc.runtime.runs_exec import HeartbeatBody, RunBody, RunService, RuntimeTestBody, WebhookBody
+from svc.runtime.run_watch_events import TERMINAL, RunEvents, redacted
 from svc.runtime.schedules import (
     ScheduleBody,
     SchedulerCore,

@@ -244,7 +244,7 @@ class TeamRunner:
         except ProviderError as exc:
             step.status, step.error = "failed", f"Model provider error: {exc.detail}"
         except (GateReached, RunTaken, ReplayMismatch, PyMongoError):
-            raise  # not the agent's failure: the run stops as such (svc/runtime/execution.py)
+            raise  # not the agent's failure: the run stops as such (svc/runtime/install_runner.py)
         except asyncio.CancelledError:
             # cancel-run: the invocation in progress ends as cancelled (recorded with the run's end).
             step.status, step.error, step.ended_at = "failed", CANCELLED, utcnow()

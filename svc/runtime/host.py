@@ -43,7 +43,7 @@ from svc.core import (
 )
 from svc.installs import find_install, run_definition
 from svc.runtime import incarnations, ledger
-from svc.runtime.execution import INTERRUPTED, InstallRunner, Mode
+from svc.runtime.install_runner import INTERRUPTED, InstallRunner, Mode
 from svc.runtime.journal import RunRecorder
 from svc.runtime.settlement import OWED
 

@@ -24,7 +24,7 @@ from svc.core import (
     Document,
     Mailer,
     Store,
-    tally_add,
+    increment_exactly,
     tokens,
     utcnow,
 )
@@ -185,7 +185,7 @@ class PipelineExecutor:
                     {"installId": install_id, "githubHandle": raw["targetHandle"]}, sort=[("createdAt", -1)]
                 )
                 target_id = found["_id"] if found else None
-            counter = await tally_add(self.store["counters"], "drafts", {"value": 1})
+            counter = await increment_exactly(self.store["counters"], "drafts", {"value": 1})
             await self.store["drafts"].insert_one(
                 {
                     "_id": int(counter["value"]),

@@ -1,6 +1,6 @@
 """A run's span, told what the run path knows (tracing, #33; docs/observability.md, "Traces").
 
-The executor (svc/runtime/execution.py) says *where* with one line each: `run_span` around the
+The executor (svc/runtime/install_runner.py) says *where* with one line each: `run_span` around the
 claimed run (its parent the context stored on the run when it was asked for, the command that
 carried it here its parent or link), `started` once the install is read, `ended` after the run's
 one end write (outcome, tokens, and the billed amount: one template read, only while tracing).

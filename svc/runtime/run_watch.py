@@ -20,7 +20,7 @@ from typing import Any
 
 from svc.core import Runtime, RuntimeFailure, Store, WatchEvents, aware, iso, utcnow
 from svc.runtime import ledger
-from svc.runtime.run_events import TERMINAL, RunEvents
+from svc.runtime.run_watch_events import TERMINAL, RunEvents
 
 log = logging.getLogger(__name__)
 

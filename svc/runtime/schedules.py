@@ -40,15 +40,15 @@ from svc.core import (
     Timeline,
     actor_of,
     aware,
-    counters,
     iso,
+    metric_counters,
     tokens,
     utcnow,
 )
 from svc.identity import Principal
 from svc.installs import Installs, ready_versions
 from svc.runtime import ledger
-from svc.runtime.events import Events
+from svc.runtime.pipeline_events import Events
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +321,9 @@ class SchedulerCore:
             claimed = await self._claim(due, now)
             fired += len(claimed)
             lags = [max(0.0, (now - aware(due_at)).total_seconds()) for _, due_at in claimed]
-            await counters.observe(self.store, "scheduler_lag_seconds", {}, lags, counters.LAG_BUCKETS)
+            await metric_counters.observe(
+                self.store, "scheduler_lag_seconds", {}, lags, metric_counters.LAG_BUCKETS
+            )
             await self._fire(claimed, now)
         await self._start_queued()
         return fired

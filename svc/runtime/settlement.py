@@ -34,12 +34,12 @@ from typing import Any, cast
 from pymongo.errors import ClientBulkWriteException
 
 from plugins import tracing
-from svc.core import Batch, Document, Store, aware, counters, utcnow
+from svc.core import Batch, Document, Store, aware, metric_counters, utcnow
 from svc.installs import find_install, note_last_run
 from svc.runs import record_managed, record_of, run_metric_changes
 from svc.runtime import ledger, security_log
 from svc.runtime.callbacks import CallbackDelivery
-from svc.runtime.events import Events, EventType
+from svc.runtime.pipeline_events import Events, EventType
 from svc.runtime.schedules import note_scheduled_outcome, pause_if_failing
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ class Settlement:
             if RECORD in owed and run["status"] in ledger.SETTLED:
                 record = self._record(run, install)
                 record_managed(batch, record, tool_counts(run))
-                counters.add_to(tail, run_metric_changes([record]))
+                metric_counters.add_to(tail, run_metric_changes([record]))
             if LAST_RUN in owed and run.get("endedAt") is not None:
                 note_last_run(batch, install["_id"], run["endedAt"])
             if CALLBACK in owed and run.get("callbackUrl"):
@@ -231,7 +231,7 @@ class Settlement:
                 security_log.add_to(
                     batch, entry["security"], entry["securityId"], entry["timelineId"], entry["at"]
                 )
-                counters.add_to(tail, security_log.decision_changes(entry["security"]))
+                metric_counters.add_to(tail, security_log.decision_changes(entry["security"]))
         if run.get("endEvent"):  # settled from outside its steps (cancelled while queued, interrupted)
             event = self.events.document(
                 install_id,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from svc.core.embedded import free_port
+from svc.subprocesses.embedded_db import free_port
 from tests.support.waiting import wait_until_sync
 
 

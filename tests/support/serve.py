@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import ray
 
-from svc.core.processes import MARKER_VARIABLE, ProcessInfo, marked_processes
+from svc.subprocesses.process_finder import MARKER_VARIABLE, ProcessInfo, marked_processes
 from tests.support.waiting import wait_until
 
 SVC = str(Path(sys.executable).with_name("svc"))

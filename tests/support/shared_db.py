@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from svc.core.embedded import EmbeddedMongo
+from svc.subprocesses.embedded_db import EmbeddedMongo
 
 VARIABLE = "SVC_TEST_MONGO_DIR"  # the servers' directories, os.pathsep between them
 COUNT = "SVC_TEST_DATABASES"

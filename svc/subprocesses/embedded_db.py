@@ -9,7 +9,7 @@ and shares it instead of opening the storage twice.
 Lifetime: every user holds a shared lock on `<data_dir>/mongo.users` while it
 uses the server, and the last one out stops it. The kernel releases the lock of
 a process that dies however it dies, and a watchdog inside the server process
-(`embedded_child.py`) stops the server as soon as nobody holds it, so the
+(`embedded_db_child.py`) stops the server as soon as nobody holds it, so the
 database never outlives the processes that use it, even when they are killed
 with SIGKILL or their data directory has been deleted. The server holds
 `<data_dir>/mongo.server` for its whole life, so a state file left by a killed
@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from svc.core.embedded_child import SERVER_LOCK, START_LOCK, STATE_FILE, USERS_LOCK
-from svc.core.processes import alive
+from svc.subprocesses.embedded_db_child import SERVER_LOCK, START_LOCK, STATE_FILE, USERS_LOCK
+from svc.subprocesses.process_finder import alive
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ STORAGE_DIR = "mongo"
 START_TIMEOUT_S = 60.0
 # SIGTERM first; SIGKILL after this long (commits are already synced, so nothing is lost).
 STOP_TIMEOUT_S = 5.0
-CHILD_SCRIPT = Path(__file__).with_name("embedded_child.py")
+CHILD_SCRIPT = Path(__file__).with_name("embedded_db_child.py")
 
 
 class EmbeddedServerError(RuntimeError):

@@ -9,7 +9,7 @@ only this watcher has. When the service exits, however it exits (SIGKILL
 included), the pipe reaches end-of-file and the watcher kills every process that
 carries the token, then exits.
 
-Run as a script (`python -P reaper.py TOKEN FD`): it imports only the standard library.
+Run as a script (`python -P ray_reaper.py TOKEN FD`): it imports only the standard library.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Add to a document's counters and learn their values after the addition, exactly, even when
-several processes create the document at once.
+several processes create the document at once: a rate-limit window's hits
+(svc/identity/ratelimit.py) and an install's draft numbers (svc/runtime/pipelines.py).
 
 `find_one_and_update(..., upsert=True)` is the obvious way, but SecantusDB (the embedded
 server) answers some of several upserts racing to create one document with no document: the

@@ -1,7 +1,7 @@
 """The embedded database process: SecantusDB plus a watchdog that ends it with its last user.
 
-Run by `svc.core.embedded` as a script (`python -P embedded_child.py DATA_DIR ARGS...`),
-so it imports only the standard library and SecantusDB, not the service.
+Run by `svc.subprocesses.embedded_db` as a script (`python -P embedded_db_child.py DATA_DIR
+ARGS...`), so it imports only the standard library and SecantusDB, not the service.
 
 Every process that uses the server (the one that started it and any that joined
 it) holds a shared lock on `<data_dir>/mongo.users` while it does. The kernel

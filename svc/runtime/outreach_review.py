@@ -1,5 +1,7 @@
-"""The operator's side of pipelines: the gate queues, outreach drafts and targets, and the
-bodies of the console's gate routes. Every decision is also on the install's audit timeline."""
+"""The operator's review of the outreach pipelines' drafts and targets: the gate queues, editing,
+approving, rejecting and recalling drafts, and the bodies of the console's gate routes. The
+pipeline steps that produce the drafts and targets, and the sender that mails approved drafts,
+are in pipelines.py. Every decision is also on the install's audit timeline."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from svc.core import (
 )
 from svc.identity import Principal
 from svc.installs import Installs
-from svc.runtime.events import Events
+from svc.runtime.pipeline_events import Events
 from svc.runtime.pipelines import MAX_DRAFT_ID, DraftStatus
 
 

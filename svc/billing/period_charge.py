@@ -14,7 +14,7 @@ from typing import Any
 from pymongo import DESCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
-from svc.billing.leases import CLAIM_LEASE, KEY_LIFETIME
+from svc.billing.claim_timeouts import CLAIM_LEASE, KEY_LIFETIME
 from svc.billing.payments import (
     PaymentDeclined,
     PaymentPending,
@@ -34,8 +34,8 @@ from svc.core import (
     Timeline,
     Unavailable,
     aware,
-    counters,
     iso,
+    metric_counters,
     tokens,
     utcnow,
 )
@@ -118,7 +118,7 @@ class Charger:
             )
         except PaymentDeclined as exc:
             await self._attempt_failed(invoice, exc.message, exc.code)
-            await counters.inc(self.store, "payment_failures", {"reason": "declined"})
+            await metric_counters.inc(self.store, "payment_failures", {"reason": "declined"})
             raise PaymentRequired(
                 f"The payment was declined: {exc.message}", code="payment_declined"
             ) from None
@@ -126,7 +126,7 @@ class Charger:
             # Refused before anything moved: the claim is released at once and the period stays
             # billable; the next call retries with attempt + 1 (a new key).
             await self._attempt_failed(invoice, str(exc), exc.code)
-            await counters.inc(self.store, "payment_failures", {"reason": "refused"})
+            await metric_counters.inc(self.store, "payment_failures", {"reason": "refused"})
             if exc.busy:
                 raise Unavailable(f"{exc}; try again shortly") from None
             raise BadGateway(str(exc)) from None

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from svc.core import Store, iso, newest_in_windows, tokens, utcnow
-from svc.runtime import step_tally
+from svc.runtime import daily_step_counts
 
 EventType = Literal[
     "gate_triggered",
@@ -100,12 +100,12 @@ class Events:
     async def run_log(self, install_id: str, days: int, now: datetime | None = None) -> list[dict[str, Any]]:
         """Per UTC day, oldest first: step_completed (ok) and step_failed (error) counts, zeros included.
 
-        Counted incrementally (svc/runtime/step_tally.py): a request reads the events since
+        Counted incrementally (svc/runtime/daily_step_counts.py): a request reads the events since
         the previous one, not the whole window."""
         today = (now or utcnow()).astimezone(UTC).date()
         first = today - timedelta(days=days - 1)
         start = datetime(first.year, first.month, first.day, tzinfo=UTC)
-        counted = await step_tally.per_day(self.store, install_id, start, now or utcnow())
+        counted = await daily_step_counts.per_day(self.store, install_id, start, now or utcnow())
         counts = {}
         for n in range(days):
             ok, error = counted.get(first + timedelta(days=n), (0, 0))

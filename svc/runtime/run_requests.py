@@ -1,7 +1,7 @@
 """Asking for runs of managed installs, on the API side (sync runs, webhook triggers, heartbeats,
 retries, continue and cancel): `RunService` checks the caller and the install, persists a queued
 run in the ledger and asks the install's actor, the only writer of a run's status, to act
-(svc/runtime/execution.py, actors/install_actor.py). A run that could not be handed over stays
+(svc/runtime/install_runner.py, actors/install_actor.py). A run that could not be handed over stays
 queued: the job runner hands it over again (svc/jobs.py).
 """
 
@@ -38,8 +38,8 @@ from svc.identity import Principal
 from svc.installs import Installs, find_install
 from svc.runs import require_ready
 from svc.runtime import ledger
-from svc.runtime.execution import NOT_STARTED
-from svc.runtime.outreach import Outreach
+from svc.runtime.install_runner import NOT_STARTED
+from svc.runtime.outreach_review import Outreach
 
 log = logging.getLogger(__name__)
 
