@@ -1,8 +1,9 @@
-"""Charging deployers: invoices, charge-cycle and the charge itself.
+"""Charging deployers: `Charges`, the one entry point of the money paths: the charge-cycle route,
+provider events, and the paths it builds on the charge itself (`Charger`, period_charge.py).
 
 Cancel billing (cancellation.py), the monthly cycle (cycle.py) and the builder's side
-(earnings.py: held payouts, transfers, my-earnings) live beside it; `Charges` is their one
-entry point.
+(earnings.py: held payouts, transfers, my-earnings) live beside it; `Charges` builds them and
+calls them.
 
 An invoice is the record of one install's charge for one period, unique on
 (installId, periodStart, periodEnd). It is written *before* the provider is called

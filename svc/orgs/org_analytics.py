@@ -1,5 +1,5 @@
 """Org analytics: runs of the org's installs per day and per template, by MongoDB aggregations
-over the run counters (svc/run_stats.py), so the cost grows with days, not with runs.
+over the run counters (svc/runs/run_stats.py), so the cost grows with days, not with runs.
 
 The window is `from` (default 30 days before `to`) to `to` (default now). A free
 org sees at most 30 days, a Pro org 365: a wider window is clamped (its start
