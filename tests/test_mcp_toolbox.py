@@ -21,7 +21,7 @@ from plugins.manager import PROVIDER_BUILTINS, Plugins
 from svc.core import metric_counters, utcnow
 from svc.core.store import Store
 from svc.mcp import Connection, Target
-from svc.runtime import LLM, McpService
+from svc.runtime import LLM, McpService, McpToolbox
 from tests.fakes.llm import DEFAULT_KEY, FakeLLM
 from tests.support.mcp import exact_http, exact_stdio, policy, rule, server
 
@@ -62,8 +62,8 @@ class Harness:
         async def sink(record: Any) -> None:
             self.records.append(record)
 
-        return run.toolbox(
-            self.definition["agents"][agent_index], sink, lambda k, d: self.events.append((k, d))
+        return McpToolbox(
+            run, self.definition["agents"][agent_index], sink, lambda k, d: self.events.append((k, d))
         )
 
 

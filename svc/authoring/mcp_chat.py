@@ -18,7 +18,7 @@ from typing import Any
 from plugins import tracing
 from plugins.types import ChatMessage
 from svc.core import tokens
-from svc.runtime import LLM, McpService
+from svc.runtime import LLM, McpService, McpToolbox
 
 Event = dict[str, Any]
 MAX_ITERATIONS = 10
@@ -52,7 +52,7 @@ async def mcp_chat(
         """No install to log under: the stream carries each call instead."""
 
     calls: list[Event] = []
-    box = run.toolbox(root, keep, lambda _kind, data: calls.append(data))
+    box = McpToolbox(run, root, keep, lambda _kind, data: calls.append(data))
     conversation = list(messages)
     try:
         tools = await box.specs()

@@ -213,7 +213,9 @@ class TeamRunner:
         tools = [*(delegation[0] if delegation else []), HTTP_TOOL]
         # What the MCP toolbox logs (each call, each tool it could not offer) goes into the journal.
         toolbox = (
-            self.mcp.toolbox(agent, self._journal_log(path), recorder.emit) if self.mcp is not None else None
+            McpToolbox(self.mcp, agent, self._journal_log(path), recorder.emit)
+            if self.mcp is not None
+            else None
         )
         http = HttpTool(
             self.llm,

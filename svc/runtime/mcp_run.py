@@ -10,7 +10,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from config.mcp_catalogue import McpCatalogueEntry
 from plugins.egress import EgressDenied
@@ -20,9 +20,6 @@ from svc.runtime.llm import LLM
 from svc.runtime.policy import CompiledPolicy, compile_policy
 from svc.runtime.policy import evaluate as evaluate_http
 from svc.runtime.security_log import RequestRecord
-
-if TYPE_CHECKING:
-    from svc.runtime.mcp_tools import McpToolbox
 
 Sink = Callable[[RequestRecord], Awaitable[None]]
 Events = Callable[[str, dict[str, Any]], None]
@@ -145,12 +142,6 @@ class McpRun:
         task = asyncio.ensure_future(write)
         self._counting.add(task)
         task.add_done_callback(self._counting.discard)
-
-    def toolbox(self, agent: dict[str, Any], sink: Sink, events: Events | None = None) -> McpToolbox:
-        """The agent's MCP tools for this run."""
-        from svc.runtime.mcp_tools import McpToolbox
-
-        return McpToolbox(self, agent, sink, events)
 
     async def pins(self) -> dict[tuple[str, str], Pin]:
         if self._pins is None:

@@ -3,8 +3,8 @@
 `McpService` lives once per process (an install's actor, or the API for test chats) and holds
 the catalogue, the pool of open connections (svc/mcp/client.py), the consent records and the
 approvals. `McpService.run(...)` gives an `McpRun` per run (an async context manager): it lists
-each server once per run, in parallel, and ends with the run. `McpRun.toolbox(agent, sink,
-events)` gives the agent's `McpToolbox`, the narrow interface the agent loop uses:
+each server once per run, in parallel, and ends with the run. `McpToolbox(run, agent, sink,
+events)` is the agent's toolbox in that run, the narrow interface the agent loop uses:
 
     specs()              the agent's MCP tools as `mcp__<server>__<tool>` tool specs
     owns(name)           whether a tool call is the toolbox's
