@@ -62,7 +62,7 @@ def counted_in_code() -> dict[str, Counted]:
                     isinstance(node, ast.Call)
                     and isinstance(node.func, ast.Attribute)
                     and isinstance(node.func.value, ast.Name)
-                    and node.func.value.id == "counters"
+                    and node.func.value.id == "metric_counters"
                     and node.func.attr in COUNTING
                 ):
                     continue
