@@ -19,13 +19,8 @@ from typing import TextIO
 @contextlib.contextmanager
 def one_installer(cache: Path) -> Iterator[None]:
     """Hold the cache's install lock (blocking until another process's install ends)."""
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with hold(cache / ".lock"):
+        yield
 
 
 def hold(lock_path: Path) -> TextIO:

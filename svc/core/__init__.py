@@ -54,7 +54,7 @@ from svc.core.run_commands import (
     Watched,
     WatchEvents,
 )
-from svc.core.store import DATABASE_ERRORS, DRIVER_LOGGER, Document, Store
+from svc.core.store import DATABASE_ERRORS, DRIVER_LOGGER, Document, Store, owner_filter, projection
 from svc.core.text import DisplayName, DisplayText
 from svc.core.tokens import is_api_key
 from svc.core.vault import Vault
@@ -122,6 +122,8 @@ __all__ = [
     "iso",
     "metric_counters",
     "newest_in_windows",
+    "owner_filter",
+    "projection",
     "queued_mail",
     "rekey_summary",
     "timeline_entry",

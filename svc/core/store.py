@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,19 @@ class Index:
 
 
 STRING = {"$type": "string"}
+
+
+def projection(fields: Iterable[str]) -> Document | None:
+    """A find's projection of only `fields`; None (the whole document) when none are named."""
+    wanted = {name: 1 for name in fields}
+    return wanted or None
+
+
+def owner_filter(owner: Document) -> Document:
+    """The filter of the records `owner` holds, field by field as the `owner.kind, owner.id`
+    indexes are: a whole-document `owner` match uses no index, and the embedded store then
+    reads every record of the collection."""
+    return {"owner.kind": owner["kind"], "owner.id": owner["id"]}
 
 INDEXES: dict[str, list[Index]] = {
     "users": [

@@ -6,22 +6,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from svc.core import Document, Store
-
-
-def _projection(fields: Iterable[str]) -> Document | None:
-    wanted = {name: 1 for name in fields}
-    return wanted or None
+from svc.core import Document, Store, projection
 
 
 async def find_user(store: Store, user_id: str, *fields: str) -> Document | None:
     """One account by id (only `fields` when named), or None."""
-    return await store.users.find_one({"_id": user_id}, _projection(fields))
+    return await store.users.find_one({"_id": user_id}, projection(fields))
 
 
 async def find_users(store: Store, user_ids: Iterable[str], *fields: str) -> dict[str, Document]:
     """Accounts by id (only `fields` when named); the unknown ids are absent."""
-    docs = await store.users.find({"_id": {"$in": list(user_ids)}}, _projection(fields)).to_list(None)
+    docs = await store.users.find({"_id": {"$in": list(user_ids)}}, projection(fields)).to_list(None)
     return {doc["_id"]: doc for doc in docs}
 
 

@@ -7,28 +7,23 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
 
-from svc.core import Document, Store, tokens
+from svc.core import Document, Store, projection, tokens
 
 # An install that counts for its template (mailed about its changes, counted in its installs).
 ACTIVE_INSTALL: Document = {"status": {"$ne": "cancelled"}}
-
-
-def _projection(fields: Iterable[str]) -> Document | None:
-    wanted = {name: 1 for name in fields}
-    return wanted or None
 
 
 async def find_install(
     store: Store, install_id: str, *fields: str, where: Document | None = None
 ) -> Document | None:
     """One install by id (only `fields` when named), or None; `where` adds conditions."""
-    return await store.installs.find_one({"_id": install_id, **(where or {})}, _projection(fields))
+    return await store.installs.find_one({"_id": install_id, **(where or {})}, projection(fields))
 
 
 async def find_installs(store: Store, install_ids: Iterable[str], *fields: str) -> dict[str, Document]:
     """Installs by id (only `fields` when named); the unknown ids are absent."""
     query = {"_id": {"$in": list(install_ids)}}
-    return {doc["_id"]: doc for doc in await store.installs.find(query, _projection(fields)).to_list(None)}
+    return {doc["_id"]: doc for doc in await store.installs.find(query, projection(fields)).to_list(None)}
 
 
 async def webhook_install_id(store: Store, token: str) -> str | None:
@@ -57,7 +52,7 @@ async def active_installs_of(
 ) -> list[Document]:
     """The template's installs not cancelled (only `fields` when named)."""
     query = {"templateId": template_id, **ACTIVE_INSTALL}
-    return await store.installs.find(query, _projection(fields)).to_list(limit)
+    return await store.installs.find(query, projection(fields)).to_list(limit)
 
 
 async def count_active_installs(store: Store, template_id: str) -> int:

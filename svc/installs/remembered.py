@@ -7,7 +7,7 @@ from typing import Any
 
 from pymongo import UpdateOne
 
-from svc.core import Document, Store, Vault, tokens, utcnow
+from svc.core import Document, Store, Vault, owner_filter, tokens, utcnow
 
 
 class RememberedSecrets:
@@ -19,10 +19,10 @@ class RememberedSecrets:
 
     @staticmethod
     def _scope(owner: Document, company_id: str | None) -> dict[str, Any]:
-        """The filter of one owner's and company's names, field by field as the index is: a
-        whole-document `owner` match used no index, so a write of 500 names read the
-        collection 500 times (7 s on the embedded store). An upsert still writes `owner` whole."""
-        return {"owner.kind": owner["kind"], "owner.id": owner["id"], "companyId": company_id or None}
+        """The filter of one owner's and company's names (svc.core.owner_filter: matched whole,
+        `owner` used no index, and a write of 500 names read the collection 500 times). An
+        upsert still writes `owner` whole."""
+        return {**owner_filter(owner), "companyId": company_id or None}
 
     async def remember(self, owner: Document, company_id: str | None, values: dict[str, str]) -> None:
         """Keep an encrypted copy of each value."""

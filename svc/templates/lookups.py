@@ -7,12 +7,7 @@ from collections.abc import Iterable
 
 from pymongo import DESCENDING
 
-from svc.core import Document, Store
-
-
-def _projection(fields: Iterable[str]) -> Document | None:
-    wanted = {name: 1 for name in fields}
-    return wanted or None
+from svc.core import Document, Store, projection
 
 
 async def find_template(
@@ -20,13 +15,13 @@ async def find_template(
 ) -> Document | None:
     """One template (or draft) by id, only `fields` when named; with `kind`, only of that kind."""
     query: Document = {"_id": template_id} if kind is None else {"_id": template_id, "kind": kind}
-    return await store["templates"].find_one(query, _projection(fields))
+    return await store["templates"].find_one(query, projection(fields))
 
 
 async def find_templates(store: Store, template_ids: Iterable[str], *fields: str) -> dict[str, Document]:
     """Templates by id (only `fields` when named); the unknown ids are absent."""
     query = {"_id": {"$in": list(template_ids)}}
-    return {doc["_id"]: doc async for doc in store["templates"].find(query, _projection(fields))}
+    return {doc["_id"]: doc async for doc in store["templates"].find(query, projection(fields))}
 
 
 async def template_by_id_or_slug(

@@ -18,6 +18,7 @@ from svc.core import (
     RequestBody,
     aware,
     iso,
+    owner_filter,
 )
 from svc.identity import Principal
 from svc.templates.definitions import TeamDefinition
@@ -124,12 +125,9 @@ def owner_of(principal: Principal) -> dict[str, str]:
     return {"kind": "user", "id": principal.user_id}
 
 
-def owned_by(principal: Principal) -> dict[str, str]:
-    """The filter of the records the credential's owner holds, field by field: the
-    `owner.kind, owner.id` indexes serve it, where a whole-document `owner` match reads every
-    record of the collection (the embedded store uses no index for it)."""
-    owner = owner_of(principal)
-    return {"owner.kind": owner["kind"], "owner.id": owner["id"]}
+def owned_by(principal: Principal) -> Document:
+    """The filter of the records the credential's owner holds (svc.core.owner_filter)."""
+    return owner_filter(owner_of(principal))
 
 
 def is_owner(principal: Principal | None, doc: Document) -> bool:
