@@ -152,6 +152,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "SVC_PROVIDERA_API_KEY": DEFAULT_KEY,
             "SVC_PROVIDERA_BASE_URL": llm_server.base + ("/v1" if llm.wire_format == "openai-chat" else ""),
             "SVC_RATE_LIMITS": "off",
+            # These scenarios measure placement and resumption, not the database's timeout: with
+            # `make test`'s other process busy on the same two cores, the one embedded database
+            # of a 3-node cluster and two API processes answered a request past the 10 s default.
+            "SVC_DB_TIMEOUT_SECONDS": "30",
             # The scheduler runs (its jobs hand runs over and sweep them); no warm pool, so every
             # install actor here is one placed by Ray's own scheduling (SPREAD).
             "SVC_ACTOR_SPARES": "0",
