@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from plugins.builtin.orch_a import Client, agent_body, managers_first, ui_links
+from plugins.builtin.orch_a_client import Client, agent_body, managers_first, ui_links
 from plugins.builtin.upgrading import agent_changes, by_key
 from plugins.types import (
     DeployedAgent,

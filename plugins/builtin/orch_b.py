@@ -10,15 +10,25 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import re
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
 from config.catalogue import UPSTREAM
-from plugins.egress import EgressDenied, egress_client
+from plugins.builtin.orch_b_client import (
+    REGION_RE,
+    base_url,
+    call,
+    delete_agent,
+    json_body,
+    model_for,
+    redact,
+    upsert_agent,
+    upsert_body,
+)
+from plugins.builtin.orch_b_upgrade import upgrade
+from plugins.egress import egress_client
 from plugins.hookspecs import hookimpl
 from plugins.types import (
     CredentialField,
@@ -28,7 +38,6 @@ from plugins.types import (
     PlatformCapabilities,
     PlatformError,
     PlatformInfo,
-    PlatformInputError,
     PlatformTraits,
     PollContext,
     ProvisionContext,
@@ -39,12 +48,8 @@ from plugins.types import (
 log = logging.getLogger(__name__)
 
 PLATFORM = "orchB"
-BASE_URL_ENV = "SVC_ORCHB_BASE_URL"
-DEFAULT_BASE_URL = "https://api-{region}.stack.tryrelevance.com/latest"
 DASHBOARD_URL = "https://app.relevanceai.com/agents/{region}/{project_id}"
-REGION_RE = re.compile(r"^[a-z0-9-]{1,32}$")
 CREDENTIAL_KEYS = ("projectId", "apiKey", "region")
-SNIPPET_CHARS = 200
 PAGE_SIZE = 100
 MAX_PAGES = 20
 # Conversation states (Relevance AI task states) that end a run; anything else is still going.
@@ -67,85 +72,6 @@ INFO = PlatformInfo(
 )
 
 
-# ---- helpers --------------------------------------------------------------------------
-
-
-def _base_url(credentials: dict[str, str]) -> str:
-    """The API root: SVC_ORCHB_BASE_URL when set (read at call time), else the region's host."""
-    override = os.environ.get(BASE_URL_ENV, "").strip()
-    if override:
-        return override.rstrip("/")
-    region = credentials.get("region", "")
-    if not isinstance(region, str) or not REGION_RE.fullmatch(region):
-        raise PlatformInputError("credentials.region: orchB region is invalid")
-    return DEFAULT_BASE_URL.format(region=region)
-
-
-def _headers(credentials: dict[str, str]) -> dict[str, str]:
-    """The request headers; Relevance AI takes `Authorization: <project>:<api key>`."""
-    return {
-        "Authorization": f"{credentials.get('projectId', '')}:{credentials.get('apiKey', '')}",
-        "Accept": "application/json",
-    }
-
-
-def _redact(text: str, credentials: dict[str, str]) -> str:
-    """The text with the API key (and so the Authorization value) blanked out."""
-    secret = credentials.get("apiKey")
-    if isinstance(secret, str) and secret:
-        text = text.replace(secret, "***")
-    return text
-
-
-def _snippet(response: httpx.Response, credentials: dict[str, str]) -> str:
-    """The first characters of an error body, single-line and free of credentials."""
-    try:
-        body = response.text
-    except (UnicodeDecodeError, httpx.HTTPError):
-        body = ""
-    return _redact(" ".join(body.split()), credentials)[:SNIPPET_CHARS]
-
-
-async def _call(
-    client: httpx.AsyncClient,
-    method: str,
-    url: str,
-    what: str,
-    credentials: dict[str, str],
-    **kwargs: Any,
-) -> httpx.Response:
-    """One upstream request; PlatformError on a transport failure or a non-2xx answer."""
-    try:
-        response = await client.request(method, url, headers=_headers(credentials), **kwargs)
-    except httpx.TimeoutException:
-        raise PlatformError(f"orchB {what} timed out") from None
-    except EgressDenied:
-        # Without an operator override the host is made from the caller's region: their input.
-        if os.environ.get(BASE_URL_ENV, "").strip():
-            raise PlatformError(f"orchB {what} failed: the configured base URL is not allowed") from None
-        raise PlatformInputError(
-            "credentials.region: the orchB host for this region cannot be reached"
-        ) from None
-    except httpx.HTTPError as exc:
-        raise PlatformError(f"orchB {what} failed: {type(exc).__name__}") from None
-    if not response.is_success:
-        status = response.status_code
-        raise PlatformError(
-            f"orchB {what} failed with HTTP {status}: {_snippet(response, credentials)}",
-            status,
-            denied=status in (401, 403),
-        )
-    return response
-
-
-def _json(response: httpx.Response, what: str) -> Any:
-    """The response body as JSON; PlatformError when it is not JSON."""
-    try:
-        return response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise PlatformError(f"orchB {what} returned a body that is not JSON", response.status_code) from None
-
-
 def _parse_time(value: Any) -> datetime | None:
     """An ISO 8601 time as an aware datetime (naive means UTC); None when unparseable."""
     if not isinstance(value, str) or not value:
@@ -155,28 +81,6 @@ def _parse_time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def _model_for(agent: dict[str, Any], options: dict[str, Any]) -> str | None:
-    """The upstream model name for an agent (the install's model overrides), or None if unknown."""
-    return UPSTREAM.get(options.get("model") or agent.get("model") or "")
-
-
-def upsert_body(agent: dict[str, Any], model: str, install_id: str, ingest_url: str) -> dict[str, Any]:
-    """One team agent as an upsert body (provisioning, and upgrades with its `agent_id`)."""
-    return {
-        "name": agent["name"],
-        "system_prompt": agent.get("prompt") or "",
-        "model": model,
-        "metadata": {"svcInstallId": install_id, "svcAgentKey": agent["key"], "svcIngestUrl": ingest_url},
-    }
-
-
-async def _delete_agent(
-    client: httpx.AsyncClient, base: str, agent_id: str, credentials: dict[str, str]
-) -> None:
-    """Delete one upstream agent; PlatformError when that fails."""
-    await _call(client, "POST", f"{base}/agents/{agent_id}/delete", "agents/delete", credentials, json={})
 
 
 # ---- hooks ----------------------------------------------------------------------------
@@ -222,11 +126,11 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
     agents = list(context.definition.get("agents") or [])
     models: list[str] = []
     for agent in agents:
-        model = _model_for(agent, context.options)
+        model = model_for(agent, context.options)
         if model is None:
             raise PlatformError(f"orchB cannot deploy agent {agent.get('key')!r}: unknown model")
         models.append(model)
-    base = _base_url(credentials)
+    base = base_url(credentials)
     region = credentials.get("region", "")
     dashboard = DASHBOARD_URL.format(region=region, project_id=credentials.get("projectId", ""))
     created: list[DeployedAgent] = []
@@ -234,13 +138,7 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
         try:
             for agent, model in zip(agents, models, strict=True):
                 body = upsert_body(agent, model, context.install_id, context.ingest_url)
-                response = await _call(
-                    client, "POST", f"{base}/agents/upsert", "agents/upsert", credentials, json=body
-                )
-                answer = _json(response, "agents/upsert")
-                agent_id = answer.get("agent_id") if isinstance(answer, dict) else None
-                if not isinstance(agent_id, str) or not agent_id:
-                    raise PlatformError("orchB agents/upsert returned no agent_id", response.status_code)
+                agent_id = await upsert_agent(client, base, body, credentials)
                 created.append(DeployedAgent(key=agent["key"], externalId=agent_id, name=agent["name"]))
                 if context.on_created is not None:
                     await context.on_created(created[-1])
@@ -281,12 +179,12 @@ async def _rollback(
     left = 0
     for agent in reversed(created):
         try:
-            await _delete_agent(client, base, agent.externalId, credentials)
+            await delete_agent(client, base, agent.externalId, credentials)
         except Exception as exc:  # best effort: the original failure is what is raised
             left += 1
             log.warning(
                 "orchB rollback could not delete an agent",
-                extra={"agentId": agent.externalId, "error": _redact(str(exc), credentials)},
+                extra={"agentId": agent.externalId, "error": redact(str(exc), credentials)},
             )
     return left
 
@@ -299,14 +197,14 @@ async def svc_deprovision(platform: str, context: DeprovisionContext) -> Deprovi
     agent_ids += list(context.state.get("leftoverAgents") or [])  # deletes an upgrade could not make
     if not agent_ids:
         return DeprovisionResult(deleted_agents=0)
-    base = _base_url(credentials)
+    base = base_url(credentials)
     deleted = 0
     warnings: list[str] = []
     denied: list[PlatformError] = []
     async with egress_client(allow_private=context.allow_private) as client:
         for agent_id in agent_ids:
             try:
-                await _delete_agent(client, base, agent_id, credentials)
+                await delete_agent(client, base, agent_id, credentials)
             except PlatformError as exc:
                 warnings.append(f"agent {agent_id}: {exc.detail}")
                 if exc.denied:
@@ -327,8 +225,6 @@ async def svc_deprovision(platform: str, context: DeprovisionContext) -> Deprovi
 @hookimpl
 async def svc_upgrade(platform: str, context: Any) -> Any:
     """An UpgradeContext: upsert, create and remove agents in place (plugins/builtin/orch_b_upgrade.py)."""
-    from plugins.builtin.orch_b_upgrade import upgrade  # it builds on this module
-
     return await upgrade(context)
 
 
@@ -342,7 +238,7 @@ async def svc_poll_runs(platform: str, context: PollContext) -> list[RunReport] 
     if context.since and since is None:
         raise PlatformError("orchB poll: `since` is not an ISO 8601 time")
     credentials = context.credentials
-    base = _base_url(credentials)
+    base = base_url(credentials)
     filters = json.dumps(
         [
             {
@@ -359,7 +255,7 @@ async def svc_poll_runs(platform: str, context: PollContext) -> list[RunReport] 
     async with egress_client(allow_private=context.allow_private) as client:
         for page in range(1, MAX_PAGES + 1):
             params = {"filters": filters, "sort": sort, "page_size": str(PAGE_SIZE), "page": str(page)}
-            response = await _call(
+            response = await call(
                 client,
                 "GET",
                 f"{base}/agents/conversations/list",
@@ -367,7 +263,7 @@ async def svc_poll_runs(platform: str, context: PollContext) -> list[RunReport] 
                 credentials,
                 params=params,
             )
-            answer = _json(response, "agents/conversations/list")
+            answer = json_body(response, "agents/conversations/list")
             results = answer.get("results") if isinstance(answer, dict) else None
             if not isinstance(results, list):
                 raise PlatformError(

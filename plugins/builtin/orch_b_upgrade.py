@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from plugins.builtin.orch_b import _base_url, _call, _delete_agent, _json, _model_for, upsert_body
+from plugins.builtin.orch_b_client import base_url, delete_agent, model_for, upsert_agent, upsert_body
 from plugins.builtin.upgrading import agent_changes, by_key
 from plugins.egress import egress_client
 from plugins.types import DeployedAgent, PlatformError, UpgradeContext, UpgradeResult
@@ -22,21 +22,10 @@ from plugins.types import DeployedAgent, PlatformError, UpgradeContext, UpgradeR
 
 def body_of(agent: dict[str, Any], context: UpgradeContext) -> dict[str, Any]:
     """The upsert body of one team agent, as provisioning sends it; unknown models are refused."""
-    model = _model_for(agent, context.options)
+    model = model_for(agent, context.options)
     if model is None:
         raise PlatformError(f"orchB cannot deploy agent {agent.get('key')!r}: unknown model")
     return upsert_body(agent, model, context.install_id, context.ingest_url)
-
-
-async def _upsert(client: httpx.AsyncClient, base: str, body: dict[str, Any], context: UpgradeContext) -> str:
-    response = await _call(
-        client, "POST", f"{base}/agents/upsert", "agents/upsert", context.credentials, json=body
-    )
-    answer = _json(response, "agents/upsert")
-    agent_id = answer.get("agent_id") if isinstance(answer, dict) else None
-    if not isinstance(agent_id, str) or not agent_id:
-        raise PlatformError("orchB agents/upsert returned no agent_id", response.status_code)
-    return agent_id
 
 
 async def upgrade(context: UpgradeContext) -> UpgradeResult:
@@ -46,7 +35,7 @@ async def upgrade(context: UpgradeContext) -> UpgradeResult:
     bodies = [body_of(agent, context) for agent in target]  # unknown models: refused up front
     if context.dry_run:
         return UpgradeResult(changes=tuple(changes))
-    base = _base_url(context.credentials)
+    base = base_url(context.credentials)
     deployed = by_key(context.deployed_agents)
     old_agents = {a["key"]: a for a in context.current_definition.get("agents") or []}
     action = {change.key: change.action for change in changes}
@@ -59,9 +48,11 @@ async def upgrade(context: UpgradeContext) -> UpgradeResult:
                 if existing is not None:
                     if action.get(agent["key"]) != "keep":
                         updated.append((existing.externalId, agent["key"]))
-                        await _upsert(client, base, {**body, "agent_id": existing.externalId}, context)
+                        await upsert_agent(
+                            client, base, {**body, "agent_id": existing.externalId}, context.credentials
+                        )
                     continue
-                agent_id = await _upsert(client, base, body, context)
+                agent_id = await upsert_agent(client, base, body, context.credentials)
                 created.append(agent_id)
                 made = DeployedAgent(key=agent["key"], externalId=agent_id, name=agent["name"])
                 deployed[agent["key"]] = made
@@ -76,7 +67,7 @@ async def upgrade(context: UpgradeContext) -> UpgradeResult:
             if key in keys:
                 continue
             try:
-                await _delete_agent(client, base, agent.externalId, context.credentials)
+                await delete_agent(client, base, agent.externalId, context.credentials)
             except PlatformError as exc:
                 if exc.upstream_status != 404:
                     warnings.append(f"agent {key} ({agent.externalId}) was not removed: {exc.detail}")
@@ -104,13 +95,13 @@ async def _undo(
         try:
             if key in old_agents:
                 body = body_of(old_agents[key], context)
-                await _upsert(client, base, {**body, "agent_id": agent_id}, context)
+                await upsert_agent(client, base, {**body, "agent_id": agent_id}, context.credentials)
             else:  # made by an interrupted earlier attempt: not part of the old team
-                await _delete_agent(client, base, agent_id, context.credentials)
+                await delete_agent(client, base, agent_id, context.credentials)
         except PlatformError:
             pass
     for agent_id in reversed(created):
         try:
-            await _delete_agent(client, base, agent_id, context.credentials)
+            await delete_agent(client, base, agent_id, context.credentials)
         except PlatformError:
             pass
