@@ -47,7 +47,7 @@ from config.settings import Settings
 from plugins.tracing import sdk as tracing_sdk
 from svc.core import Store, Vault, is_api_key
 from svc.installs import InstallReads
-from svc.runs import newest
+from svc.runs import backfill_newest_runs
 from svc.subprocesses import EmbeddedMongo
 from svc.templates import backfill_install_counts
 from svc.wiring import build_services, dropped_spans
@@ -150,7 +150,7 @@ async def database(app: web.Application) -> AsyncIterator[None]:
         await store.ensure_indexes()
         # Records written before these structures existed (each a no-op once done).
         await backfill_install_counts(store, InstallReads(store))
-        await newest.backfill(store)
+        await backfill_newest_runs(store)
         app[STORE] = store
         yield
     finally:

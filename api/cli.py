@@ -21,7 +21,7 @@ from api.logs import configure_logging
 from config.settings import Settings, settings_or_exit
 from svc.core import ServiceError, Store, Vault
 from svc.identity import Accounts, public_user
-from svc.runs import run_stats
+from svc.runs import rebuild_run_stats
 from svc.subprocesses import EmbeddedMongo, NoDatabaseError, require_database
 from svc.wiring import build_services
 
@@ -168,7 +168,7 @@ async def command(args: argparse.Namespace, settings: Settings, store: Store) ->
         return await cli_keys.rotate(args, settings, store)
     if args.command == "runs":
         match = {"templateId": args.template} if args.template else {}
-        return {"buckets": await run_stats.rebuild(store, match)}
+        return {"buckets": await rebuild_run_stats(store, match)}
     if args.users_command in ("disable", "enable", "delete"):
         vault = Vault.from_settings(settings.secret_keys, settings.data_dir)
         services = build_services(settings, store, vault, runtime=None)

@@ -9,21 +9,36 @@ from aiohttp import web
 
 from plugins.manager import PluginError
 from plugins.types import PlatformError, ProviderError
-from svc.core import DATABASE_ERRORS, RuntimeFailure, errors
+from svc.core import (
+    DATABASE_ERRORS,
+    BadGateway,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Gone,
+    NotFound,
+    PaymentRequired,
+    RateLimited,
+    RuntimeFailure,
+    ServiceError,
+    Unauthorized,
+    Unavailable,
+    Unprocessable,
+)
 from svc.runtime import ProviderNotConfigured
 
-STATUS: dict[type[errors.ServiceError], int] = {
-    errors.BadRequest: 400,
-    errors.Unauthorized: 401,
-    errors.PaymentRequired: 402,
-    errors.Forbidden: 403,
-    errors.NotFound: 404,
-    errors.Conflict: 409,
-    errors.Gone: 410,
-    errors.Unprocessable: 422,
-    errors.RateLimited: 429,
-    errors.BadGateway: 502,
-    errors.Unavailable: 503,
+STATUS: dict[type[ServiceError], int] = {
+    BadRequest: 400,
+    Unauthorized: 401,
+    PaymentRequired: 402,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+    Gone: 410,
+    Unprocessable: 422,
+    RateLimited: 429,
+    BadGateway: 502,
+    Unavailable: 503,
 }
 
 HTTP_MESSAGES = {
@@ -60,7 +75,7 @@ RETRY_AFTER_S = 5
 
 def known_error(exc: BaseException) -> web.Response | None:
     """The response for any error this service expects, or None for a bug (a 500)."""
-    if isinstance(exc, errors.ServiceError):
+    if isinstance(exc, ServiceError):
         return from_service_error(exc)
     for cls, status, message in FOREIGN:
         if isinstance(exc, cls):
@@ -76,19 +91,19 @@ def event_error(exc: BaseException) -> str | None:
     """The message of an expected error, for an event stream that has already started."""
     if isinstance(exc, ProviderError):
         return f"Model provider error: {exc.detail}"
-    if isinstance(exc, errors.ServiceError):
+    if isinstance(exc, ServiceError):
         return exc.message
     if isinstance(exc, DATABASE_ERRORS):
         return DATABASE_UNAVAILABLE
     return None
 
 
-def status_of(exc: errors.ServiceError) -> int:
+def status_of(exc: ServiceError) -> int:
     """The HTTP status of a domain error (the nearest base class decides)."""
     return next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 400)
 
 
-def from_service_error(exc: errors.ServiceError) -> web.Response:
+def from_service_error(exc: ServiceError) -> web.Response:
     """Map a domain error to its response."""
     response = error_response(status_of(exc), exc.message, **exc.extra)
     # A rate limit's wait, or a heavy read that found no slot (api/heavy.py `Busy`).

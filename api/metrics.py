@@ -38,7 +38,7 @@ from actors.runtime import RayRuntime
 from api.context import SERVICES, SETTINGS
 from api.errors import error_response
 from config.settings import Settings
-from svc.core import Store, metric_counters, queued_mail
+from svc.core import Store, queued_mail, read_metrics
 from svc.runtime import queued_runs
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ class _Snapshot(Collector):
 
 async def deployment_families(store: Store, runtime: Any) -> list[Metric]:
     """The deployment-wide metrics: stored counters and histograms, and three live gauges."""
-    docs = await metric_counters.read_all(store)
+    docs = await read_metrics(store)
     families: list[Metric] = []
     for stored, (name, help_text) in STORED_COUNTERS.items():
         rows = [doc for doc in docs if doc.get("name") == stored]

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import percentile, running_service  # bench/harness.py
 
-from svc.core import Store, tokens, utcnow
-from svc.runs import run_stats
+from svc.core import Store, new_id, utcnow
+from svc.runs import rebuild_run_stats
 from svc.subprocesses.embedded_db import STATE_FILE, uri_for
 
 BATCH = 2_000
@@ -101,7 +101,7 @@ async def seed(store: Store, ids: dict[str, str], start: int, count: int) -> Non
         await store["pipeline_events"].insert_many(
             [
                 {
-                    "_id": tokens.new_id(),
+                    "_id": new_id(),
                     "installId": install,
                     "eventType": ("step_completed", "step_failed", "gate_triggered", "scheduler_run")[n % 4],
                     "stepKey": "lead",
@@ -114,7 +114,7 @@ async def seed(store: Store, ids: dict[str, str], start: int, count: int) -> Non
         await store["agent_runs"].insert_many(
             [
                 {
-                    "_id": tokens.new_id(),
+                    "_id": new_id(),
                     "installId": install,
                     "agentKey": "lead",
                     "runId": f"r{n}",
@@ -130,7 +130,7 @@ async def seed(store: Store, ids: dict[str, str], start: int, count: int) -> Non
         await store["security_requests"].insert_many(
             [
                 {
-                    "_id": tokens.new_id(),
+                    "_id": new_id(),
                     "installId": install,
                     "agentKey": "lead",
                     "agentName": "Lead",
@@ -155,7 +155,7 @@ async def seed(store: Store, ids: dict[str, str], start: int, count: int) -> Non
         await store["org_audit"].insert_many(
             [
                 {
-                    "_id": tokens.new_id(),
+                    "_id": new_id(),
                     "orgId": org,
                     "actorId": None,
                     "actorEmail": None,
@@ -169,7 +169,7 @@ async def seed(store: Store, ids: dict[str, str], start: int, count: int) -> Non
         await store["runs"].insert_many(
             [
                 {
-                    "_id": tokens.new_id(),
+                    "_id": new_id(),
                     "runId": f"seed-{n}",
                     "installId": install if n % 2 else "org-install",
                     "templateId": ids["template"],
@@ -190,7 +190,7 @@ async def seed(store: Store, ids: dict[str, str], start: int, count: int) -> Non
         await store.installs.insert_many(
             [
                 {
-                    "_id": tokens.new_id(),
+                    "_id": new_id(),
                     "templateId": "other",
                     "templateName": "Other",
                     "platform": "svc",
@@ -202,7 +202,7 @@ async def seed(store: Store, ids: dict[str, str], start: int, count: int) -> Non
                 for n in numbers
             ]
         )
-    await run_stats.rebuild(store, {"templateId": ids["template"]})
+    await rebuild_run_stats(store, {"templateId": ids["template"]})
 
 
 def routes(ids: dict[str, str]) -> list[tuple[str, str, str]]:

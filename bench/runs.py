@@ -29,7 +29,7 @@ import aiohttp
 from harness import percentile, running_service  # bench/harness.py
 
 from svc.core.store import Store
-from svc.runs import run_stats
+from svc.runs import rebuild_run_stats
 from svc.subprocesses.embedded_db import STATE_FILE, uri_for
 
 PLATFORMS = ("orchA", "orchB", "svc")
@@ -158,7 +158,7 @@ async def seed(store: Store, seeded: Seeded, runs: int) -> None:
 async def drop_runs_indexes(store: Store) -> list[str]:
     """Drop the runs and run_stats indexes except `_id` and the unique (installId, runId)."""
     dropped = []
-    for collection in ("runs", run_stats.COLLECTION):
+    for collection in ("runs", "run_stats"):
         for name, info in (await store[collection].index_information()).items():
             if name == "_id_" or info.get("unique"):
                 continue
@@ -193,7 +193,7 @@ async def bench(runs: int, requests: int) -> list[tuple[str, str, list[float]]]:
                 await seed(store, seeded, runs)
                 print(f"seeded {runs:,} runs in {time.perf_counter() - started:.1f} s")
                 started = time.perf_counter()
-                buckets = await run_stats.rebuild(store, {"templateId": seeded.template_id})
+                buckets = await rebuild_run_stats(store, {"templateId": seeded.template_id})
                 print(f"built {buckets:,} run counters in {time.perf_counter() - started:.1f} s")
                 for label, path in endpoints(seeded):
                     timings = await time_requests(session, service.base + path, seeded.key, requests)

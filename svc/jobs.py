@@ -25,7 +25,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
 from svc.billing import Charges
-from svc.core import Document, Mailer, Runtime, RuntimeFailure, StartRun, Store, aware, iso, tokens, utcnow
+from svc.core import Document, Mailer, Runtime, RuntimeFailure, StartRun, Store, aware, iso, new_id, utcnow
 from svc.installs import find_install
 from svc.runtime import (
     INTERRUPTED,
@@ -34,8 +34,13 @@ from svc.runtime import (
     STALLED,
     CallbackDelivery,
     InstallRunner,
-    ledger,
     next_fire,
+    note_run_handoff,
+    orphaned_runs,
+    owing_runs,
+    runtime_run,
+    stalled_runs,
+    waiting_runs,
 )
 
 if TYPE_CHECKING:
@@ -193,7 +198,7 @@ class Jobs:
     async def _billing(self, now: datetime) -> None:
         assert self.charges is not None
         doc = await self._ensure(BILLING, next_fire(self.billing_cron, "UTC", now))
-        token = tokens.new_id()
+        token = new_id()
         running = doc.get("running")
         if running is not None:
             if aware(running["leaseUntil"]) > now:
@@ -301,10 +306,10 @@ class RunSweeper:
     async def sweep(self, now: datetime) -> dict[str, int]:
         """One round; how many runs were woken, settled, paid, handed over again and expired."""
         counts = {"woken": 0, "settled": 0, "paid": 0, "handedOver": 0, "expired": 0}
-        orphans = await ledger.orphaned(self.store, now, ACTOR_GONE_AFTER, SWEEP_BATCH)
-        stalled = await ledger.stalled(self.store, now - self.stall, SWEEP_BATCH)
-        owing = await ledger.owing(self.store, OWED, now - OWED_GRACE, SWEEP_BATCH)
-        waiting = await ledger.waiting(self.store, now - timedelta(seconds=1), SWEEP_BATCH)
+        orphans = await orphaned_runs(self.store, now, ACTOR_GONE_AFTER, SWEEP_BATCH)
+        stalled = await stalled_runs(self.store, now - self.stall, SWEEP_BATCH)
+        owing = await owing_runs(self.store, OWED, now - OWED_GRACE, SWEEP_BATCH)
+        waiting = await waiting_runs(self.store, now - timedelta(seconds=1), SWEEP_BATCH)
         stalled_ids = {run["_id"] for run in stalled}
         await asyncio.gather(
             *(self._bounded(self._wake(run, counts)) for run in orphans if run["_id"] not in stalled_ids),
@@ -335,7 +340,7 @@ class RunSweeper:
             log.warning("orphaned run's install actor not started yet: %s", exc)
 
     async def _settle(self, run: Document, message: str, counts: dict[str, int]) -> None:
-        full = await ledger.get(self.store, run["_id"], heavy=True)
+        full = await runtime_run(self.store, run["_id"], heavy=True)
         if full is not None:
             counts["settled"] += await self.runner.settle_gone(full, message)
 
@@ -351,7 +356,7 @@ class RunSweeper:
         backoff = min(HANDOFF_FIRST_RETRY_S * 2**attempts, HANDOFF_MAX_BACKOFF_S)
         if aware(run["handoffAt"]) > now - timedelta(seconds=backoff):
             return
-        if not await ledger.note_handoff(self.store, run, now) or self.runtime is None:
+        if not await note_run_handoff(self.store, run, now) or self.runtime is None:
             return
         try:
             await self.runtime.submit(run["installId"], StartRun(run))

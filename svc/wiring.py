@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from config.settings import Settings
 from plugins.manager import PROVIDER_BUILTINS, Plugins
-from svc.core import Document, Mailer, Runtime, Store, Vault, metric_counters
+from svc.core import (
+    BufferedMetrics,
+    Document,
+    Mailer,
+    Runtime,
+    Store,
+    Vault,
+    counter_increment,
+    write_metrics,
+)
 from svc.runtime import LLM, CallbackDelivery, CrashPoints, InstallHost, InstallRunner, RunLimits, Settlement
 
 # Spend caps' admission (svc/billing/spend_caps.py): asked before a run is queued (the install), and
@@ -212,7 +221,7 @@ def build_services(
     upgrades = Upgrades(store, installs, mailer, governance)
     outreach = Outreach(store, installs)
     api_keys = ApiKeys(store, vault, key_cache, installs.deployer_may_reach)
-    llm = LLM(plugins, settings, partial(metric_counters.write, store))
+    llm = LLM(plugins, settings, partial(write_metrics, store))
     # MCP (issue 32): the catalogue, consent, approvals and test chats' connections.
     mcp = McpService(store, llm, settings.judge_model, settings.mcp_servers, settings.egress_allow_private)
     invitations = Invitations(store, org_access, audit, mailer, settings.base_url)
@@ -323,8 +332,8 @@ def dropped_spans(store: Store, process: str) -> Callable[[int], Coroutine[Any, 
     `svc_trace_spans_dropped_total{process}` in /metrics (tracing, #33)."""
 
     async def report(n: int) -> None:
-        dropped = metric_counters.increment("trace_spans_dropped", {"process": process}, n)
-        await metric_counters.write(store, [dropped])
+        dropped = counter_increment("trace_spans_dropped", {"process": process}, n)
+        await write_metrics(store, [dropped])
 
     return report
 
@@ -338,7 +347,7 @@ def build_host(settings: Settings, store: Store, vault: Vault, install_id: str) 
     plugins = Plugins(disabled=settings.disabled_plugins, builtins=PROVIDER_BUILTINS)
     mailer = Mailer(store, settings.smtp_url, settings.mail_from)
     callbacks = CallbackDelivery(store, vault, settings.egress_allow_private, settings.callback_max_attempts)
-    llm = LLM(plugins, settings, metric_counters.Buffered(store))  # metrics once a second, not per call
+    llm = LLM(plugins, settings, BufferedMetrics(store))  # metrics once a second, not per call
     # MCP (issue 32): tools of the team's MCP servers, connections pooled per actor.
     mcp = McpService(store, llm, settings.judge_model, settings.mcp_servers, settings.egress_allow_private)
     runner = install_runner(

@@ -103,6 +103,43 @@ def test_packages_are_reached_through_their_public_surface() -> None:
     assert offences == []
 
 
+def test_a_surface_names_operations_not_modules() -> None:
+    """A package exports functions and types, never one of its modules (`from svc.core import
+    tokens` then `tokens.new_id()`): what others use is named in `__all__`, one place to read."""
+    import importlib
+    import types
+
+    surfaces = {package: importlib.import_module(f"svc.{package}") for package in PACKAGES}
+
+    def is_module(package: str, name: str) -> bool:
+        # A name the surface does not bind is still found as a submodule by `from ... import`.
+        found = getattr(surfaces[package], name, None)
+        return isinstance(found, types.ModuleType) or (
+            found is None and (ROOT / "svc" / package / f"{name}.py").exists()
+        )
+
+    offences = [
+        f"svc.{package} exports the module {name}"
+        for package, surface in surfaces.items()
+        for name in surface.__all__
+        if is_module(package, name)
+    ]
+    for path in product_files():
+        mine = package_of(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
+                continue
+            parts = node.module.split(".")
+            if len(parts) != 2 or parts[0] != "svc" or parts[1] not in PACKAGES or parts[1] == mine:
+                continue
+            offences += [
+                f"{path.relative_to(ROOT)} imports the module {node.module}.{alias.name}"
+                for alias in node.names
+                if is_module(parts[1], alias.name)
+            ]
+    assert offences == []
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_each_surface_exports_exactly_its_all(package: str) -> None:
     """`__all__` is the public surface (httpx's habit): every name in it exists, and every name

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from config.settings import AppKey
-from svc.core import Forbidden, NotFound, TTLCache, Unauthorized, tokens, utcnow
+from svc.core import Forbidden, NotFound, TTLCache, Unauthorized, credential_digest, is_install_token, utcnow
 from svc.identity import Accounts, Credentials, Principal, require_unscoped
 from svc.installs import InstallReads
 from svc.orgs import OrgReads
@@ -39,18 +39,18 @@ async def creds(store: Any) -> Credentials:
     )
     await store.api_keys.insert_many(
         [
-            {"_id": "k-1", "keyHash": tokens.digest(PERSONAL), "userId": "u-1", "linkedInstallId": "i-0"},
-            {"_id": "k-org", "keyHash": tokens.digest(ORG_KEY), "orgId": "o-1", "userId": None},
-            {"_id": "k-scoped", "keyHash": tokens.digest(SCOPED), "userId": "u-1", "installId": "i-1"},
-            {"_id": "k-off", "keyHash": tokens.digest(GONE_USER), "userId": "u-off"},
+            {"_id": "k-1", "keyHash": credential_digest(PERSONAL), "userId": "u-1", "linkedInstallId": "i-0"},
+            {"_id": "k-org", "keyHash": credential_digest(ORG_KEY), "orgId": "o-1", "userId": None},
+            {"_id": "k-scoped", "keyHash": credential_digest(SCOPED), "userId": "u-1", "installId": "i-1"},
+            {"_id": "k-off", "keyHash": credential_digest(GONE_USER), "userId": "u-off"},
         ]
     )
-    await store.install_tokens.insert_one({"_id": tokens.digest(INSTALL_TOKEN), "installId": "i-1"})
+    await store.install_tokens.insert_one({"_id": credential_digest(INSTALL_TOKEN), "installId": "i-1"})
     await store.installs.insert_many(
         [
-            {"_id": "i-1", "webhookTokenHash": tokens.digest("hook-1")},
-            {"_id": "i-128", "webhookTokenHash": tokens.digest(WEBHOOK_128)},
-            {"_id": "i-129", "webhookTokenHash": tokens.digest(WEBHOOK_128 + "w")},
+            {"_id": "i-1", "webhookTokenHash": credential_digest("hook-1")},
+            {"_id": "i-128", "webhookTokenHash": credential_digest(WEBHOOK_128)},
+            {"_id": "i-129", "webhookTokenHash": credential_digest(WEBHOOK_128 + "w")},
         ]
     )
     app_keys = [
@@ -107,7 +107,7 @@ async def test_sessions(creds: Credentials, store: Any) -> None:
         await creds.from_session(off)
     old = "old-session"
     past = utcnow() - timedelta(minutes=1)
-    await store.sessions.insert_one({"_id": tokens.digest(old), "userId": "u-1", "expiresAt": past})
+    await store.sessions.insert_one({"_id": credential_digest(old), "userId": "u-1", "expiresAt": past})
     with pytest.raises(Unauthorized, match=r"^Session expired$"):
         await creds.from_session(old)
 
@@ -171,8 +171,8 @@ async def test_the_webhook_token_table(creds: Credentials, raw: str, expected: P
 
 async def test_install_tokens_are_hashed_and_revoked_per_install(creds: Credentials, store: Any) -> None:
     raw = await creds.issue_install_token("i-9")
-    assert tokens.is_install_token(raw)
-    stored = await store.install_tokens.find_one({"_id": tokens.digest(raw)})
+    assert is_install_token(raw)
+    stored = await store.install_tokens.find_one({"_id": credential_digest(raw)})
     assert stored is not None and stored["installId"] == "i-9" and stored["createdAt"] is not None
     assert await store.install_tokens.count_documents({"_id": raw}) == 0  # only the hash is kept
     assert await creds.from_install_token(raw) == Principal("install_token", install_id="i-9")

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from api.context import ROUTE_TABLE, SERVICES, principal
 from api.routing import AuthCode, Route
-from svc.core import tokens
+from svc.core import credential_digest
 from tests.fakes.stripe import API_KEY, WEBHOOK_SECRET
 from tests.support.accounts import app_store, bearer, create_key, own_origin, signup
 from tests.support.billing import start_fake_stripe
@@ -109,7 +109,7 @@ async def test_webhook_token_is_the_only_credential(walk_client, credentials, st
         assert response.status == 404
         assert await response.json() == {"error": "Webhook token not found"}
     await app_store(walk_client).installs.insert_one(
-        {"_id": "inst-9", "webhookTokenHash": tokens.digest("good-token-123")}
+        {"_id": "inst-9", "webhookTokenHash": credential_digest("good-token-123")}
     )
     response = await walk_client.post("/api/test/probe/webhook/good-token-123")
     assert response.status == 200

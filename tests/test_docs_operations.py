@@ -3,7 +3,7 @@ values exist, every metric is in the table with every label value the code write
 scrape configuration names the compose service.
 
 What the code emits is found, not listed by hand: the calls that count a deployment metric
-(`metric_counters.inc(store, "name", {labels})` and its siblings) are read from the source, each is
+(`count_metric(store, "name", {labels})` and its siblings) are read from the source, each is
 written once into the test's database, and the real scrape code (`deployment_families`, the
 HTTP registry) renders them in the exposition format, which is parsed back.
 """
@@ -25,12 +25,15 @@ from api.app import ROUTES, create_app
 from api.metrics import STORED_COUNTERS, STORED_HISTOGRAMS, HttpMetrics, _Snapshot, deployment_families
 from api.schemas.common import EventStream
 from config.settings import Settings
-from svc.core import metric_counters
+from svc.core import DURATION_BUCKETS, count_metric, observe_metric
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "operations.md"
 CODE_DIRS = ("svc", "actors", "api", "plugins")
 COUNTING = {"inc": 1, "observe": 1, "increment": 0, "observation": 0}  # the name's argument index
+# The same functions as other packages call them, through svc.core's surface.
+SURFACE = {"count_metric": "inc", "observe_metric": "observe", "counter_increment": "increment"}
+SURFACE["histogram_observation"] = "observation"
 MATCHER = re.compile(r'\s*([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
 
@@ -51,6 +54,19 @@ def constant_values(node: ast.expr) -> set[str]:
     return set()
 
 
+def counting_call(node: ast.AST) -> str | None:
+    """Which counting function a call is (`metric_counters.inc(...)` or `count_metric(...)`)."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Name):
+        return SURFACE.get(func.id)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        if func.value.id == "metric_counters" and func.attr in COUNTING:
+            return func.attr
+    return None
+
+
 @cache
 def counted_in_code() -> dict[str, Counted]:
     """Every deployment metric the code counts (stored name), from the calls in the source."""
@@ -58,20 +74,15 @@ def counted_in_code() -> dict[str, Counted]:
     for folder in CODE_DIRS:
         for path in (ROOT / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
-                if not (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Attribute)
-                    and isinstance(node.func.value, ast.Name)
-                    and node.func.value.id == "metric_counters"
-                    and node.func.attr in COUNTING
-                ):
+                kind = counting_call(node)
+                if kind is None:
                     continue
-                at = COUNTING[node.func.attr]
+                at = COUNTING[kind]
                 name, labels = node.args[at], node.args[at + 1]
                 assert isinstance(name, ast.Constant) and isinstance(labels, ast.Dict), (
                     f"{path}:{node.lineno}: count with a literal name and a literal label dict"
                 )
-                entry = found.setdefault(name.value, Counted(node.func.attr in ("observe", "observation")))
+                entry = found.setdefault(name.value, Counted(kind in ("observe", "observation")))
                 for key, value in zip(labels.keys, labels.values, strict=True):
                     assert isinstance(key, ast.Constant)
                     entry.labels[key.value] |= constant_values(value)
@@ -85,9 +96,9 @@ async def exposed(store) -> tuple[dict[str, set[str]], set[str]]:
     for stored, entry in counted_in_code().items():
         labels = {key: sorted(values)[0] if values else "x" for key, values in entry.labels.items()}
         if entry.histogram:
-            await metric_counters.observe(store, stored, labels, [1.0], metric_counters.DURATION_BUCKETS)
+            await observe_metric(store, stored, labels, [1.0], DURATION_BUCKETS)
         else:
-            await metric_counters.inc(store, stored, labels)
+            await count_metric(store, stored, labels)
     http = HttpMetrics()
     http.observe("GET", "/api/health", 429, 0.01)
     snapshot = CollectorRegistry()

@@ -12,7 +12,7 @@ from api.errors import known_error
 from api.routing import Route
 from plugins.manager import PluginError
 from plugins.types import PlatformError, ProviderError
-from svc.core import RuntimeFailure, errors
+from svc.core import Conflict, RuntimeFailure
 from svc.runtime import ProviderNotConfigured
 from tests.support.accounts import signup
 
@@ -130,7 +130,7 @@ async def test_lone_surrogates_and_deep_nesting_are_400(client, store):
         (RuntimeFailure("The install's worker could not be started"), 503, "could not be started"),
         (PluginError("no plugin answered svc_provision"), 503, "A platform driver is unavailable"),
         (ConnectionFailure("refused"), 503, "Database unavailable"),
-        (errors.Conflict("Install is already cancelled"), 409, "Install is already cancelled"),
+        (Conflict("Install is already cancelled"), 409, "Install is already cancelled"),
     ],
 )
 def test_one_table_maps_every_expected_error(error: Exception, status: int, message: str) -> None:

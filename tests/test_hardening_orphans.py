@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from api.context import SERVICES
-from svc.core import tokens, utcnow
+from svc.core import new_id, utcnow
 from svc.installs import CreateInstallBody
 from tests.support.accounts import app_store
 from tests.support.installs import orch_b_credentials, published_team, start_fake_orch_b
@@ -57,7 +57,7 @@ async def test_the_sweeper_removes_what_a_crashed_provisioning_left(make_client,
     # What a process killed mid-provisioning leaves: agents upstream, a pending install recording them.
     fake.agents["agent-1"] = {"agent_id": "agent-1", "name": "Lead"}
     fake.agents["agent-2"] = {"agent_id": "agent-2", "name": "Writer"}
-    install_id = tokens.new_id()
+    install_id = new_id()
     created = utcnow() - timedelta(hours=1)
     await store.installs.insert_one(
         {
@@ -75,7 +75,7 @@ async def test_the_sweeper_removes_what_a_crashed_provisioning_left(make_client,
         }
     )
     # A young pending install (provisioning right now) and a finished one are left alone.
-    young = tokens.new_id()
+    young = new_id()
     await store.installs.insert_one(
         {"_id": young, "platform": "orchB", "status": "pending", "createdAt": utcnow(), "upstreamCreated": []}
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from svc.core import tokens, utcnow
+from svc.core import credential_digest, new_api_key, new_id, utcnow
 from svc.orgs.access import MAX_LISTED
 from svc.orgs.org_keys import MAX_ORG_KEYS
 from tests.support.accounts import app_store
@@ -20,8 +20,8 @@ async def test_racing_org_key_creates_cannot_pass_the_cap(client):
     await store.api_keys.insert_many(
         [
             {
-                "_id": tokens.new_id(),
-                "keyHash": tokens.digest(tokens.new_api_key()),
+                "_id": new_id(),
+                "keyHash": credential_digest(new_api_key()),
                 "userId": None,
                 "orgId": team.org["id"],
                 "label": f"old-{i}",
@@ -56,7 +56,7 @@ async def test_racing_org_secret_creates_cannot_pass_the_cap(client):
     await store["org_secrets"].insert_many(
         [
             {
-                "_id": tokens.new_id(),
+                "_id": new_id(),
                 "orgId": team.org["id"],
                 "key": f"OLD_{i}",
                 "valueEncrypted": "x",

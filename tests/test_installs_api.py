@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from svc.core import tokens
+from svc.core import credential_digest
 from tests.fakes.orch_b import FakeOrchB
 from tests.support.accounts import bearer, create_key
 from tests.support.installs import (
@@ -183,7 +183,7 @@ async def test_managed_installs_summary_variables_and_secrets(make_client, store
     assert (item["lastRunAt"], item["nextRunAt"]) == (None, None)
     assert isinstance(item["webhookToken"], str) and item["webhookToken"]
     doc = await store.installs.find_one({"_id": install_id})
-    assert doc["webhookTokenHash"] == tokens.digest(item["webhookToken"])
+    assert doc["webhookTokenHash"] == credential_digest(item["webhookToken"])
     assert item["webhookToken"] not in json.dumps(doc, default=str)
     assert item["requiredVariables"] == VARIABLES
     assert item["currentVariables"] == {"company": "Acme"}
@@ -250,7 +250,7 @@ async def test_delete_svc_install_cancels_it_and_removes_its_tokens(make_client,
     assert "webhookTokenHash" not in doc and "webhookTokenEncrypted" not in doc
     assert token not in json.dumps(doc, default=str)
     assert await store.install_tokens.count_documents({"installId": install_id}) == 0
-    assert await store.installs.count_documents({"webhookTokenHash": tokens.digest(token)}) == 0
+    assert await store.installs.count_documents({"webhookTokenHash": credential_digest(token)}) == 0
     item = await summary(client, owner, install_id)
     assert (item["status"], item["webhookToken"]) == ("cancelled", None)
     (listed,) = await list_installs(client, key)

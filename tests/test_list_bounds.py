@@ -15,7 +15,7 @@ from typing import Any
 
 from pymongo import DESCENDING
 
-from svc.core import iso, tokens, utcnow
+from svc.core import iso, new_id, utcnow
 from svc.runtime import daily_step_counts
 from tests.support.accounts import signup
 from tests.support.installs import mine
@@ -39,7 +39,7 @@ def moments(now: datetime) -> list[datetime]:
 def event(install_id: str, at: datetime, n: int) -> dict[str, Any]:
     kind = "step_failed" if n % 3 == 0 else "step_completed"
     return {
-        "_id": tokens.new_id(),
+        "_id": new_id(),
         "installId": install_id,
         "eventType": kind,
         "stepKey": "lead",
@@ -70,7 +70,7 @@ async def test_feeds_answer_the_newest_records_exactly(make_client, aiohttp_serv
     )
     agent_runs = [
         {
-            "_id": tokens.new_id(),
+            "_id": new_id(),
             "installId": install_id,
             "agentKey": "lead",
             "runId": f"run-{n}",
@@ -85,7 +85,7 @@ async def test_feeds_answer_the_newest_records_exactly(make_client, aiohttp_serv
     await store["agent_runs"].insert_many(agent_runs)
     requests = [
         {
-            "_id": tokens.new_id(),
+            "_id": new_id(),
             "installId": install_id,
             "agentKey": "lead",
             "agentName": "Lead",
@@ -184,7 +184,7 @@ async def test_audit_log_pages_match_the_plain_query(make_client, aiohttp_server
     await store["org_audit"].insert_many(
         [
             {
-                "_id": tokens.new_id(),
+                "_id": new_id(),
                 "orgId": org["id"],
                 "actorId": None,
                 "actorEmail": None,
@@ -241,7 +241,7 @@ async def test_installs_mine_lists_the_callers_managed_installs_only(make_client
     now = utcnow()
 
     def copy(**fields: Any) -> dict[str, Any]:
-        return {**doc, "_id": tokens.new_id(), "webhookTokenHash": None, **fields}
+        return {**doc, "_id": new_id(), "webhookTokenHash": None, **fields}
 
     await store.installs.insert_many(
         [

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from svc.core import metric_counters
+import svc.core.metric_counters as metric_counters
 from svc.core.clock import aware, utcnow
 from svc.core.mailer import MAX_ATTEMPTS, Mailer, backoff
 from svc.jobs import Jobs

@@ -18,7 +18,7 @@ import time_machine
 
 from config.mcp_catalogue import McpCatalogueEntry
 from plugins.manager import PROVIDER_BUILTINS, Plugins
-from svc.core import metric_counters, utcnow
+from svc.core import utcnow, write_metrics
 from svc.core.store import Store
 from svc.mcp import Connection, Target
 from svc.runtime import LLM, McpService, McpToolbox
@@ -80,7 +80,7 @@ async def service_for(
     settings = Settings.from_env(
         {}, providers={"providerA": {"api_key": DEFAULT_KEY, "base_url": fake.url(llm_server)}}
     )
-    llm = LLM(Plugins(builtins=PROVIDER_BUILTINS), settings, partial(metric_counters.write, store))
+    llm = LLM(Plugins(builtins=PROVIDER_BUILTINS), settings, partial(write_metrics, store))
     return McpService(store, llm, "providerA:small", catalogue or {}, allow_private), fake
 
 

@@ -11,7 +11,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.metrics import open_to_network
 from config.settings import Settings
-from svc.core import metric_counters
+from svc.core import (
+    LAG_BUCKETS,
+    count_metric,
+    counter_increment,
+    histogram_observation,
+    observe_metric,
+    read_metrics,
+    write_metrics,
+)
 from tests.support.accounts import bearer
 from tests.support.cli import run_cli
 from tests.support.runtime import member, provider_settings, start_llm, start_target, svc_install
@@ -158,8 +166,8 @@ async def test_runs_tokens_blocks_and_judge_decisions_reach_the_scrape(make_clie
     assert value(samples, "svc_install_actors_active") >= 1
 
     # Stored counters and histograms from any process come out the same way.
-    await metric_counters.inc(store, "payment_failures", {"reason": "declined"})
-    await metric_counters.observe(store, "scheduler_lag_seconds", {}, [0.2, 3.0], metric_counters.LAG_BUCKETS)
+    await count_metric(store, "payment_failures", {"reason": "declined"})
+    await observe_metric(store, "scheduler_lag_seconds", {}, [0.2, 3.0], LAG_BUCKETS)
     samples = await scrape(client)
     assert value(samples, "svc_payment_failures_total", reason="declined") == 1
     assert value(samples, "svc_scheduler_lag_seconds_bucket", le="0.5") == 1
@@ -170,7 +178,7 @@ async def test_runs_tokens_blocks_and_judge_decisions_reach_the_scrape(make_clie
 async def test_counter_writes_racing_from_many_processes_lose_nothing(db_uri, store):
     # Each writer is its own client, as each actor and API process is: one bulk write per change
     # set, every label set's increments exact. (The embedded server applies upserts one at a
-    # time, so the retry of a lost first-insert race in `metric_counters.write` is reached on MongoDB
+    # time, so the retry of a lost first-insert race in `write_metrics` is reached on MongoDB
     # only.)
     from svc.core.store import Store
 
@@ -178,12 +186,12 @@ async def test_counter_writes_racing_from_many_processes_lose_nothing(db_uri, st
     try:
         await asyncio.gather(
             *(
-                metric_counters.write(
+                write_metrics(
                     writer,
                     [
-                        metric_counters.increment("races", {"kind": "a"}, 2),
-                        metric_counters.increment("races", {"kind": "b"}),
-                        metric_counters.observation("race_lag", {}, [0.2, 7.0], metric_counters.LAG_BUCKETS),
+                        counter_increment("races", {"kind": "a"}, 2),
+                        counter_increment("races", {"kind": "b"}),
+                        histogram_observation("race_lag", {}, [0.2, 7.0], LAG_BUCKETS),
                     ],
                 )
                 for writer in writers
@@ -193,6 +201,6 @@ async def test_counter_writes_racing_from_many_processes_lose_nothing(db_uri, st
     finally:
         for writer in writers:
             await writer.close()
-    docs = {doc["_id"]: doc for doc in await metric_counters.read_all(store)}
+    docs = {doc["_id"]: doc for doc in await read_metrics(store)}
     assert docs["races|kind=a"]["value"] == 80 and docs["races|kind=b"]["value"] == 40
     assert docs["race_lag|"]["count"] == 80 and docs["race_lag|"]["buckets"] == {"0": 40, "4": 40}

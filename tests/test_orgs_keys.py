@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from svc.core import tokens
+from svc.core import credential_digest, is_api_key
 from tests.support.accounts import app_store, bearer, create_key
 from tests.support.installs import list_installs, managed_install, mine, published_team
 from tests.support.orgs import ok, org_key, send, world
@@ -14,11 +14,11 @@ async def test_org_keys_are_shown_once_and_stored_as_a_hash(make_client):
     w = await world(client)
     created = await ok(await send(client, w.admin, "POST", f"{w.base}/keys", {"label": "deploy bot"}))
     assert set(created) == {"id", "key", "label", "createdAt"}
-    assert tokens.is_api_key(created["key"]) and created["label"] == "deploy bot"
+    assert is_api_key(created["key"]) and created["label"] == "deploy bot"
     listed = (await ok(await send(client, w.member, "GET", f"{w.base}/keys")))["keys"]
     assert listed == [{"id": created["id"], "label": "deploy bot", "createdAt": created["createdAt"]}]
     stored = await app_store(client).api_keys.find_one({"_id": created["id"]})
-    assert stored["keyHash"] == tokens.digest(created["key"]) and stored["orgId"] == w.org["id"]
+    assert stored["keyHash"] == credential_digest(created["key"]) and stored["orgId"] == w.org["id"]
     assert created["key"] not in str(stored) and "keyEncrypted" not in stored
     # The member's personal key list does not show org keys.
     personal = await ok(await send(client, w.member, "GET", "/api/auth/keys"))

@@ -15,12 +15,13 @@ import time_machine
 from aiohttp import web
 from ray.experimental import internal_kv
 
+import svc.runtime.ledger as ledger
 from actors import deployment
 from actors.runtime import NAMESPACE, actor_name
 from api.app import RUNTIME, SERVICES
 from svc.core import StartRun, utcnow
 from svc.jobs import Jobs
-from svc.runtime import CallbackDelivery, ledger
+from svc.runtime import CallbackDelivery
 from tests.fakes.smtp import SmtpSink
 from tests.support.runtime import callback_server, managed_client, member, svc_install, webhook_token
 from tests.support.waiting import wait_for, wait_status

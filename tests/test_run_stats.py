@@ -6,8 +6,9 @@ import itertools
 import random
 from datetime import UTC, datetime, timedelta
 
+import svc.runs.newest as newest
+import svc.runs.run_stats as run_stats
 from svc.installs import InstallReads
-from svc.runs import newest, run_stats
 from svc.runs.runs import Runs
 from svc.runtime import RuntimeReads
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from svc.runs import run_stats
+from svc.runs import rebuild_run_stats
 from svc.runs.run_analytics import RunsReport
 from tests.support.accounts import bearer
 from tests.support.runs import ingest, ingest_body, orch_a_install, paid_template, start_paperclip
@@ -51,7 +51,7 @@ async def seed_runs(store, template_id: str, rows: list[tuple[str, str | None, s
     if docs:
         await store["runs"].insert_many(docs)
         # Seeding bypasses Runs.add, so the hourly counters are rebuilt as an operator would.
-        await run_stats.rebuild(store, {"templateId": template_id})
+        await rebuild_run_stats(store, {"templateId": template_id})
     return [d["_id"] for d in docs]
 
 

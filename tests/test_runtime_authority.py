@@ -16,13 +16,13 @@ import ray
 import time_machine
 from ray.experimental import internal_kv
 
+import svc.runtime.ledger as ledger
 from actors import deployment
 from actors.install_actor import InstallActor
 from actors.runtime import NAMESPACE, actor_name
 from api.app import RUNTIME, SERVICES
 from svc.core import StartRun, utcnow
 from svc.jobs import ACTOR_GONE_AFTER, Jobs
-from svc.runtime import ledger
 from tests.support.runtime import callback_server, managed_client, member, svc_install, webhook_token
 from tests.support.waiting import wait_for, wait_status, wait_until
 

@@ -24,7 +24,7 @@ from api.schemas import (
     TimelinePage,
 )
 from api.timeline import timeline_response
-from svc.core import TimelineQuery, windows
+from svc.core import TimelineQuery, window_floor
 from svc.runtime import (
     BulkBody,
     ContinueBody,
@@ -57,7 +57,7 @@ async def events(request: web.Request) -> web.Response:
     """The install's last 100 pipeline events, newest first."""
     svc = services(request)
     install = await svc.installs.owned(principal(request), request.match_info["id"])
-    events = await Events(svc.store).latest(install["_id"], windows.floor_of(install))
+    events = await Events(svc.store).latest(install["_id"], window_floor(install))
     return web.json_response({"events": events})
 
 
@@ -74,7 +74,7 @@ async def list_agent_runs(request: web.Request, query: AgentRunsQuery) -> web.Re
     """The install's agent steps, newest first."""
     svc = services(request)
     install = await svc.installs.owned(principal(request), request.match_info["id"])
-    runs = await agent_runs(svc.store, install["_id"], query.limit, windows.floor_of(install))
+    runs = await agent_runs(svc.store, install["_id"], query.limit, window_floor(install))
     return web.json_response({"runs": runs})
 
 

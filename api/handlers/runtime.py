@@ -16,7 +16,7 @@ from api.schemas import (
     RuntimeTestReply,
     SecurityRequestList,
 )
-from svc.core import windows
+from svc.core import window_floor
 from svc.runtime import (
     HeartbeatBody,
     RunBody,
@@ -85,7 +85,7 @@ async def security_requests(request: web.Request) -> web.Response:
     """The install's last 200 outbound agent requests, newest first."""
     svc = services(request)
     install = await svc.installs.owned(principal(request), request.match_info["id"])
-    entries = await svc.security_log.latest(install["_id"], windows.floor_of(install))
+    entries = await svc.security_log.latest(install["_id"], window_floor(install))
     return web.json_response({"requests": entries})
 
 

@@ -12,7 +12,7 @@ from api.pages.base import PageTable, Viewer, done, form, render
 from api.pages.charts import bar_chart, rate_chart
 from api.pages.install_view import heading
 from svc.billing import BillingQuery
-from svc.core import ServiceError, windows
+from svc.core import ServiceError, window_floor
 
 routes = PageTable()
 USAGE_DAYS = 30
@@ -64,7 +64,7 @@ async def security_page(request: web.Request, viewer: Viewer) -> web.StreamRespo
     of GET /api/installs/:id/security/requests, from the same `SecurityLog.latest`."""
     svc = services(request)
     install = await svc.installs.owned(viewer.principal, request.match_info["id"])
-    entries = await svc.security_log.latest(install["_id"], windows.floor_of(install))
+    entries = await svc.security_log.latest(install["_id"], window_floor(install))
     filters = {name: request.query.get(name, "") for name in ("decision", "agent", "host")}
     shown = [
         e

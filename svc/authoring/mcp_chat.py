@@ -17,7 +17,7 @@ from typing import Any
 
 from plugins import tracing
 from plugins.types import ChatMessage
-from svc.core import tokens
+from svc.core import new_id
 from svc.runtime import LLM, McpService, McpToolbox
 
 Event = dict[str, Any]
@@ -35,7 +35,7 @@ async def mcp_chat(
 ) -> AsyncIterator[Event]:
     """The root agent's answer, calling its MCP tools on the way: `{toolCall}` per call, then the
     answer as one `{chunk}` and `{done: true}` (or `{error}`)."""
-    chat_id = tokens.new_id()
+    chat_id = new_id()
     run = service.run(
         scope_key=f"test-chat:{chat_id}",
         install_id="test-chat",

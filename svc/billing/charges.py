@@ -46,7 +46,7 @@ from svc.core import (
     RequestBody,
     Store,
     Timestamp,
-    metric_counters,
+    count_metric,
     utcnow,
 )
 from svc.identity import Principal
@@ -169,4 +169,4 @@ class Charges:
             {"$set": {**update, "updatedAt": utcnow()}},
         )
         if not succeeded and settled.modified_count:
-            await metric_counters.inc(self.store, "payment_failures", {"reason": "provider_event"})
+            await count_metric(self.store, "payment_failures", {"reason": "provider_event"})

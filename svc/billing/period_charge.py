@@ -34,9 +34,9 @@ from svc.core import (
     Timeline,
     Unavailable,
     aware,
+    count_metric,
     iso,
-    metric_counters,
-    tokens,
+    new_id,
     utcnow,
 )
 from svc.identity import find_user
@@ -118,7 +118,7 @@ class Charger:
             )
         except PaymentDeclined as exc:
             await self._attempt_failed(invoice, exc.message, exc.code)
-            await metric_counters.inc(self.store, "payment_failures", {"reason": "declined"})
+            await count_metric(self.store, "payment_failures", {"reason": "declined"})
             raise PaymentRequired(
                 f"The payment was declined: {exc.message}", code="payment_declined"
             ) from None
@@ -126,7 +126,7 @@ class Charger:
             # Refused before anything moved: the claim is released at once and the period stays
             # billable; the next call retries with attempt + 1 (a new key).
             await self._attempt_failed(invoice, str(exc), exc.code)
-            await metric_counters.inc(self.store, "payment_failures", {"reason": "refused"})
+            await count_metric(self.store, "payment_failures", {"reason": "refused"})
             if exc.busy:
                 raise Unavailable(f"{exc}; try again shortly") from None
             raise BadGateway(str(exc)) from None
@@ -193,12 +193,12 @@ class Charger:
         wait: bool,
     ) -> Document:
         """The period's invoice, claimed by this call, or already paid."""
-        claim = tokens.new_id()
+        claim = new_id()
         template = await find_template(self.store, install["templateId"]) or {}
         builder_user, account = await self._payee(template)
         fee, builder = split_fee(amount)
         doc: Document = {
-            "_id": f"inv_{tokens.new_id()}",
+            "_id": f"inv_{new_id()}",
             "installId": install["_id"],
             "templateId": install["templateId"],
             "builderUserId": builder_user,

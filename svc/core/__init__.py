@@ -3,7 +3,6 @@
 The processes the service starts beside itself (the embedded database, the reaper of a local Ray)
 are controlled from `svc.subprocesses`, not from here."""
 
-from svc.core import errors, metric_counters, tokens
 from svc.core.audit_timeline import KINDS, Kind, Timeline, TimelineQuery, actor_of
 from svc.core.audit_timeline import add_to as add_timeline_entry
 from svc.core.audit_timeline import entry as timeline_entry
@@ -28,6 +27,16 @@ from svc.core.errors import (
 from svc.core.exact_increment import add as increment_exactly
 from svc.core.leases import Lease
 from svc.core.mailer import Mailer, queued_mail
+from svc.core.metric_counters import DURATION_BUCKETS, LAG_BUCKETS
+from svc.core.metric_counters import Buffered as BufferedMetrics
+from svc.core.metric_counters import Change as MetricChange
+from svc.core.metric_counters import add_to as add_metrics
+from svc.core.metric_counters import inc as count_metric
+from svc.core.metric_counters import increment as counter_increment
+from svc.core.metric_counters import observation as histogram_observation
+from svc.core.metric_counters import observe as observe_metric
+from svc.core.metric_counters import read_all as read_metrics
+from svc.core.metric_counters import write as write_metrics
 from svc.core.models import RequestBody, Timestamp, describe
 from svc.core.ports import (
     Governance,
@@ -56,20 +65,33 @@ from svc.core.run_commands import (
 )
 from svc.core.store import DATABASE_ERRORS, DRIVER_LOGGER, Document, Store, owner_filter, projection
 from svc.core.text import DisplayName, DisplayText
-from svc.core.tokens import is_api_key
+from svc.core.tokens import digest as credential_digest
+from svc.core.tokens import (
+    is_api_key,
+    is_install_token,
+    new_api_key,
+    new_id,
+    new_install_token,
+    new_session_token,
+    new_webhook_token,
+)
 from svc.core.vault import Vault
+from svc.core.windows import floor_of as window_floor
 from svc.core.windows import newest as newest_in_windows
 
 __all__ = [
     "DATABASE_ERRORS",
     "DRIVER_LOGGER",
+    "DURATION_BUCKETS",
     "KINDS",
+    "LAG_BUCKETS",
     "REKEY_BATCH",
     "Accepted",
     "AskAgain",
     "BadGateway",
     "BadRequest",
     "Batch",
+    "BufferedMetrics",
     "Cancel",
     "Cancelled",
     "Conflict",
@@ -86,6 +108,7 @@ __all__ = [
     "Kind",
     "Lease",
     "Mailer",
+    "MetricChange",
     "NotFound",
     "OrgLookups",
     "PaymentLookups",
@@ -113,20 +136,32 @@ __all__ = [
     "WatchEvents",
     "Watched",
     "actor_of",
+    "add_metrics",
     "add_timeline_entry",
     "aware",
+    "count_metric",
+    "counter_increment",
+    "credential_digest",
     "describe",
-    "errors",
+    "histogram_observation",
     "increment_exactly",
     "is_api_key",
+    "is_install_token",
     "iso",
-    "metric_counters",
+    "new_api_key",
+    "new_id",
+    "new_install_token",
+    "new_session_token",
+    "new_webhook_token",
     "newest_in_windows",
+    "observe_metric",
     "owner_filter",
     "projection",
     "queued_mail",
+    "read_metrics",
     "rekey_summary",
     "timeline_entry",
-    "tokens",
     "utcnow",
+    "window_floor",
+    "write_metrics",
 ]

@@ -23,7 +23,7 @@ from svc.core import (
     RuntimeFailure,
     Store,
     Unprocessable,
-    tokens,
+    new_id,
     utcnow,
 )
 from svc.evals import budget
@@ -95,7 +95,7 @@ class SuiteRunner:
 
         results = await asyncio.gather(*(bounded(i, c) for i, c in enumerate(suite["cases"])))
         card = {
-            "_id": tokens.new_id(),
+            "_id": new_id(),
             "templateId": root,
             "recordId": record["_id"],
             "version": record["version"],

@@ -28,7 +28,9 @@ from svc.core import (
     TTLCache,
     Unauthorized,
     aware,
-    tokens,
+    credential_digest,
+    new_id,
+    new_session_token,
     utcnow,
 )
 from svc.identity import passwords
@@ -104,7 +106,7 @@ class Accounts:
             raise BadRequest("password: must be 8 to 1024 characters")
         password_hash = await asyncio.to_thread(passwords.hash_password, password)
         user = {
-            "_id": tokens.new_id(),
+            "_id": new_id(),
             "email": email,
             "name": (name or "").strip() or email.split("@", 1)[0],
             "passwordHash": password_hash,
@@ -137,12 +139,12 @@ class Accounts:
 
     async def start_session(self, user_id: str) -> str:
         """A new session for the user; returns the cookie value."""
-        token = tokens.new_session_token()
+        token = new_session_token()
         now = utcnow()
         expires = now + SESSION_LIFETIME
         await self.store.sessions.insert_one(
             {
-                "_id": tokens.digest(token),
+                "_id": credential_digest(token),
                 "userId": user_id,
                 "createdAt": now,
                 "expiresAt": expires,
@@ -153,13 +155,13 @@ class Accounts:
 
     async def end_session(self, token: str) -> None:
         """Delete the session server-side (no error if it is already gone)."""
-        session_id = tokens.digest(token)
+        session_id = credential_digest(token)
         self._sessions.revoke(session_id)
         await self.store.sessions.delete_one({"_id": session_id})
 
     async def session_user_id(self, token: str) -> str:
         """The user behind a cookie value; 401 `Not authenticated` or `Session expired`."""
-        session_id = tokens.digest(token)
+        session_id = credential_digest(token)
         cached = self._sessions.get(session_id)
         if cached is None:
             session = await self.store.sessions.find_one({"_id": session_id}, {"userId": 1, "expiresAt": 1})

@@ -20,7 +20,10 @@ from svc.core import (
     Store,
     TTLCache,
     Unauthorized,
-    tokens,
+    credential_digest,
+    is_api_key,
+    is_install_token,
+    new_install_token,
     utcnow,
 )
 from svc.identity.accounts import Accounts
@@ -76,13 +79,13 @@ class Credentials:
         self.accounts = accounts
         self.key_cache = key_cache
         # Compare digests, so every configured key costs the same to test.
-        self._app_keys = [(tokens.digest(k.key).encode(), k.install_id) for k in app_keys if k.key]
+        self._app_keys = [(credential_digest(k.key).encode(), k.install_id) for k in app_keys if k.key]
 
     async def from_api_key(self, raw: str) -> Principal:
         """A personal or org key (`svc_live_…`); 401 `Invalid API key` otherwise."""
-        if not tokens.is_api_key(raw):
+        if not is_api_key(raw):
             raise Unauthorized(INVALID_KEY)
-        key_hash = tokens.digest(raw)
+        key_hash = credential_digest(raw)
         cached = self.key_cache.get(key_hash)
         if cached is not None:
             return await self._live_owner(cached)
@@ -117,7 +120,7 @@ class Credentials:
 
     def from_app_key(self, raw: str) -> Principal:
         """An application key from APP_API_KEYS; 401 `Invalid API key` otherwise."""
-        presented = tokens.digest(raw).encode()
+        presented = credential_digest(raw).encode()
         found: Principal | None = None
         for expected, install_id in self._app_keys:
             if hmac.compare_digest(presented, expected) and found is None:
@@ -128,9 +131,9 @@ class Credentials:
 
     async def from_install_token(self, raw: str) -> Principal:
         """`svc_install_…` from the bearer header; 401 `Invalid install token` otherwise."""
-        if not tokens.is_install_token(raw):
+        if not is_install_token(raw):
             raise Unauthorized(INVALID_INSTALL_TOKEN)
-        doc = await self.store.install_tokens.find_one({"_id": tokens.digest(raw)})
+        doc = await self.store.install_tokens.find_one({"_id": credential_digest(raw)})
         if doc is None:
             raise Unauthorized(INVALID_INSTALL_TOKEN)
         return Principal(via="install_token", install_id=doc["installId"])
@@ -146,9 +149,9 @@ class Credentials:
 
     async def issue_install_token(self, install_id: str) -> str:
         """A new install token for ingest; only its hash is stored."""
-        raw = tokens.new_install_token()
+        raw = new_install_token()
         await self.store.install_tokens.insert_one(
-            {"_id": tokens.digest(raw), "installId": install_id, "createdAt": utcnow()}
+            {"_id": credential_digest(raw), "installId": install_id, "createdAt": utcnow()}
         )
         return raw
 

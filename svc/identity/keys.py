@@ -26,8 +26,10 @@ from svc.core import (
     TTLCache,
     Vault,
     actor_of,
+    credential_digest,
     iso,
-    tokens,
+    new_api_key,
+    new_id,
     utcnow,
 )
 
@@ -79,10 +81,10 @@ class ApiKeys:
         )
         if claimed is None:
             raise Conflict(f"Key limit reached ({MAX_KEYS_PER_USER} keys); delete one first")
-        raw = tokens.new_api_key()
+        raw = new_api_key()
         doc = {
-            "_id": tokens.new_id(),
-            "keyHash": tokens.digest(raw),
+            "_id": new_id(),
+            "keyHash": credential_digest(raw),
             "keyEncrypted": self.vault.encrypt(raw),
             "userId": user_id,
             "orgId": None,
@@ -141,10 +143,10 @@ class ApiKeys:
         slots = Slots(self.store["org_key_slots"])
         if not await slots.claim(org_id, cap, lambda: self.store.api_keys.count_documents({"orgId": org_id})):
             raise Conflict(f"Key limit reached ({cap} keys); revoke one first")
-        raw = tokens.new_api_key()
+        raw = new_api_key()
         doc: Document = {
-            "_id": tokens.new_id(),
-            "keyHash": tokens.digest(raw),
+            "_id": new_id(),
+            "keyHash": credential_digest(raw),
             "userId": None,
             "orgId": org_id,
             "label": label,

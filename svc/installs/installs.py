@@ -1,10 +1,9 @@
 """Installs: a template deployed onto a platform through its driver plugin.
 
-Creating an install validates every field against the platform (the plugin's
-`accepts` and credential fields, then its own checks), pins the template's
-current version, and provisions through the driver. Nothing is stored for an
-install whose provisioning failed: the driver undoes what it created upstream
-and the record and its install token are removed.
+Creating an install validates every field against the platform (the plugin's `accepts` and
+credential fields, then its own checks), pins the template's current version, and provisions
+through the driver. Nothing is stored for an install whose provisioning failed: the driver undoes
+what it created upstream and the record and its install token are removed.
 """
 
 from __future__ import annotations
@@ -46,8 +45,10 @@ from svc.core import (
     TimelineQuery,
     Vault,
     actor_of,
+    credential_digest,
     iso,
-    tokens,
+    new_id,
+    new_webhook_token,
     utcnow,
 )
 from svc.identity import Credentials, Principal, key_creator, require_unscoped
@@ -143,8 +144,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         install_secrets = check_secret_names(body.secrets or {})
         await check_payment_fields(self.payments, body)
         company_id = body.companyId
-        # A re-install into the same company (or, without companies, by the same owner) is pre-filled;
-        # a company created by this install starts empty.
+        # A re-install into the same company (or owner, without companies) is pre-filled, a new company not.
         if "companyName" not in fields:
             prefilled = await self.remembered.prefill(owner_of(principal), company_id, definition)
             install_secrets = {**prefilled, **install_secrets}
@@ -158,7 +158,7 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
         if await claim_install(self.store, template["_id"]) is None:
             await self._installable_template(principal, body.templateId)  # the answer it gives now
             raise Conflict("Template is no longer published")
-        install_id = tokens.new_id()
+        install_id = new_id()
         webhook_secret = random.token_urlsafe(24)
         now = utcnow()
         doc: Document = {
@@ -255,8 +255,8 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
             "updatedAt": utcnow(),
         }
         if platform.traits.managed:
-            webhook_token = tokens.new_webhook_token()
-            update["webhookTokenHash"] = tokens.digest(webhook_token)
+            webhook_token = new_webhook_token()
+            update["webhookTokenHash"] = credential_digest(webhook_token)
             update["webhookTokenEncrypted"] = self.vault.encrypt(webhook_token)
             await self.credentials.link_key(principal, install_id)
         if gated:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
 
-from svc.core import Document, Store, projection, tokens
+from svc.core import Document, Store, credential_digest, projection
 
 # An install that counts for its template (mailed about its changes, counted in its installs).
 ACTIVE_INSTALL: Document = {"status": {"$ne": "cancelled"}}
@@ -28,7 +28,7 @@ async def find_installs(store: Store, install_ids: Iterable[str], *fields: str) 
 
 async def webhook_install_id(store: Store, token: str) -> str | None:
     """The install whose webhook token this is, or None."""
-    doc = await store.installs.find_one({"webhookTokenHash": tokens.digest(token)}, {"_id": 1})
+    doc = await store.installs.find_one({"webhookTokenHash": credential_digest(token)}, {"_id": 1})
     return str(doc["_id"]) if doc is not None else None
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from pymongo import UpdateOne
 
-from svc.core import Document, Store, Vault, owner_filter, tokens, utcnow
+from svc.core import Document, Store, Vault, new_id, owner_filter, utcnow
 
 
 class RememberedSecrets:
@@ -34,7 +34,7 @@ class RememberedSecrets:
                 {**scope, "key": name},
                 {
                     "$set": {"valueEncrypted": self.vault.encrypt(value), "updatedAt": now},
-                    "$setOnInsert": {"_id": tokens.new_id(), "createdAt": now},
+                    "$setOnInsert": {"_id": new_id(), "createdAt": now},
                 },
                 upsert=True,
             )

@@ -19,7 +19,7 @@ from svc.core import (
     Store,
     Timeline,
     actor_of,
-    tokens,
+    new_id,
     utcnow,
 )
 from svc.identity import Principal, require_unscoped
@@ -177,7 +177,7 @@ class Upgrades(VersionMover):
     ) -> dict[str, Any]:
         """Hold the move until an owner or admin decides (the existing approval flow and mail)."""
         assert self.governance is not None and plan.approval_reason is not None
-        request_id = tokens.new_id()
+        request_id = new_id()
         pending = {
             "id": request_id,
             "fromVersion": install["templateVersion"],

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pymongo.errors import DuplicateKeyError
 
-from svc.core import Conflict, Document, NotFound, Store, iso, tokens, utcnow
+from svc.core import Conflict, Document, NotFound, Store, iso, new_id, utcnow
 
 COLLECTION = "mcp_approvals"
 REQUEST_TTL = timedelta(days=7)
@@ -101,7 +101,7 @@ class Approvals:
         digest = call.digest
         now = utcnow()
         doc: Document = {
-            "_id": tokens.new_id(),
+            "_id": new_id(),
             "openDigest": digest,
             "digest": digest,
             "status": "pending",

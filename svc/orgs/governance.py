@@ -9,7 +9,7 @@ from typing import Any
 
 from pymongo import DESCENDING, ReturnDocument
 
-from svc.core import BadRequest, Conflict, Document, Mailer, NotFound, Store, tokens, utcnow
+from svc.core import BadRequest, Conflict, Document, Mailer, NotFound, Store, new_id, utcnow
 from svc.identity import Principal, key_creator
 from svc.installs import Installs, Upgrades, find_install, org_install_ids
 from svc.orgs.access import MAX_LISTED, OrgAccess, is_pro
@@ -100,7 +100,7 @@ class Governance:
         upgrade: dict[str, Any] | None = None,
     ) -> str:
         doc = {
-            "_id": tokens.new_id(),
+            "_id": new_id(),
             "orgId": org["_id"],
             "installId": install_id,
             "templateId": template_id,

@@ -11,7 +11,21 @@ from typing import Any
 from pymongo import DESCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
-from svc.core import Conflict, Document, Forbidden, Gone, Mailer, NotFound, Store, aware, iso, tokens, utcnow
+from svc.core import (
+    Conflict,
+    Document,
+    Forbidden,
+    Gone,
+    Mailer,
+    NotFound,
+    Store,
+    aware,
+    credential_digest,
+    iso,
+    new_id,
+    new_session_token,
+    utcnow,
+)
 from svc.identity import normalise_email, user_id_by_email
 from svc.orgs.access import MAX_LISTED, OrgAccess, check_role
 from svc.orgs.bodies import InvitationBody
@@ -45,12 +59,12 @@ class Invitations:
         existing_id = await user_id_by_email(self.store, email)
         if existing_id is not None and await is_member(self.store, org["_id"], existing_id):
             raise Conflict("That person is already a member of this org")
-        raw = tokens.new_session_token()
+        raw = new_session_token()
         now = utcnow()
         expires = now + INVITATION_LIFETIME
         fields = {
             "role": role,
-            "tokenHash": tokens.digest(raw),
+            "tokenHash": credential_digest(raw),
             "invitedBy": user_id,
             "invitedByEmail": access.actor.email,
             "expiresAt": expires,
@@ -81,7 +95,7 @@ class Invitations:
             try:
                 return await self.store[collection].find_one_and_update(
                     key,
-                    {"$set": fields, "$setOnInsert": {"_id": tokens.new_id()}},
+                    {"$set": fields, "$setOnInsert": {"_id": new_id()}},
                     upsert=True,
                     return_document=ReturnDocument.AFTER,
                 )
@@ -117,7 +131,7 @@ class Invitations:
         if not token or len(token) > 128:
             raise NotFound("Invitation not found")
         invitations = self.store["org_invitations"]
-        doc = await invitations.find_one({"tokenHash": tokens.digest(token)})
+        doc = await invitations.find_one({"tokenHash": credential_digest(token)})
         if doc is None:
             raise NotFound("Invitation not found")
         if aware(doc["expiresAt"]) <= utcnow():
@@ -134,7 +148,7 @@ class Invitations:
         try:
             await self.store.org_members.insert_one(
                 {
-                    "_id": tokens.new_id(),
+                    "_id": new_id(),
                     "orgId": org["_id"],
                     "userId": user_id,
                     "role": claimed["role"],

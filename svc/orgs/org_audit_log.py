@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from svc.core import Document, Store, Timeline, Timestamp, actor_of, iso, newest_in_windows, tokens, utcnow
+from svc.core import Document, Store, Timeline, Timestamp, actor_of, iso, new_id, newest_in_windows, utcnow
 
 COLLECTION = "org_audit"
 MAX_PAGE = 10_000
@@ -53,7 +53,7 @@ class AuditLog:
         """Append one event."""
         await self.store[COLLECTION].insert_one(
             {
-                "_id": tokens.new_id(),
+                "_id": new_id(),
                 "orgId": org_id,
                 "actorId": actor.id,
                 "actorEmail": actor.email,

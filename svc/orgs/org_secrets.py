@@ -10,7 +10,7 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
-from svc.core import BadRequest, Conflict, Encrypted, NotFound, Slots, Store, Vault, iso, tokens, utcnow
+from svc.core import BadRequest, Conflict, Encrypted, NotFound, Slots, Store, Vault, iso, new_id, utcnow
 from svc.orgs.access import MAX_LISTED, OrgAccess
 from svc.orgs.bodies import SecretBody
 from svc.orgs.org_audit_log import AuditLog
@@ -75,7 +75,7 @@ class OrgSecrets:
                     {"orgId": org_id, "key": key},
                     {
                         "$set": {"valueEncrypted": self.vault.encrypt(body.value), "updatedAt": now},
-                        "$setOnInsert": {"_id": tokens.new_id(), "createdAt": now},
+                        "$setOnInsert": {"_id": new_id(), "createdAt": now},
                     },
                     upsert=True,
                 )

@@ -20,7 +20,7 @@ from svc.core import (
     Timeline,
     TimelineQuery,
     iso,
-    tokens,
+    new_id,
     utcnow,
 )
 from svc.identity import ApiKeys, find_users, normalise_email
@@ -86,7 +86,7 @@ class Orgs:
         base = slugify(body.name)
         now = utcnow()
         doc: Document = {
-            "_id": tokens.new_id(),
+            "_id": new_id(),
             "name": body.name,
             "plan": "free",
             "billingEmail": actor.email,
@@ -107,7 +107,7 @@ class Orgs:
             if attempt < SLUG_ATTEMPTS:
                 doc["slug"] = base if attempt == 0 else f"{base[: SLUG_MAX - 4]}-{attempt + 1}"
             else:
-                doc["slug"] = f"{base[: SLUG_MAX - 9]}-{tokens.new_id()[:8]}"
+                doc["slug"] = f"{base[: SLUG_MAX - 9]}-{new_id()[:8]}"
             try:
                 await self.store.orgs.insert_one(doc)
                 break
@@ -116,7 +116,7 @@ class Orgs:
         else:
             raise Conflict("Could not find a free slug for this name; try another name")
         await self.store.org_members.insert_one(
-            {"_id": tokens.new_id(), "orgId": doc["_id"], "userId": user_id, "role": "owner", "joinedAt": now}
+            {"_id": new_id(), "orgId": doc["_id"], "userId": user_id, "role": "owner", "joinedAt": now}
         )
         await self.audit.record(doc["_id"], "org.created", actor, {"name": doc["name"], "slug": doc["slug"]})
         return org_view(doc)

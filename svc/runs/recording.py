@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from pymongo.errors import BulkWriteError
 
-from svc.core import Batch, Document, Store, metric_counters
+from svc.core import Batch, Document, MetricChange, Store
 from svc.runs import run_metrics, run_stats
 
 DUPLICATE_KEY = 11000
@@ -56,7 +56,7 @@ def managed(batch: Batch, run: Document, tool_calls: tuple[int, int] = (0, 0)) -
     run_stats.count_once(batch, run, tool_calls)
 
 
-def metric_changes(runs: list[Document]) -> list[metric_counters.Change | None]:
+def metric_changes(runs: list[Document]) -> list[MetricChange | None]:
     """The run metrics of new records (see `run_metrics.recorded_many`), as counter changes."""
     return run_metrics.changes(runs)
 

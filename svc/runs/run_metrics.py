@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from svc.core import Document, Store, aware, metric_counters
+from svc.core import (
+    DURATION_BUCKETS,
+    Document,
+    MetricChange,
+    Store,
+    aware,
+    counter_increment,
+    histogram_observation,
+    write_metrics,
+)
 
 
 async def recorded(store: Store, run: Document) -> None:
@@ -18,10 +27,10 @@ async def recorded_many(store: Store, runs: list[Document]) -> None:
     One round trip for any number of runs: the counter of each (platform, status) and the
     duration histogram in one bulk write.
     """
-    await metric_counters.write(store, changes(runs))
+    await write_metrics(store, changes(runs))
 
 
-def changes(runs: list[Document]) -> list[metric_counters.Change | None]:
+def changes(runs: list[Document]) -> list[MetricChange | None]:
     """The counter changes of new run records. A managed (`svc`) run's record carries `startedAt`,
     when the install's actor began it (a run failed before it started has none); other
     platforms report finished runs with no start time."""
@@ -33,13 +42,13 @@ def changes(runs: list[Document]) -> list[metric_counters.Change | None]:
     ]
     return [
         *(
-            metric_counters.increment("runs", {"platform": platform, "status": status}, seen)
+            counter_increment("runs", {"platform": platform, "status": status}, seen)
             for (platform, status), seen in sorted(by_label.items())
         ),
-        metric_counters.observation(
+        histogram_observation(
             "run_duration_seconds",
             {"platform": "svc"},
             [s for s in seconds if s >= 0],
-            metric_counters.DURATION_BUCKETS,
+            DURATION_BUCKETS,
         ),
     ]

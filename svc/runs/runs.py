@@ -26,7 +26,7 @@ from svc.core import (
     RequestBody,
     RuntimeLookups,
     Store,
-    tokens,
+    new_id,
     utcnow,
 )
 from svc.runs import recording
@@ -114,7 +114,7 @@ def record_of(
     managed run (its duration in the metrics). `template_version`: the version the run ran (a
     managed run keeps the version it started on across an upgrade)."""
     return {
-        "_id": tokens.new_id(),
+        "_id": new_id(),
         "runId": run_id,
         "installId": install["_id"],
         "templateId": install["templateId"],
@@ -197,7 +197,7 @@ class Runs:
         `billable`: a failed run whose tokens are billed all the same (a managed run stopped by its
         per-run token cap: the spend caps issue bills its tokens as usage); completed runs always are.
         `started_at`: when the install's actor began a managed run (its duration in the metrics)."""
-        run_id = run_id or tokens.new_id()
+        run_id = run_id or new_id()
         doc = record_of(
             install,
             run_id=run_id,

@@ -1,7 +1,6 @@
 """The managed runtime: starting and executing runs, the run's journal and its settlement, the agent
 loop, pipelines and gates, schedules, access policies, the security log and pipeline events."""
 
-from svc.runtime import ledger
 from svc.runtime.agent_loop import RunScope, TeamRunner, root_agent
 from svc.runtime.callbacks import CallbackDelivery
 from svc.runtime.eval_runs import eval_run_of, is_eval_install, new_eval_run, recorded_journal
@@ -20,6 +19,12 @@ from svc.runtime.install_runner import (
     RunLimits,
 )
 from svc.runtime.journal import scratch
+from svc.runtime.ledger import get as runtime_run
+from svc.runtime.ledger import note_handoff as note_run_handoff
+from svc.runtime.ledger import orphaned as orphaned_runs
+from svc.runtime.ledger import owing as owing_runs
+from svc.runtime.ledger import stalled as stalled_runs
+from svc.runtime.ledger import waiting as waiting_runs
 from svc.runtime.llm import LLM, ProviderNotConfigured
 from svc.runtime.lookups import RuntimeReads, is_runtime_run, next_runs
 from svc.runtime.mcp_installs import McpApprovalDecisionBody, McpApprovalQuery, McpConsentBody, McpInstalls
@@ -118,10 +123,12 @@ __all__ = [
     "is_eval_install",
     "is_runtime_run",
     "leave_install",
-    "ledger",
     "new_eval_run",
     "next_fire",
     "next_runs",
+    "note_run_handoff",
+    "orphaned_runs",
+    "owing_runs",
     "queued_runs",
     "read_back",
     "read_back_mcp",
@@ -130,10 +137,13 @@ __all__ = [
     "register_spare",
     "release_spare",
     "root_agent",
+    "runtime_run",
     "scratch",
     "settled_event",
     "spare_counts",
     "spare_entry",
     "spare_names",
+    "stalled_runs",
+    "waiting_runs",
     "waiting_spares",
 ]

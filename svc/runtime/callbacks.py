@@ -34,7 +34,7 @@ import httpx
 
 from plugins import tracing
 from plugins.egress import EgressDenied, egress_client
-from svc.core import Batch, Conflict, Document, NotFound, Store, Vault, aware, iso, tokens, utcnow
+from svc.core import Batch, Conflict, Document, NotFound, Store, Vault, aware, iso, new_id, utcnow
 from svc.installs import find_install
 
 log = logging.getLogger(__name__)
@@ -220,7 +220,7 @@ class CallbackDelivery:
                     "windowStart": now,
                     "nextAttemptAt": now + LEASE,
                     "leasedUntil": now + LEASE,
-                    "lease": tokens.new_id(),
+                    "lease": new_id(),
                 }
             },
             return_document=True,
@@ -244,7 +244,7 @@ class CallbackDelivery:
         query = {**query, "$or": [{"leasedUntil": None}, {"leasedUntil": {"$lte": now}}]}
         return await self.store[COLLECTION].find_one_and_update(
             query,
-            {"$set": {"nextAttemptAt": now + LEASE, "leasedUntil": now + LEASE, "lease": tokens.new_id()}},
+            {"$set": {"nextAttemptAt": now + LEASE, "leasedUntil": now + LEASE, "lease": new_id()}},
             return_document=True,
         )
 

@@ -20,7 +20,7 @@ from bson import ObjectId
 from pymongo.errors import PyMongoError
 
 from plugins import tracing
-from svc.core import Document, Mailer, NotFound, OrgLookups, RunOutcome, Store, Vault, tokens, utcnow
+from svc.core import Document, Mailer, NotFound, OrgLookups, RunOutcome, Store, Vault, new_id, utcnow
 from svc.installs import find_install, run_definition
 from svc.runtime import ledger, run_traces
 from svc.runtime.agent_loop import CANCELLED, GateReached, RunScope, TeamRunner, root_agent
@@ -106,7 +106,7 @@ class InstallRunner:
         # MCP (issue 32): the tools of a team's MCP servers, connections pooled per actor.
         self.mcp = mcp
         # This runner's incarnation: every run it claims is stamped with it.
-        self.incarnation = tokens.new_id()
+        self.incarnation = new_id()
 
     # ---- one run --------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from typing import Any
 from pymongo.errors import DuplicateKeyError
 
 from plugins import tracing
-from svc.core import Batch, Document, RunOutcome, Store, tokens, utcnow
+from svc.core import Batch, Document, RunOutcome, Store, new_id, utcnow
 
 RUNS = "pipeline_runs"
 INCARNATIONS = "actor_incarnations"  # svc/runtime/incarnations.py (read by `orphaned`)
@@ -47,7 +47,7 @@ Journal = list[Document] | None  # a step's new journal entries
 def new_run(install_id: str, task: str, source: Source, **extra: Any) -> Document:
     """A queued run's document."""
     return {
-        "_id": tokens.new_id(),
+        "_id": new_id(),
         "installId": install_id,
         "status": "queued",
         "task": task,

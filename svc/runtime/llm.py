@@ -14,10 +14,10 @@ from plugins.types import (
     StreamChunk,
     ToolSpec,
 )
-from svc.core import metric_counters
+from svc.core import MetricChange, counter_increment
 
 # Where counter changes go (svc/core/metric_counters.py: `write` bound to a store, or `Buffered`).
-Count = Callable[[list[metric_counters.Change | None]], Awaitable[None]]
+Count = Callable[[list[MetricChange | None]], Awaitable[None]]
 
 DEFAULT_BASE_URLS = {
     "providerA": "https://api.anthropic.com",
@@ -84,7 +84,7 @@ class LLM:
         if self.count is not None:  # both kinds in one write
             await self.count(
                 [
-                    metric_counters.increment("llm_tokens", {"provider": provider, "kind": kind}, amount or 0)
+                    counter_increment("llm_tokens", {"provider": provider, "kind": kind}, amount or 0)
                     for kind, amount in (("input", response.input_tokens), ("output", response.output_tokens))
                 ]
             )

@@ -27,7 +27,7 @@ from typing import Any
 
 from plugins import tracing
 from plugins.types import ToolSpec
-from svc.core import metric_counters
+from svc.core import counter_increment, write_metrics
 from svc.mcp import CallIdentity, McpFailure, Target, ToolInfo, Unavailable, classify, tool_name
 from svc.runtime.mcp_policy import CompiledMcpPolicy, compile_mcp_policy, evaluate, listable
 from svc.runtime.mcp_run import Events, McpRun, Sink
@@ -336,13 +336,9 @@ class McpToolbox:
         if self.events is not None:
             self.events("tool_call", event)
         self.run.count(
-            metric_counters.write(
+            write_metrics(
                 self.run.service.store,
-                [
-                    metric_counters.increment(
-                        "mcp_tool_calls", {"verdict": verdict, "outcome": details["outcome"]}
-                    )
-                ],
+                [counter_increment("mcp_tool_calls", {"verdict": verdict, "outcome": details["outcome"]})],
             )
         )
         return ToolOutcome(output or reason or verdict, record, event, approval)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from svc.core import Store, iso, newest_in_windows, tokens, utcnow
+from svc.core import Store, iso, new_id, newest_in_windows, utcnow
 from svc.runtime import daily_step_counts
 
 EventType = Literal[
@@ -66,7 +66,7 @@ class Events:
         """The stored form of an event (also for batched writes; a writer that may send one twice,
         a run's settlement, names it by `event_id`)."""
         return {
-            "_id": event_id or tokens.new_id(),
+            "_id": event_id or new_id(),
             "installId": install_id,
             "eventType": event_type,
             "stepKey": step_key,

@@ -20,14 +20,7 @@ from typing import Any, Literal
 
 from pymongo import ReturnDocument
 
-from svc.core import (
-    Document,
-    Mailer,
-    Store,
-    increment_exactly,
-    tokens,
-    utcnow,
-)
+from svc.core import Document, Mailer, Store, increment_exactly, new_id, utcnow
 from svc.runtime.agent_loop import GateReached, RunScope, TeamRunner
 from svc.runtime.steps import AgentStep, TeamResult, agent_entry
 
@@ -158,7 +151,7 @@ class PipelineExecutor:
         for raw in data.get("targets") or []:
             if not isinstance(raw, dict) or not (raw.get("githubHandle") or raw.get("email")):
                 continue
-            new_target = tokens.new_id()
+            new_target = new_id()
             handles[str(raw.get("githubHandle") or raw.get("email"))] = new_target
             await self.store["targets"].insert_one(
                 {

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from svc.core import Document, Store, iso, windows
+from svc.core import Document, Store, iso, newest_in_windows, window_floor
 from svc.runtime.ledger import HEAVY, RUNS
 
 NEWEST_MAX = 50
@@ -58,11 +58,11 @@ def run_row(doc: Document) -> dict[str, Any]:
 async def newest_runs(store: Store, install: Document, limit: int) -> list[dict[str, Any]]:
     """The install's newest `limit` runs (at most NEWEST_MAX), newest first (time, then id)."""
     count = min(limit, NEWEST_MAX)
-    docs = await windows.newest(
+    docs = await newest_in_windows(
         store[RUNS],
         {"installId": install["_id"]},
         count,
-        floor=windows.floor_of(install),
+        floor=window_floor(install),
         projection=LIST_PROJECTION,
         # The span remembered per count: the badge's newest run must not start from the span
         # the table's 50 took (nor the table from the badge's).

@@ -27,6 +27,7 @@ from pymongo import ReturnDocument
 
 from plugins import tracing
 from svc.core import (
+    LAG_BUCKETS,
     BadRequest,
     Batch,
     Conflict,
@@ -41,8 +42,8 @@ from svc.core import (
     actor_of,
     aware,
     iso,
-    metric_counters,
-    tokens,
+    new_id,
+    observe_metric,
     utcnow,
 )
 from svc.identity import Principal
@@ -321,9 +322,7 @@ class SchedulerCore:
             claimed = await self._claim(due, now)
             fired += len(claimed)
             lags = [max(0.0, (now - aware(due_at)).total_seconds()) for _, due_at in claimed]
-            await metric_counters.observe(
-                self.store, "scheduler_lag_seconds", {}, lags, metric_counters.LAG_BUCKETS
-            )
+            await observe_metric(self.store, "scheduler_lag_seconds", {}, lags, LAG_BUCKETS)
             await self._fire(claimed, now)
         await self._start_queued()
         return fired
@@ -334,7 +333,7 @@ class SchedulerCore:
         The filter names the due time, so a fire another scheduler moved on is not claimed
         again; the claim token then tells which documents this tick claimed.
         """
-        token = tokens.new_id()
+        token = new_id()
         groups: dict[tuple[datetime, str, str, int], list[str]] = {}
         for schedule in due:
             key = (

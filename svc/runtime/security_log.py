@@ -14,10 +14,11 @@ from typing import Any, Literal
 from svc.core import (
     Batch,
     Document,
+    MetricChange,
     Store,
     add_timeline_entry,
+    counter_increment,
     iso,
-    metric_counters,
     newest_in_windows,
     timeline_entry,
     utcnow,
@@ -55,24 +56,24 @@ class RequestRecord:
     reportOnly: bool = False
 
 
-def decision_changes(entry: Document) -> list[metric_counters.Change | None]:
+def decision_changes(entry: Document) -> list[MetricChange | None]:
     """Judge decisions and blocked requests, for GET /metrics (docs/operations.md).
 
     A policy in report mode blocks nothing: its judge verdicts count, its would-be blocks do not.
     """
     judge_blocked = entry.get("reason") == JUDGE_BLOCKED
-    changes: list[metric_counters.Change | None] = []
+    changes: list[MetricChange | None] = []
     if entry.get("decisionSource") == "judge":
         verdict = "block" if judge_blocked else "allow"
-        changes.append(metric_counters.increment("judge_decisions", {"decision": verdict}))
+        changes.append(counter_increment("judge_decisions", {"decision": verdict}))
     if entry.get("reportOnly"):
         return changes
     if judge_blocked:
-        changes.append(metric_counters.increment("egress_blocks", {"by": "judge"}))
+        changes.append(counter_increment("egress_blocks", {"by": "judge"}))
     elif (entry.get("reason") or "").startswith(GUARD_PREFIX):
-        changes.append(metric_counters.increment("egress_blocks", {"by": "guard"}))
+        changes.append(counter_increment("egress_blocks", {"by": "guard"}))
     elif entry.get("decision") == "BLOCK":
-        changes.append(metric_counters.increment("egress_blocks", {"by": "policy"}))
+        changes.append(counter_increment("egress_blocks", {"by": "policy"}))
     return changes
 
 

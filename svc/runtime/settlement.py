@@ -34,7 +34,7 @@ from typing import Any, cast
 from pymongo.errors import ClientBulkWriteException
 
 from plugins import tracing
-from svc.core import Batch, Document, Store, aware, metric_counters, utcnow
+from svc.core import Batch, Document, Store, add_metrics, aware, utcnow
 from svc.installs import find_install, note_last_run
 from svc.runs import record_managed, record_of, run_metric_changes
 from svc.runtime import ledger, security_log
@@ -173,7 +173,7 @@ class Settlement:
             if RECORD in owed and run["status"] in ledger.SETTLED:
                 record = self._record(run, install)
                 record_managed(batch, record, tool_counts(run))
-                metric_counters.add_to(tail, run_metric_changes([record]))
+                add_metrics(tail, run_metric_changes([record]))
             if LAST_RUN in owed and run.get("endedAt") is not None:
                 note_last_run(batch, install["_id"], run["endedAt"])
             if CALLBACK in owed and run.get("callbackUrl"):
@@ -231,7 +231,7 @@ class Settlement:
                 security_log.add_to(
                     batch, entry["security"], entry["securityId"], entry["timelineId"], entry["at"]
                 )
-                metric_counters.add_to(tail, security_log.decision_changes(entry["security"]))
+                add_metrics(tail, security_log.decision_changes(entry["security"]))
         if run.get("endEvent"):  # settled from outside its steps (cancelled while queued, interrupted)
             event = self.events.document(
                 install_id,

@@ -25,7 +25,7 @@ from typing import Any
 from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
-from svc.core import Conflict, Document, InstallLookups, NotFound, OrgLookups, Store, aware, tokens, utcnow
+from svc.core import Conflict, Document, InstallLookups, NotFound, OrgLookups, Store, aware, new_id, utcnow
 from svc.templates.resources import MERGED_FIELDS
 from svc.templates.versioning import FIRST_SEMVER
 
@@ -129,7 +129,7 @@ async def open_version_draft(store: Store, parent: Document, definition: dict[st
     no draft): of concurrent new-version and rollback calls one wins, and a delete, which
     needs the slot empty, cannot interleave (docs/consistency.md).
     """
-    draft_id = tokens.new_id()
+    draft_id = new_id()
     now = utcnow()
     claim = {"_id": parent["_id"], "status": "published", "version": parent["version"], DRAFT_GUARD: None}
     taking = {"$set": {DRAFT_GUARD: draft_id, DRAFT_GUARD_AT: now}}

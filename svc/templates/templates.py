@@ -28,7 +28,7 @@ from svc.core import (
     OrgLookups,
     Store,
     Unprocessable,
-    tokens,
+    new_id,
     utcnow,
 )
 from svc.identity import Principal, require_unscoped, user_emails
@@ -123,7 +123,7 @@ class Templates(TemplateReading):
         check_definition(body.definition)
         now = utcnow()
         doc = {
-            "_id": tokens.new_id(),
+            "_id": new_id(),
             "kind": "template",
             "slug": body.slug,
             "name": body.name,
@@ -360,7 +360,7 @@ class Templates(TemplateReading):
             raise Forbidden("This template cannot be forked")
         now = utcnow()
         doc = {
-            "_id": tokens.new_id(),
+            "_id": new_id(),
             "kind": "template",
             "name": original["name"],
             "description": original["description"],
