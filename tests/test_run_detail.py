@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import asdict
 from datetime import UTC, datetime
 
-from api.schemas.run_watch import RunDetailReply
+from api.schemas.run_watch import RunDetailReply, RunSecurityEntry
+from api.schemas.runtime import SecurityRequest
+from svc.runtime import RUN_SECURITY_FIELDS, SECURITY_FIELDS, McpCallRecord
+from svc.runtime.run_detail import security_entry
 from tests.support.accounts import bearer, create_key, signup
 from tests.support.installs import install_ok
 from tests.support.runs import TEAM, ingest, ingest_body, orch_a_install, start_paperclip
@@ -212,3 +216,39 @@ async def test_the_callback_delivery_record_is_shown_and_its_url_only_to_the_dep
     }
     seen = await detail(client, builder_key, install_id, run_id)
     assert seen["callback"] == {**body["callback"], "url": None}
+
+
+def test_every_reader_of_the_security_log_follows_its_one_definition():
+    """The entry's fields are defined once (svc/runtime/security_log.py): the install's log, the
+    run detail and both response models follow it, an approval (MCP) included."""
+    record = McpCallRecord(
+        installId="i-1",
+        agentKey="lead",
+        agentName="Lead",
+        runId="r-1",
+        method="MCP",
+        url="mcp://docs/search",
+        hostname="docs",
+        path="/search",
+        decision="ALLOW",
+        decisionSource="approval",
+        reason=None,
+        judgeReasoning=None,
+        judgeConfidence=None,
+        statusCode=200,
+        latencyMs=12,
+        mcp={"server": "docs", "tool": "search", "verdict": "approved"},
+    )
+    at = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+    shown = security_entry({"securityId": "s-1", "at": at, "security": asdict(record)})
+    assert list(shown) == ["id", *RUN_SECURITY_FIELDS, "createdAt"]
+    assert list(RunSecurityEntry.model_fields) == list(shown)
+    assert RunSecurityEntry.model_validate(shown).model_dump()["decisionSource"] == "approval"
+    stored = {k: v for k, v in asdict(record).items() if k != "installId"}
+    assert list(SecurityRequest.model_fields) == ["id", *SECURITY_FIELDS, "createdAt"]
+    SecurityRequest.model_validate({"id": "s-1", **stored, "createdAt": shown["createdAt"]})
+    # An HTTP request's entry has no MCP fields: the models take it as it is stored.
+    http = {k: v for k, v in stored.items() if k not in ("kind", "mcp")}
+    SecurityRequest.model_validate(
+        {"id": "s-2", **http, "decisionSource": "rule", "createdAt": shown["createdAt"]}
+    )

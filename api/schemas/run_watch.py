@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from api.schemas.common import EventStream, Reply, Timestamp
+from api.schemas.runtime import security_entry_model
+from svc.runtime import RUN_SECURITY_FIELDS
 
 RunStatus = Literal["queued", "starting", "running", "paused", "completed", "failed", "cancelled"]
 
@@ -34,25 +36,15 @@ class AgentTokens(BaseModel):
     outputTokens: int | None
 
 
-class RunSecurityEntry(BaseModel):
-    """An outbound request the run made, with the access policy's decision (oldest first)."""
-
-    id: str
-    agentKey: str
-    agentName: str | None
-    method: str
-    url: str = Field(description="as the agent wrote it, secrets as ${NAME}")
-    hostname: str
-    path: str
-    decision: Literal["ALLOW", "BLOCK", "JUDGE", "PASSTHROUGH"]
-    decisionSource: Literal["rule", "default", "judge"] | None
-    reason: str | None
-    judgeReasoning: str | None
-    judgeConfidence: float | None
-    statusCode: int | None
-    latencyMs: int | None
-    reportOnly: bool | None
-    createdAt: Timestamp
+# An entry of the run's security log, oldest first: the install log's entry without the run's id.
+if TYPE_CHECKING:
+    RunSecurityEntry = BaseModel
+else:
+    RunSecurityEntry = security_entry_model(
+        "RunSecurityEntry",
+        "An outbound request the run made, with the access policy's decision (oldest first).",
+        RUN_SECURITY_FIELDS,
+    )
 
 
 class RunCost(BaseModel):

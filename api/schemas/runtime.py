@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import dataclasses
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from api.schemas.common import Reply, Timestamp
+from svc.runtime import SECURITY_FIELDS, McpCallRecord
 
 
 class RunOutcome(Reply):
@@ -54,29 +56,34 @@ class RuntimeTestReply(Reply):
     response: str | None
 
 
-class SecurityRequest(BaseModel):
-    """One outbound request of an agent, with the access policy's decision."""
+def security_entry_model(name: str, doc: str, shown: tuple[str, ...]) -> type[BaseModel]:
+    """A response model of security-log entries: the entry's id, the fields `shown` as
+    svc/runtime/security_log.py defines them (`McpCallRecord`: a field with a default may be
+    missing from an entry, so it may be null), and its time. A new field needs no edit here."""
+    types = get_type_hints(McpCallRecord)
+    spec: dict[str, Any] = {"id": (str, ...)}
+    for item in dataclasses.fields(McpCallRecord):
+        if item.name not in shown:
+            continue
+        about = item.metadata.get("about")
+        if item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING:
+            spec[item.name] = (types[item.name], Field(description=about))
+        else:
+            spec[item.name] = (types[item.name] | None, Field(default=None, description=about))
+    spec["createdAt"] = (Timestamp, ...)
+    return create_model(name, __doc__=doc, **spec)
 
-    id: str
-    agentKey: str
-    agentName: str
-    runId: str
-    method: str
-    url: str
-    hostname: str
-    path: str
-    decision: Literal["ALLOW", "BLOCK", "JUDGE", "PASSTHROUGH"]
-    decisionSource: Literal["rule", "default", "judge", "approval"] | None
-    reason: str | None
-    judgeReasoning: str | None
-    judgeConfidence: float | None = Field(description="0 to 1 when judged")
-    statusCode: int | None = Field(description="null when blocked")
-    latencyMs: int
-    createdAt: Timestamp
-    # MCP tool calls (docs/mcp.md): method MCP, url mcp://<server>/<tool>, and the call's details.
-    kind: Literal["mcp"] | None = None
-    mcp: dict[str, Any] | None = Field(
-        default=None, description="server, tool, arguments (masked), verdict, outcome, durationMs"
+
+# Built from the one definition of an entry; mypy sees a plain model (a class made at run time is
+# not a type to it).
+if TYPE_CHECKING:
+    SecurityRequest = BaseModel
+else:
+    SecurityRequest = security_entry_model(
+        "SecurityRequest",
+        "One outbound request of an agent (an HTTP request or an MCP tool call, docs/mcp.md), with the "
+        "access policy's decision.",
+        SECURITY_FIELDS,
     )
 
 

@@ -58,7 +58,9 @@ from svc.runtime.schedules import (
     check_timezone,
     next_fire,
 )
-from svc.runtime.security_log import SecurityLog
+from svc.runtime.security_log import ENTRY_FIELDS as SECURITY_FIELDS
+from svc.runtime.security_log import RUN_ENTRY_FIELDS as RUN_SECURITY_FIELDS
+from svc.runtime.security_log import McpCallRecord, SecurityLog
 from svc.runtime.settlement import OWED, Settlement
 
 __all__ = [
@@ -70,6 +72,8 @@ __all__ = [
     "NOT_STARTED",
     "OWED",
     "RUNTIME_FAILURES",
+    "RUN_SECURITY_FIELDS",
+    "SECURITY_FIELDS",
     "STALLED",
     "TERMINAL",
     "Admission",
@@ -85,6 +89,7 @@ __all__ = [
     "InstallRunner",
     "McpApprovalDecisionBody",
     "McpApprovalQuery",
+    "McpCallRecord",
     "McpConsentBody",
     "McpInstalls",
     "McpRun",

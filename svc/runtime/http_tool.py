@@ -30,15 +30,20 @@ from plugins import tracing
 from plugins.egress import EgressDenied, egress_client
 from plugins.types import ChatMessage, ProviderError, ToolSpec
 from svc.runtime.llm import LLM
-from svc.runtime.policy import CompiledPolicy, Verdict, compile_policy, evaluate
-from svc.runtime.security_log import RequestRecord
+from svc.runtime.policy import Action, CompiledPolicy, Verdict, compile_policy, evaluate
+from svc.runtime.security_log import Decision, DecisionSource, RequestRecord
 
 MAX_BODY_CHARS = 8_000
 MAX_BODY_BYTES = 1_000_000
 HTTP_TIMEOUT_S = 30.0
 JUDGE_TIMEOUT_S = 20.0
 SECRET_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-DECISIONS = {"allow": "ALLOW", "deny": "BLOCK", "judge": "JUDGE", "passthrough": "PASSTHROUGH"}
+DECISIONS: dict[Action, Decision] = {
+    "allow": "ALLOW",
+    "deny": "BLOCK",
+    "judge": "JUDGE",
+    "passthrough": "PASSTHROUGH",
+}
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 # Sending one of these twice has the effect of sending it once (RFC 9110), so one that was in
 # flight when its actor died is simply sent again; the others wait for a person, or carry a key.
@@ -166,11 +171,15 @@ class HttpTool:
         verdict = self.verdict(request)
         decision = DECISIONS[verdict.action]
         judge: tuple[str | None, float | None] = (None, None)
-        source: str | None = verdict.source
+        source: DecisionSource | None = verdict.source
         reason = verdict.reason
 
         def record(
-            decision: str, source: str | None, reason: str | None, status: int | None, report: bool = False
+            decision: Decision,
+            source: DecisionSource | None,
+            reason: str | None,
+            status: int | None,
+            report: bool = False,
         ) -> RequestRecord:
             return RequestRecord(
                 installId=self.install_id,
@@ -181,8 +190,8 @@ class HttpTool:
                 url=request.url,
                 hostname=parts.hostname or "",
                 path=parts.path or "/",
-                decision=decision,  # type: ignore[arg-type]
-                decisionSource=source,  # type: ignore[arg-type]
+                decision=decision,
+                decisionSource=source,
                 reason=reason,
                 judgeReasoning=judge[0],
                 judgeConfidence=judge[1],

@@ -1,23 +1,24 @@
 """What an MCP tool call leaves behind: the model's text, the security-log entry, the run's event,
 the judge's question; arguments with secrets masked and large values cut.
 
-The security-log entry is the spec's resource (`RequestRecord`) with the MCP call in it: `method`
-is `MCP`, `url` is `mcp://<server>/<tool>`, `hostname` the server and `path` `/<tool>`, so every
-reader of the log (the console, the run detail, the timeline) shows it beside HTTP requests;
-`kind: "mcp"` and `mcp` (server, tool, arguments, verdict, outcome, error, duration, approval)
-carry the rest. `decision` keeps the spec's four values; the MCP verdict says more: allowed,
-denied, judged, approved, rejected, approval_required, reported, quarantined, unavailable.
+The security-log entry is the spec's resource with the MCP call in it (`McpCallRecord`,
+svc/runtime/security_log.py): `method` is `MCP`, `url` is `mcp://<server>/<tool>`, `hostname` the
+server and `path` `/<tool>`, so every reader of the log (the console, the run detail, the
+timeline) shows it beside HTTP requests; `kind: "mcp"` and `mcp` (server, tool, arguments,
+verdict, outcome, error, duration, approval) carry the rest. `decision` keeps the spec's four
+values; the MCP verdict says more: allowed, denied, judged, approved, rejected,
+approval_required, reported, quarantined, unavailable.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from plugins.types import ChatMessage, ProviderError
 from svc.runtime.llm import LLM
-from svc.runtime.security_log import RequestRecord
+from svc.runtime.security_log import McpCallRecord
 
 MAX_OUTPUT_CHARS = 8_000
 MAX_VALUE_CHARS = 500
@@ -30,14 +31,6 @@ JUDGE_SYSTEM = (
     "the call fits the agent's declared role and task. Answer with JSON only, no prose: "
     '{"decision": "allow" or "block", "reasoning": "<one sentence>", "confidence": <0 to 1>}.'
 )
-
-
-@dataclass(frozen=True)
-class McpCallRecord(RequestRecord):
-    """A security-log entry of an MCP tool call (or of a server that could not be used)."""
-
-    kind: str = "mcp"
-    mcp: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

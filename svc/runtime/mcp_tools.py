@@ -29,12 +29,11 @@ from plugins import tracing
 from plugins.types import ToolSpec
 from svc.core import counter_increment, write_metrics
 from svc.mcp import CallIdentity, McpFailure, Target, ToolInfo, Unavailable, classify, tool_name
-from svc.runtime.mcp_policy import CompiledMcpPolicy, compile_mcp_policy, evaluate, listable
+from svc.runtime.mcp_policy import CompiledMcpPolicy, McpAction, compile_mcp_policy, evaluate, listable
 from svc.runtime.mcp_run import Events, McpRun, Sink
 from svc.runtime.mcp_support import (
     MAX_DESCRIPTION_CHARS,
     ApprovalNeeded,
-    McpCallRecord,
     ToolOutcome,
     arguments_text,
     event_of,
@@ -42,8 +41,9 @@ from svc.runtime.mcp_support import (
     masked,
     render,
 )
+from svc.runtime.security_log import Decision, DecisionSource, McpCallRecord
 
-DECISIONS = {
+DECISIONS: dict[McpAction, Decision] = {
     "allow": "ALLOW",
     "deny": "BLOCK",
     "judge": "JUDGE",
@@ -130,7 +130,7 @@ class McpToolbox:
             )
         verdict = evaluate(self.policy, server, tool.name, arguments)
         reporting = self.policy is not None and self.policy.report_only
-        source: str | None = verdict.source  # then "judge" or "approval", as in http_tool.py
+        source: DecisionSource | None = verdict.source  # then "judge" or "approval", as in http_tool.py
         reason = verdict.reason
         judge: tuple[str | None, float | None] = (None, None)
         approval: ApprovalNeeded | None = None
@@ -211,7 +211,7 @@ class McpToolbox:
         except McpFailure as failure:
             if failure.kind in ("crashed", "protocol", "timeout"):
                 await self.run.service.pool.drop(key)
-            decision = "BLOCK" if failure.kind == "refused" else DECISIONS[verdict.action]
+            decision: Decision = "BLOCK" if failure.kind == "refused" else DECISIONS[verdict.action]
             if label == "approved" and failure.kind != "refused":
                 decision = "ALLOW"  # the person's approval let it go; the server then failed
             return await self._logged(
@@ -277,8 +277,8 @@ class McpToolbox:
         tool: str,
         arguments: Any,
         verdict: str,
-        decision: str,
-        source: str | None,
+        decision: Decision,
+        source: DecisionSource | None,
         reason: str | None,
         started: float,
         *,
@@ -310,8 +310,8 @@ class McpToolbox:
             url=f"mcp://{server}/{tool}",
             hostname=server,
             path=f"/{tool}",
-            decision=decision,  # type: ignore[arg-type]
-            decisionSource=source,  # type: ignore[arg-type]
+            decision=decision,
+            decisionSource=source,
             reason=reason,
             judgeReasoning=judge[0],
             judgeConfidence=judge[1],

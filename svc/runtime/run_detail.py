@@ -29,6 +29,7 @@ from svc.runs import find_record
 from svc.runtime import run_lists
 from svc.runtime.journal import wire
 from svc.runtime.ledger import RUNS
+from svc.runtime.security_log import RUN_ENTRY_FIELDS
 from svc.templates import find_template
 
 # (pricing model, price in cents, completed?, tokens) -> the run's cost (svc.billing.run_cost);
@@ -36,24 +37,6 @@ from svc.templates import find_template
 Costing = Callable[[str, int | None, bool, int], dict[str, Any]]
 MAX_STEPS = 200
 MAX_SECURITY = 200
-SECURITY_FIELDS = (
-    "agentKey",
-    "agentName",
-    "method",
-    "url",
-    "hostname",
-    "path",
-    "decision",
-    "decisionSource",
-    "reason",
-    "judgeReasoning",
-    "judgeConfidence",
-    "statusCode",
-    "latencyMs",
-    "reportOnly",
-    "kind",  # MCP (issue 32): an MCP tool call's entry and its details
-    "mcp",
-)
 
 
 class RunDetail:
@@ -271,7 +254,7 @@ def security_entry(entry: Document) -> dict[str, Any]:
     security = entry["security"]
     return {
         "id": entry.get("securityId"),
-        **{k: security.get(k) for k in SECURITY_FIELDS},
+        **{k: security.get(k) for k in RUN_ENTRY_FIELDS},
         "createdAt": iso(entry.get("at")),
     }
 

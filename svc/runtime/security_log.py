@@ -7,7 +7,7 @@ stores them (svc/runtime/settlement.py), once each.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -31,29 +31,52 @@ KEPT_FOR = timedelta(days=30)  # the TTL index on createdAt (svc/core/store.py)
 JUDGE_BLOCKED = "Blocked by the security judge"
 GUARD_PREFIX = "Egress guard:"
 Decision = Literal["ALLOW", "BLOCK", "JUDGE", "PASSTHROUGH"]
+# What decided: a policy rule, the policy's default, the security judge, a person's approval (MCP).
+DecisionSource = Literal["rule", "default", "judge", "approval"]
 
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One logged request."""
+    """One logged request, as stored. This is the one definition of a security-log entry's fields:
+    what each reader shows (`ENTRY_FIELDS`, `RUN_ENTRY_FIELDS`) and the response models of the API
+    (api/schemas/runtime.py) follow from it; `about` is a field's description there."""
 
     installId: str
     agentKey: str
     agentName: str
     runId: str
     method: str
-    url: str
+    url: str = field(metadata={"about": "as the agent wrote it, secrets as ${NAME}"})
     hostname: str
     path: str
     decision: Decision
-    decisionSource: Literal["rule", "default", "judge"] | None
+    decisionSource: DecisionSource | None
     reason: str | None
     judgeReasoning: str | None
-    judgeConfidence: float | None
-    statusCode: int | None
+    judgeConfidence: float | None = field(metadata={"about": "0 to 1 when judged"})
+    statusCode: int | None = field(metadata={"about": "null when blocked"})
     latencyMs: int
     # The decision was only reported (the agent's policy is in report mode): nothing was blocked.
     reportOnly: bool = False
+
+
+@dataclass(frozen=True)
+class McpCallRecord(RequestRecord):
+    """The entry of an MCP tool call (or of a server that could not be used): `method` MCP, `url`
+    mcp://<server>/<tool>, and the call's details (svc/runtime/mcp_support.py)."""
+
+    kind: Literal["mcp"] = "mcp"
+    mcp: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"about": "server, tool, arguments (masked), verdict, outcome, durationMs"},
+    )
+
+
+# What a reader is shown of an entry besides its id and time: every field but the install (the
+# route names it); a run's detail also leaves out the run. A field with a default may be missing
+# from an entry (an HTTP request has no `kind`; an entry stored before the field existed).
+ENTRY_FIELDS = tuple(f.name for f in fields(McpCallRecord) if f.name != "installId")
+RUN_ENTRY_FIELDS = tuple(name for name in ENTRY_FIELDS if name != "runId")
 
 
 def decision_changes(entry: Document) -> list[MetricChange | None]:
