@@ -26,7 +26,8 @@ serve: install
 # turn it off while debugging with `-p no:randomly`. The 15 slowest tests are listed at the
 # end, to keep the suite within its 15 minutes.
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a test file per process at a time;
-# each process has its own embedded database and local Ray. `make test TEST_WORKERS=0` runs
+# each process has its own embedded database and local Ray. The longest files go first
+# (tests/heavy_first.py), so both processes end together. `make test TEST_WORKERS=0` runs
 # it in this one process.
 TEST_WORKERS ?= 2
 ifeq ($(SEED),)
@@ -38,7 +39,7 @@ test: install
 	$(BIN)/mypy
 	@echo "Random test order, seed $(SEED): 'make test SEED=$(SEED)' runs this order again."
 	$(BIN)/pytest -q -p no:cacheprovider -p randomly --randomly-seed=$(SEED) --durations=15 \
-		-n $(TEST_WORKERS) --dist loadfile
+		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Mutation testing of the modules that decide money, access and egress, each against its fast
 # tests ([tool.mutmut] in pyproject.toml; survivors and their verdicts in docs/testing.md).

@@ -22,6 +22,7 @@ from api.routing import Route
 from config.settings import Settings
 from svc.core.store import Store
 from svc.subprocesses.embedded_db import EmbeddedMongo, uri_for
+from tests.heavy_first import pytest_collection_modifyitems  # noqa: F401 - longest files first
 from tests.leftovers import (  # noqa: F401 - the session's leftover check
     pytest_addoption,
     pytest_configure,
