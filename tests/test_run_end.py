@@ -212,12 +212,11 @@ async def test_a_cancelled_run_records_the_tokens_it_used(make_client, aiohttp_s
         input_tokens=40,
         output_tokens=8,
     )
-    llm.latency_s = 0.0
+    # The helper's model call hangs; the lead's answer (40/8) is stored by then.
+    llm.hold_after = 1
     started = await (
         await client.post(f"/api/installs/{install_id}/run", json={"task": "go", "wait": False}, headers=key)
     ).json()
-    # The helper's model call hangs; the lead's answer (40/8) is stored by then.
-    llm.latency_s = 30.0
     assert await wait_for(lambda: asyncio.sleep(0, result=len(llm.requests) == 2))
     cancelled = await (await client.post(f"/api/installs/{install_id}/cancel-run", headers=key)).json()
     assert cancelled == {"ok": True, "runId": started["runId"], "cancelledStep": "helper"}

@@ -114,6 +114,9 @@ class FakeLLM:
     # flight as long as a scenario needs, and released together (polled: the server may run in
     # another thread than the test).
     holding: bool = False
+    # Calls after the first `hold_after` wait the same way (until it is set back to None): a later
+    # step held in flight while the earlier ones are answered, with no race against the test.
+    hold_after: int | None = None
     chunk_delay_s: float = 0.0
     # Streaming faults: cut the connection after this many events; count finished and abandoned streams.
     break_stream_after: int | None = None
@@ -200,7 +203,8 @@ class FakeLLM:
         self.requests.append(
             Recorded(request.method, request.path, dict(request.query), headers, body, time.monotonic())
         )
-        while self.holding:
+        position = len(self.requests)
+        while self.holding or (self.hold_after is not None and position > self.hold_after):
             await asyncio.sleep(0.05)
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
