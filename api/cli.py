@@ -176,7 +176,8 @@ async def command(args: argparse.Namespace, settings: Settings, store: Store) ->
             return await services.delete_user(args.user)
         return await getattr(services.user_admin, args.users_command)(args.user)
     password = sys.stdin.readline().rstrip("\n") if args.password == "-" else args.password
-    return public_user(await Accounts(store).create_user(args.email, password, args.name))
+    accounts = Accounts(store, settings.password_cost)
+    return public_user(await accounts.create_user(args.email, password, args.name))
 
 
 async def with_store(settings: Settings, work: Callable[[Store], Awaitable[T]]) -> T:

@@ -121,6 +121,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_EVAL_MONTHLY_RUNS", "a whole number from 0 to 1000000"),
     Variable("SVC_EVAL_CONCURRENCY", "a whole number from 1 to 64"),
     Variable("SVC_ACTOR_SPARES", "a whole number from 0 to 100"),
+    Variable("SVC_PASSWORD_COST", "a whole number from 10 to 20 (log2 of scrypt's N)"),
     Variable("SVC_RUN_MAX_RESUMES", "a whole number from 0 to 100"),
     Variable("SVC_RUN_STALL_SECONDS", "a positive number of seconds"),
     Variable("SVC_CRASH_POINTS", "a test hook: comma-separated crash points of a run's end; leave unset"),
@@ -299,6 +300,9 @@ class Settings(BaseModel):
     actor_max_runs: int = Field(default=8, ge=1, le=1000)
     # Install actors started ahead on each node, each adopting an install at its first run (the warm pool).
     actor_spares: int = Field(default=2, ge=0, le=100)
+    # log2 of scrypt's N for new password hashes (a stored hash keeps its own); below 14 only for
+    # test suites, where each sign-up would otherwise cost 0.14 s of CPU.
+    password_cost: int = Field(default=14, ge=10, le=20)
     # How often a run is resumed after its actor died before it ends failed.
     run_max_resumes: int = Field(default=2, ge=0, le=100)
     # A running run with no step for this long is ended by the sweeper, whatever its actor.
@@ -417,6 +421,7 @@ class Settings(BaseModel):
             "eval_monthly_runs": parsed("SVC_EVAL_MONTHLY_RUNS", whole_number(0, 1_000_000), 500),
             "eval_concurrency": parsed("SVC_EVAL_CONCURRENCY", whole_number(1, 64), 4),
             "actor_spares": parsed("SVC_ACTOR_SPARES", whole_number(0, 100), 2),
+            "password_cost": parsed("SVC_PASSWORD_COST", whole_number(10, 20), 14),
             "run_max_resumes": parsed("SVC_RUN_MAX_RESUMES", whole_number(0, 100), 2),
             "run_stall_seconds": parsed("SVC_RUN_STALL_SECONDS", positive_seconds, 900.0),
             "crash_points": frozenset(parsed("SVC_CRASH_POINTS", parse_names, ())),

@@ -195,7 +195,7 @@ def build_services(
     org_reads = OrgReads(store, vault)
     install_reads = InstallReads(store)
     runtime_reads = RuntimeReads(store)
-    accounts = Accounts(store)
+    accounts = Accounts(store, settings.password_cost)
     key_cache: TTLCache[str, Principal] = TTLCache()
     credentials = Credentials(
         store, accounts, settings.app_api_keys, key_cache, installs=install_reads, orgs=org_reads

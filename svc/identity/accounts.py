@@ -93,8 +93,9 @@ def public_user(user: Document) -> dict[str, Any]:
 class Accounts:
     """Sign-up, login, sessions and the profile handle."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, password_cost: int = passwords.COST) -> None:
         self.store = store
+        self.password_cost = password_cost
         # Hot-path caches (see svc/cache.py): session hash -> (user id, expiry), user id -> user.
         self._sessions: TTLCache[str, tuple[str, datetime]] = TTLCache()
         self._users: TTLCache[str, Document] = TTLCache()
@@ -104,7 +105,7 @@ class Accounts:
         email = normalise_email(email)
         if not 8 <= len(password) <= 1024:
             raise BadRequest("password: must be 8 to 1024 characters")
-        password_hash = await asyncio.to_thread(passwords.hash_password, password)
+        password_hash = await asyncio.to_thread(passwords.hash_password, password, self.password_cost)
         user = {
             "_id": new_id(),
             "email": email,
@@ -131,7 +132,7 @@ class Accounts:
     async def login(self, body: LoginBody) -> tuple[Document, str]:
         """Check the password and start a session; the same 401 for any mismatch."""
         user = await self.store.users.find_one({"email": body.email.strip().lower()})
-        encoded = user["passwordHash"] if user else passwords.dummy_hash()
+        encoded = user["passwordHash"] if user else passwords.dummy_hash(self.password_cost)
         matches = await asyncio.to_thread(passwords.verify_password, body.password, encoded)
         if user is None or not matches or user.get("disabled"):
             raise Unauthorized("Invalid email or password")

@@ -9,15 +9,18 @@ import secrets
 from cryptography.exceptions import InvalidKey
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
-# 2**14 iterations, r=8, p=1: the interactive-login parameters the scrypt paper recommends.
-N, R, P, LENGTH = 2**14, 8, 1, 32
+# N = 2**14, r=8, p=1: the interactive-login parameters the scrypt paper recommends. The cost
+# (log2 N) is a setting (SVC_PASSWORD_COST); each hash records its own parameters, so hashes made
+# under another cost still verify.
+COST, R, P, LENGTH = 14, 8, 1, 32
 
 
-def hash_password(password: str) -> str:
+def hash_password(password: str, cost: int = COST) -> str:
     """`scrypt$n$r$p$salt$hash`, both in base64; a fresh 16-byte salt each time."""
     salt = secrets.token_bytes(16)
-    derived = Scrypt(salt=salt, length=LENGTH, n=N, r=R, p=P).derive(password.encode())
-    return "$".join(["scrypt", str(N), str(R), str(P), _b64(salt), _b64(derived)])
+    n = 2**cost
+    derived = Scrypt(salt=salt, length=LENGTH, n=n, r=R, p=P).derive(password.encode())
+    return "$".join(["scrypt", str(n), str(R), str(P), _b64(salt), _b64(derived)])
 
 
 def verify_password(password: str, encoded: str) -> bool:
@@ -42,8 +45,9 @@ def _unb64(text: str) -> bytes:
 
 
 @functools.cache
-def dummy_hash() -> str:
-    """Verified against when the email is unknown, so both failures take the same time. Made on
-    first use, not at import: a scrypt hash costs about 0.1 s of CPU, and every process that
-    imports the identity package (each install actor) would pay it for nothing."""
-    return hash_password(secrets.token_hex(16))
+def dummy_hash(cost: int = COST) -> str:
+    """Verified against when the email is unknown, so both failures take the same time (made with
+    the cost new hashes get). Made on first use, not at import: a scrypt hash costs about 0.14 s
+    of CPU, and every process that imports the identity package (each install actor) would pay it
+    for nothing."""
+    return hash_password(secrets.token_hex(16), cost)
