@@ -37,6 +37,9 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+	@# Every actor, CLI and server the tests start imports the project: compiled once here, even
+	@# where PYTHONDONTWRITEBYTECODE is set (each process would compile it again, ~0.3 s of CPU).
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m compileall -q -j 0 actors api config plugins scripts svc tests >/dev/null
 	@echo "Random test order, seed $(SEED): 'make test SEED=$(SEED)' runs this order again."
 	$(BIN)/pytest -q -p no:cacheprovider -p randomly --randomly-seed=$(SEED) --durations=15 \
 		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
