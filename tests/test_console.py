@@ -77,7 +77,7 @@ async def test_cancel_run_during_a_slow_step(make_client, aiohttp_server, store)
     _, key, install_id = await svc_install(client, [member("lead")])
     response = await client.post(f"/api/installs/{install_id}/cancel-run", headers=key)
     assert response.status == 404
-    llm.latency_s = 5.0
+    llm.holding = True  # the step's model call lasts until the run is cancelled
     running = asyncio.ensure_future(
         client.post(f"/api/installs/{install_id}/run", json={"task": "slow"}, headers=key)
     )
@@ -89,6 +89,7 @@ async def test_cancel_run_during_a_slow_step(make_client, aiohttp_server, store)
     body = await cancelled.json()
     assert body["ok"] is True and body["cancelledStep"] == "lead"
     result = await (await running).json()
+    llm.holding = False
     assert result["status"] == "failed" and result["errorMessage"] == "Run cancelled"
     assert result["runId"] == body["runId"]
     events = (await (await client.get(f"/api/installs/{install_id}/events", headers=key)).json())["events"]

@@ -81,7 +81,7 @@ async def test_a_deployer_cannot_make_a_paid_managed_run_free(make_client, aioht
     client, llm = await managed_client(make_client, aiohttp_server)
     deployer, key, install_id = await paid_svc_install(client, [member("lead")])
     token = await webhook_token(client, deployer, install_id)
-    llm.latency_s = 2.0
+    llm.holding = True  # the run stays in its model call while the reports are refused
     llm.script(text="done", input_tokens=10, output_tokens=5)
     queued = await (await client.post(f"/api/webhook/{token}", json={"inputText": "work"})).json()
     await wait_status(store, queued["runId"], "running")
@@ -100,6 +100,7 @@ async def test_a_deployer_cannot_make_a_paid_managed_run_free(make_client, aioht
     )
     assert ingested.status == 409 and (await ingested.json())["error"] == MANAGED_REPORT
     assert await store["runs"].count_documents({"runId": queued["runId"]}) == 0, "nothing written"
+    llm.holding = False
     await settled_once(client, key, install_id, store, queued["runId"], "completed")
     assert (await billed(client, key, install_id, store))["billing"]["totalAmountCents"] == 25
 
@@ -172,7 +173,7 @@ async def test_the_database_failing_at_the_end_write_or_the_settlement(make_clie
         await (await client.post(f"/api/installs/{install_id}/run", json={"task": "w"}, headers=key)).json()
     )["status"] == "completed"
     # The end write (an update) fails, and so may a beat or two in the same moment.
-    llm.latency_s = 0.5
+    llm.hold_calls = {2}  # the run's call answers once the faults are armed
     llm.script(text="first", input_tokens=10, output_tokens=5)
     llm.script(text="first", input_tokens=10, output_tokens=5)
     running = asyncio.ensure_future(
@@ -180,12 +181,12 @@ async def test_the_database_failing_at_the_end_write_or_the_settlement(make_clie
     )
     assert await wait_for(lambda: asyncio.sleep(0, result=len(llm.requests) == 2))
     await faults.fail(store, ["update"], times=5)
+    llm.hold_calls.clear()
     first = await (await running).json()
     assert first["status"] == "completed" and first["response"] == "first"
     assert len(llm.requests) == 3, "the answer lost with the failed end write is asked again"
     # The settlement's batch fails once: the run ended; the next beat pays what it owes.
     await faults.fail(store, ["bulkWrite"], times=1)
-    llm.latency_s = 0.0
     llm.script(text="second", input_tokens=3, output_tokens=2)
     second = await (
         await client.post(f"/api/installs/{install_id}/run", json={"task": "b"}, headers=key)
@@ -240,13 +241,20 @@ async def test_runs_started_together_cannot_all_pass_a_cap_only_one_fits(make_cl
     )
     assert limits.status == 200, await limits.text()
     token = await webhook_token(client, deployer, install_id)
-    llm.latency_s = 1.0
+    llm.holding = True  # the run that fits stays in flight until the other one is decided
     llm.script(text="one")
     llm.script(text="two")
     queued = await asyncio.gather(
         *(client.post(f"/api/webhook/{token}", json={"inputText": f"run {n}"}) for n in range(2))
     )
     ids = [(await response.json())["runId"] for response in queued]
+
+    async def decided() -> bool:
+        refused = await store["pipeline_runs"].count_documents({"_id": {"$in": ids}, "status": "failed"})
+        return bool(refused) or len(llm.requests) == 2
+
+    assert await wait_for(decided)
+    llm.holding = False
     ended = [await wait_until(lambda i=i: _ended(store, i)) for i in ids]
     assert sorted(run["status"] for run in ended) == ["completed", "failed"]
     refused = next(run for run in ended if run["status"] == "failed")

@@ -41,12 +41,13 @@ async def actor_gone(install_id: str) -> bool:
 async def test_a_sync_run_past_its_deadline_answers_its_state_and_goes_on(make_client, aiohttp_server, store):
     client, llm = await managed_client(make_client, aiohttp_server, run_wait_seconds=1.0)
     _, key, install_id = await svc_install(client, [member("lead")])
-    llm.latency_s = 3.0
+    llm.holding = True  # the model call outlasts the caller's 1 s wait
     llm.script(text="in the end", input_tokens=4)
     response = await client.post(f"/api/installs/{install_id}/run", json={"task": "long"}, headers=key)
     assert response.status == 202
     body = await response.json()
     assert body["status"] == "running" and body["response"] is None
+    llm.holding = False
     run = await wait_status(store, body["runId"], "completed")
     assert run["response"] == "in the end" and run["inputTokens"] == 4
 
@@ -118,7 +119,7 @@ async def test_a_run_that_stalls_is_ended_by_the_sweeper_whatever_its_actor(
     abort whose write failed, a call that never returns); its actor's later write is refused."""
     client, llm = await managed_client(make_client, aiohttp_server, run_stall_seconds=1.0)
     _, key, install_id = await svc_install(client, [member("lead")])
-    llm.latency_s = 8.0
+    llm.holding = True  # the call answers only once the sweeper has ended the run
     llm.script(text="too late")
     started = await (
         await client.post(f"/api/installs/{install_id}/run", json={"task": "x", "wait": False}, headers=key)
@@ -138,6 +139,7 @@ async def test_a_run_that_stalls_is_ended_by_the_sweeper_whatever_its_actor(
     ]
     assert await wait_for(lambda: asyncio.sleep(0, result=len(llm.requests) == 1))
     # The actor's answer comes later: its end write is fenced out; the run stays as settled.
+    llm.holding = False
     actor = client.server.app[RUNTIME].actor_handle(install_id)
 
     async def actor_idle() -> bool:
@@ -226,10 +228,11 @@ async def test_two_retries_at_once_queue_one_run(make_client, aiohttp_server, st
     first = await (
         await client.post(f"/api/installs/{install_id}/run", json={"task": "t"}, headers=key)
     ).json()
-    llm.latency_s = 2.0  # the retry is still running when the later calls arrive
+    llm.holding = True  # the retry is still running when the later calls arrive
     url = f"/api/installs/{install_id}/runs/{first['runId']}/retry"
     answers = await asyncio.gather(*(client.post(url, headers=key) for _ in range(6)))
     bodies = [await a.json() for a in answers]
+    llm.holding = False
     assert {a.status for a in answers} == {202}
     assert len({b["runId"] for b in bodies}) == 1, bodies
     assert await store["pipeline_runs"].count_documents({"retryOf": first["runId"]}) == 1

@@ -162,17 +162,17 @@ async def test_a_journal_that_does_not_fit_the_team_fails_the_run_clearly(make_c
     clear message; the actor and the install's next runs are unaffected."""
     client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, [member("lead")])
-    llm.latency_s = 3.0
+    llm.hold_calls = {1}  # the run is in its model call when its actor is killed (never answered)
     llm.script(text="never")
     started = await (
         await client.post(f"/api/installs/{install_id}/run", json={"task": "x", "wait": False}, headers=key)
     ).json()
     await wait_status(store, started["runId"], "running")
+    assert await wait_for(lambda: asyncio.sleep(0, result=bool(llm.requests)))
     await store["pipeline_runs"].update_one({"_id": started["runId"]}, {"$push": {"journal": {"kind": 7}}})
     await kill_actor(install_id)
     run = await wait_status(store, started["runId"], "failed")
     assert run["errorMessage"] == "Cannot resume the run: its journal has an unreadable entry"
-    llm.latency_s = 0.0
     llm.replies.clear()
     llm.script(text="fine")
     after = await (

@@ -100,7 +100,9 @@ async def test_a_subscriber_on_another_api_process_sees_every_step_in_order(
     make_client, aiohttp_server, store
 ):
     llm, url = await start_llm(aiohttp_server)
-    llm.latency_s = 0.5  # each model call takes a while, so the run is watched while it runs
+    # After the lead's first answer (its step's first events are stored with it) the run waits in
+    # its next model call until the watcher has seen a step.
+    llm.hold_after = 1
     first = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
     second = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
     _, deployer, key, install_id = await team_install(first)
@@ -113,6 +115,7 @@ async def test_a_subscriber_on_another_api_process_sees_every_step_in_order(
     async def note(event: dict[str, Any]) -> None:
         if event["data"]["type"] == "step_started" and not status_at_first_step:
             status_at_first_step.append((await store["pipeline_runs"].find_one({"_id": run_id}))["status"])
+            llm.hold_after = None
 
     events, _comments = await stream(second, key, install_id, run_id, on_event=note)
     # Live: the first step reached the second process while the run was still running there.
@@ -236,7 +239,7 @@ async def test_a_run_settled_from_outside_its_team_ends_the_stream(make_client, 
     """A run whose worker died past its resumes is settled by the next copy: its stream ends with
     the settlement's own last event, stored like every other (the stream waits for what it checks)."""
     client, llm = await managed_client(make_client, aiohttp_server, run_max_resumes=0)
-    llm.latency_s = 5.0  # the run is still in its first model call when its worker is killed
+    llm.hold_calls = {1}  # the run is in its first model call when its worker is killed (never answered)
     _, key, install_id = await svc_install(client, [member("lead")])
     llm.script(text="never")
     running = asyncio.ensure_future(
@@ -261,7 +264,7 @@ async def test_a_stopping_api_process_ends_its_streams_with_a_reconnect_hint(
     make_client, aiohttp_server, store
 ):
     llm, url = await start_llm(aiohttp_server)
-    llm.latency_s = 5.0
+    llm.hold_after = 1  # the helper's call waits until the second process has stopped
     first = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
     second = await make_client(rate_limit_multiplier=None, providers=provider_settings(url))
     _, deployer, key, install_id = await team_install(first)
@@ -277,9 +280,10 @@ async def test_a_stopping_api_process_ends_its_streams_with_a_reconnect_hint(
         seen.set()
 
     reading = asyncio.ensure_future(read_sse(response, note))
-    await asyncio.wait_for(seen.wait(), READ_TIMEOUT_S)  # the lead's first answer (a delegation)
+    await asyncio.wait_for(seen.wait(), READ_TIMEOUT_S)  # the run's first event
     await second.server.close()  # the second API process stops while its client watches
     events, comments = await reading
+    llm.hold_after = None
     assert events and events[-1]["data"]["type"] not in ("completed", "failed")
     assert comments[-1] == ": the service is stopping; reconnect with Last-Event-ID"
     # The client resumes on the other process, after the last event it saw, to the end.

@@ -47,20 +47,23 @@ async def run_record(store: Any, run_id: str) -> list[dict[str, Any]]:
     return await store["runs"].find({"runId": run_id}).to_list(None)
 
 
-async def kill_during_run(store: Any, install_id: str, run_id: str) -> None:
-    """SIGKILL the install's worker once the run is running in it."""
+async def kill_during_run(store: Any, llm: Any, install_id: str, run_id: str, call: int) -> None:
+    """SIGKILL the install's worker while the run is inside its model call number `call` (one of
+    `llm.hold_calls`: held in flight, never answered; the next copy's calls are)."""
     await wait_status(store, run_id, "running")
+    assert await wait_for(lambda: asyncio.sleep(0, result=len(llm.requests) >= call))
     os.kill(await actor_pid(install_id), signal.SIGKILL)
 
 
 async def slow_webhook_run(make_client: Any, aiohttp_server: Any) -> tuple[Any, ...]:
-    """A webhook run with a callback, in its (3 s) model call: the client, the fake model, the
-    callbacks received, the deployer's key, the install id and the webhook's answer."""
+    """A webhook run with a callback, its first model call held in flight (`llm.hold_calls`): the
+    client, the fake model, the callbacks received, the deployer's key, the install id and the
+    webhook's answer."""
     client, llm = await managed_client(make_client, aiohttp_server)
     received, hook = await callback_server(aiohttp_server)
     caller, key, install_id = await svc_install(client, [member("lead")])
     token = await webhook_token(client, caller)
-    llm.latency_s = 3.0
+    llm.hold_calls = {1}
     llm.script(text="the answer")
     llm.script(text="the answer")
     queued = await (
@@ -98,7 +101,7 @@ async def test_a_cancelled_queued_run_never_calls_the_provider(make_client, aioh
     _, key, install_id = await svc_install(client, [member("lead")])
     schedule = {"cronExpression": "0 0 1 1 *", "onBacklog": "queue"}
     await client.patch(f"/api/installs/{install_id}/schedule", json=schedule, headers=key)
-    llm.latency_s = 2.0
+    llm.hold_calls = {1}  # the first run stays active until the queued one is cancelled
     llm.script(text="the first run")
     first = asyncio.ensure_future(
         client.post(f"/api/installs/{install_id}/run", json={"task": "slow"}, headers=key)
@@ -109,6 +112,7 @@ async def test_a_cancelled_queued_run_never_calls_the_provider(make_client, aioh
     assert queued["status"] == "queued", "waits behind the active run"
     cancelled = await client.post(f"/api/installs/{install_id}/cancel-run", headers=key)
     assert await cancelled.json() == {"ok": True, "runId": fired["runId"], "cancelledStep": None}
+    llm.hold_calls.clear()
     assert (await (await first).json())["status"] == "completed"
     run = await store["pipeline_runs"].find_one({"_id": fired["runId"]})
     assert run["status"] == "failed" and run["errorMessage"] == "Run cancelled"
@@ -189,7 +193,7 @@ async def test_kill_9_during_a_webhook_run_resumes_it_without_another_call(
     make_client, aiohttp_server, store
 ):
     client, llm, received, key, install_id, queued = await slow_webhook_run(make_client, aiohttp_server)
-    await kill_during_run(store, install_id, queued["runId"])
+    await kill_during_run(store, llm, install_id, queued["runId"], 1)
     # Nobody calls the actor: its restarted copy resumes the run from its journal, making again
     # the model call that died with the first copy, and the callback tells the real end.
     run = await wait_status(store, queued["runId"], "completed")
@@ -201,7 +205,6 @@ async def test_kill_9_during_a_webhook_run_resumes_it_without_another_call(
     assert await store["pipeline_events"].count_documents(
         {"eventType": "step_completed", "meta.runId": queued["runId"]}
     )
-    llm.latency_s = 0.0
     llm.replies.clear()
     llm.script(text="next one")
     result = await (
@@ -217,19 +220,20 @@ async def test_kill_9_during_a_scheduled_run_and_a_continued_pipeline(make_clien
     await client.patch(
         f"/api/installs/{install_id}/schedule", json={"cronExpression": "0 0 1 1 *"}, headers=key
     )
-    llm.latency_s = 3.0
+    llm.hold_calls = {1}
     llm.script(text="first half")
     llm.script(text="first half")
     fired = await (await client.post(f"/api/installs/{install_id}/schedule/trigger", headers=key)).json()
-    await kill_during_run(store, install_id, fired["runId"])
+    await kill_during_run(store, llm, install_id, fired["runId"], 1)
     run = await wait_status(store, fired["runId"], "paused")
     assert run["resumes"] == 1 and run["pausedAtGate"] == "review"
     # A paused pipeline, continued, then its worker killed mid-step: resumed at that step.
     llm.replies.clear()
     llm.script(text="second half")
     llm.script(text="second half")
+    llm.hold_calls.add(3)  # after the killed first call and its resumed copy
     assert (await client.post(f"/api/installs/{install_id}/continue", json={}, headers=key)).status == 200
-    await kill_during_run(store, install_id, fired["runId"])
+    await kill_during_run(store, llm, install_id, fired["runId"], 3)
     run = await wait_status(store, fired["runId"], "completed")
     assert run["response"] == "second half" and run["resumes"] == 2
     assert [r["status"] for r in await run_record(store, fired["runId"])] == ["completed"]
@@ -245,8 +249,9 @@ async def test_kill_9_during_a_scheduled_run_and_a_continued_pipeline(make_clien
     llm.replies.clear()
     llm.script(text="never")
     llm.script(text="never")
+    llm.hold_calls.add(6)  # after four calls of the first run and one of this run's first half
     assert (await client.post(f"/api/installs/{install_id}/continue", json={}, headers=key)).status == 200
-    await kill_during_run(store, install_id, again["runId"])
+    await kill_during_run(store, llm, install_id, again["runId"], 6)
     run = await wait_status(store, again["runId"], "failed")
     assert INTERRUPTED in run["errorMessage"]
     assert run["inputTokens"] == 10, "what its first half used is counted"
@@ -258,7 +263,7 @@ async def test_kill_9_during_a_scheduled_run_and_a_continued_pipeline(make_clien
 async def test_an_orphaned_incarnation_cannot_finish_its_run(make_client, aiohttp_server, store):
     client, llm = await managed_client(make_client, aiohttp_server)
     _, key, install_id = await svc_install(client, [member("lead")])
-    llm.latency_s = 20.0  # longer than a cold actor takes to start on a busy machine
+    llm.hold_calls = {1}  # the first copy's call answers only once the new copy has ended the run
     llm.script(text="the answer")
     running = asyncio.ensure_future(
         client.post(f"/api/installs/{install_id}/run", json={"task": "x"}, headers=key)
@@ -266,7 +271,6 @@ async def test_an_orphaned_incarnation_cannot_finish_its_run(make_client, aiohtt
     assert await wait_for(lambda: asyncio.sleep(0, result=bool(llm.requests)))
     # A second copy of the install's actor takes over (as Ray's restart after a node crash does,
     # while the old worker lives on): the old copy becomes an orphan, the new one resumes the run.
-    llm.latency_s = 0.0
     llm.script(text="the answer")
     runtime = client.server.app[RUNTIME]
     newer = InstallActor.options(max_restarts=0).remote(install_id, runtime.deployment_id)  # type: ignore[attr-defined]
@@ -278,6 +282,7 @@ async def test_an_orphaned_incarnation_cannot_finish_its_run(make_client, aiohtt
         assert run["incarnation"] == (await newer.status.remote())["incarnation"], "ended by the new copy"
         assert [e["kind"] for e in run["journal"]] == ["lost", "model", "agent"]
         assert [r["status"] for r in await run_record(store, result["runId"])] == ["completed"]
+        llm.hold_calls.clear()  # the orphan gets its answer now, too late to end the run
 
         async def orphan_gone() -> bool:
             try:
@@ -289,6 +294,7 @@ async def test_an_orphaned_incarnation_cannot_finish_its_run(make_client, aiohtt
         assert await wait_for(orphan_gone, timeout_s=40), "the orphan leaves by itself"
         assert await store["pipeline_runs"].count_documents({"_id": result["runId"], "status": "completed"})
     finally:
+        llm.hold_calls.clear()
         await asyncio.to_thread(ray.kill, newer, no_restart=True)
 
 
@@ -329,7 +335,7 @@ async def test_continue_cancel_and_retry_are_decided_from_the_ledger(make_client
         await client.post(f"/api/installs/{other_install}/runs/{body['runId']}/retry", headers=key)
     ).status == 404
     # Retry of a run still running: 409.
-    llm.latency_s = 2.0
+    llm.hold_after = len(llm.requests)  # the next run stays in its model call until released
     llm.script(text="slow")
     slow = await (
         await client.post(f"/api/installs/{install_id}/run", json={"task": "s", "wait": False}, headers=key)
@@ -337,6 +343,7 @@ async def test_continue_cancel_and_retry_are_decided_from_the_ledger(make_client
     await wait_status(store, slow["runId"], "running")
     busy = await client.post(f"/api/installs/{install_id}/runs/{slow['runId']}/retry", headers=key)
     assert busy.status == 409 and "still active" in (await busy.json())["error"]
+    llm.hold_after = None
     await wait_status(store, slow["runId"], "completed")
 
 
@@ -365,10 +372,10 @@ async def test_the_sweeper_hands_a_run_whose_actor_is_gone_for_good_to_a_new_cop
 ):
     client, llm, received, _key, install_id, queued = await slow_webhook_run(make_client, aiohttp_server)
     await wait_status(store, queued["runId"], "running")
+    assert await wait_for(lambda: asyncio.sleep(0, result=bool(llm.requests)))  # inside its model call
     # Gone and not restarted (its node left): no constructor will recover the run.
     actor = await asyncio.to_thread(ray.get_actor, actor_name(install_id), namespace=NAMESPACE)
-    await asyncio.to_thread(ray.kill, actor, no_restart=True)
-    llm.latency_s = 0.0
+    await asyncio.to_thread(ray.kill, actor, no_restart=True)  # its held call is never answered
     jobs = Jobs.for_services(client.server.app[SERVICES])
 
     async def completed() -> bool:

@@ -38,20 +38,21 @@ class ServedAsInProduction(TestServer):
 
 @pytest.fixture
 async def client(aiohttp_client, aiohttp_server, make_settings, store, ray_session):
-    """A client of the app served as in production, its runtime on a fake providerA (slow)."""
+    """A client of the app served as in production, its runtime on a fake providerA (`client.llm`)."""
     llm, url = await start_llm(aiohttp_server)
-    llm.latency_s = 3.0  # each model call takes a while: a run's stream is live when its watcher leaves
     app = create_app(make_settings(rate_limit_multiplier=None, providers=provider_settings(url)))
-    return await aiohttp_client(ServedAsInProduction(app))
+    served = await aiohttp_client(ServedAsInProduction(app))
+    served.llm = llm
+    return served
 
 
 async def first_event(response: Any) -> bytes:
-    """The stream's first event line, past any keep-alive comment (a loaded machine may take a
-    while to start the run's actor)."""
+    """The stream's first event line, past any keep-alive comment and the blank line that ends it
+    (a loaded machine may take a while to start the run's actor)."""
     while True:
         line = await asyncio.wait_for(response.content.readline(), READ_TIMEOUT_S)
         assert line, "the stream ended before its first event"
-        if not line.startswith(b":"):
+        if not line.startswith(b":") and line.strip():
             return bytes(line)
 
 
@@ -74,7 +75,11 @@ def trouble(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 async def test_leaving_a_run_stream_mid_run_logs_no_error(client, store, caplog):
     caplog.set_level(logging.INFO)
-    _, key, install_id = await svc_install(client, [member("lead")])
+    _, key, install_id = await svc_install(client, [member("lead"), member("helper", reportsTo="lead")])
+    # The lead's first answer (a delegation) is stored with the run's first events; the helper's
+    # call then waits until the watcher has gone: the stream is live when its watcher leaves.
+    client.llm.script(tool_calls=[{"name": "delegate_helper", "arguments": {"task": "dig"}}])
+    client.llm.hold_after = 1
     queued = await client.post(
         f"/api/installs/{install_id}/run", json={"task": "go", "wait": False}, headers=key
     )
@@ -84,6 +89,7 @@ async def test_leaving_a_run_stream_mid_run_logs_no_error(client, store, caplog)
     assert response.status == 200
     assert (await first_event(response)).startswith(b"id: ")  # the first event: the stream is live
     response.close()  # the watcher goes away mid-run
+    client.llm.hold_after = None
     # The run's next event is written to a closed connection.
     await wait_status(store, run_id, "completed", READ_TIMEOUT_S)
     record = await eventually(

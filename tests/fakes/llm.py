@@ -117,6 +117,10 @@ class FakeLLM:
     # Calls after the first `hold_after` wait the same way (until it is set back to None): a later
     # step held in flight while the earlier ones are answered, with no race against the test.
     hold_after: int | None = None
+    # The calls at these positions (1 = the first call) wait the same way until their position is
+    # removed: one call held in flight (a worker killed inside it, an orphan answered late) while
+    # the calls after it are answered.
+    hold_calls: set[int] = field(default_factory=set)
     chunk_delay_s: float = 0.0
     # Streaming faults: cut the connection after this many events; count finished and abandoned streams.
     break_stream_after: int | None = None
@@ -204,7 +208,11 @@ class FakeLLM:
             Recorded(request.method, request.path, dict(request.query), headers, body, time.monotonic())
         )
         position = len(self.requests)
-        while self.holding or (self.hold_after is not None and position > self.hold_after):
+        while (
+            self.holding
+            or (self.hold_after is not None and position > self.hold_after)
+            or position in self.hold_calls
+        ):
             await asyncio.sleep(0.05)
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
