@@ -41,9 +41,9 @@ async def test_trigger_runs_the_scheduled_task_now_counted_once_as_a_schedule_ru
     body = await response.json()
     assert body["ok"] is True and body["queued"] is False and body["runId"]
 
-    async def done() -> bool:
+    async def done() -> bool:  # ended, and its settlement (the run record among it) paid
         run = await store["pipeline_runs"].find_one({"_id": body["runId"]})
-        return run is not None and run["status"] == "completed"
+        return run is not None and run["status"] == "completed" and not run.get("owed")
 
     assert await wait_for(done)
     assert await store["pipeline_runs"].count_documents({"installId": install_id, "source": "schedule"}) == 1

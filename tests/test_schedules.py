@@ -118,9 +118,9 @@ async def test_the_scheduler_actor_fires_a_due_schedule(make_client, aiohttp_ser
     llm.script(text="scheduled work done")
     await make_due(store, install_id)
 
-    async def completed() -> bool:
+    async def completed() -> bool:  # ended, and its settlement (the schedule's outcome among it) paid
         run = await store["pipeline_runs"].find_one({"installId": install_id, "source": "schedule"})
-        return run is not None and run["status"] == "completed"
+        return run is not None and run["status"] == "completed" and not run.get("owed")
 
     assert await wait_for(completed)
     events = (await (await client.get(f"/api/installs/{install_id}/events", headers=key)).json())["events"]
