@@ -25,7 +25,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
 from svc.billing import Charges
-from svc.core import Document, Mailer, Runtime, RuntimeFailure, StartRun, Store, aware, iso, new_id, utcnow
+from svc.core import Document, Mailer, Runtime, RuntimeFailure, Store, aware, iso, new_id, utcnow
 from svc.installs import find_install
 from svc.runtime import (
     INTERRUPTED,
@@ -33,6 +33,7 @@ from svc.runtime import (
     OWED,
     STALLED,
     CallbackDelivery,
+    HandOver,
     InstallRunner,
     next_fire,
     note_run_handoff,
@@ -299,6 +300,7 @@ class RunSweeper:
         self.store = store
         self.runner = runner
         self.runtime = runtime
+        self.handover = HandOver(store, runtime)
         self.handoff = timedelta(seconds=handoff_seconds)
         self.stall = timedelta(seconds=stall_seconds)
         self._bound = asyncio.Semaphore(SWEEP_CONCURRENCY)
@@ -356,10 +358,5 @@ class RunSweeper:
         backoff = min(HANDOFF_FIRST_RETRY_S * 2**attempts, HANDOFF_MAX_BACKOFF_S)
         if aware(run["handoffAt"]) > now - timedelta(seconds=backoff):
             return
-        if not await note_run_handoff(self.store, run, now) or self.runtime is None:
-            return
-        try:
-            await self.runtime.submit(run["installId"], StartRun(run))
+        if await note_run_handoff(self.store, run, now) and await self.handover.now(run):
             counts["handedOver"] += 1
-        except RuntimeFailure as exc:
-            log.warning("queued run still not handed over (attempt %s): %s", attempts + 1, exc)

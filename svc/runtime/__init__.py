@@ -11,7 +11,6 @@ from svc.runtime.incarnations import leave as leave_install
 from svc.runtime.install_runner import (
     DATABASE_DOWN,
     INTERRUPTED,
-    NOT_STARTED,
     RUNTIME_FAILURES,
     STALLED,
     Admission,
@@ -19,6 +18,7 @@ from svc.runtime.install_runner import (
     RunLimits,
 )
 from svc.runtime.journal import scratch
+from svc.runtime.ledger import NOT_STARTED, HandOver, new_run
 from svc.runtime.ledger import get as runtime_run
 from svc.runtime.ledger import note_handoff as note_run_handoff
 from svc.runtime.ledger import orphaned as orphaned_runs
@@ -84,6 +84,7 @@ __all__ = [
     "CrashPoints",
     "DraftEdit",
     "Events",
+    "HandOver",
     "HeartbeatBody",
     "InstallHost",
     "InstallRunner",
@@ -129,6 +130,7 @@ __all__ = [
     "is_runtime_run",
     "leave_install",
     "new_eval_run",
+    "new_run",
     "next_fire",
     "next_runs",
     "note_run_handoff",

@@ -27,6 +27,7 @@ from svc.runtime.agent_loop import CANCELLED, GateReached, RunScope, TeamRunner,
 from svc.runtime.eval_runs import eval_install
 from svc.runtime.faults import CrashPoints
 from svc.runtime.journal import ReplayMismatch, RunRecorder, RunTaken
+from svc.runtime.ledger import NOT_STARTED
 from svc.runtime.llm import LLM
 from svc.runtime.mcp_run import McpService
 from svc.runtime.pipeline_events import Events
@@ -40,8 +41,6 @@ INTERRUPTED = "Interrupted: the install's worker stopped during the run; start i
 SUPERSEDED = "Superseded: a newer copy of the install's worker took the run over"
 DATABASE_DOWN = "Database unavailable during the run"
 STALLED = "The run made no progress for too long and was ended"
-# The hand-over failed: the API's 503 (actors/runtime.py), a queued run's end (run_requests.py, jobs).
-NOT_STARTED = "The install's worker could not be started"
 # How the errors begin of a run that failed for the runtime's reasons, not the team's (an eval
 # case that ends so is an error, not a failure: svc/evals). One place, beside the messages.
 RUNTIME_FAILURES = (

@@ -15,8 +15,9 @@ acts on it: svc/runtime/journal.py), its events (what a watcher is told, `events
 tokens, and, once it ends or pauses, the side effects it still owes (`owed`: the run record,
 counters, steps, the callback, ...; svc/runtime/settlement.py clears each as it lands).
 
-Who writes: the API and the scheduler insert queued runs (`enqueue`) and fail the ones they
-could never hand over (`fail_queued`); the job runner notes hand-overs; the install's actor claims,
+Who writes: the API and the scheduler insert queued runs and hand them to the install's actor
+(`HandOver`, the one hand-over routine; a synchronous caller waits for the end there), and fail
+the ones they could never hand over (`fail_queued`); the job runner notes hand-overs; the install's actor claims,
 steps, pauses, resumes and ends; the actor's recovery adopts (or settles) runs an earlier copy
 had claimed, and the sweeper settles runs whose actor is gone or that stalled. No other module
 writes `pipeline_runs` (tests/test_architecture.py). A per-install incarnation record
@@ -25,14 +26,16 @@ writes `pipeline_runs` (tests/test_architecture.py). A per-install incarnation r
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
 from pymongo.errors import DuplicateKeyError
 
 from plugins import tracing
-from svc.core import Batch, Document, RunOutcome, Store, new_id, utcnow
+from svc.core import Batch, Document, RunOutcome, Runtime, RuntimeFailure, StartRun, Store, new_id, utcnow
 
 RUNS = "pipeline_runs"
 INCARNATIONS = "actor_incarnations"  # svc/runtime/incarnations.py (read by `orphaned`)
@@ -42,6 +45,12 @@ Source = str  # run, webhook, schedule, continue, retry, heartbeat
 # Journal and events are read back only by the run's detail, stream and resume; lists leave them out.
 HEAVY = {"journal": 0, "events": 0}
 Journal = list[Document] | None  # a step's new journal entries
+# The hand-over failed: the API's 503 (actors/runtime.py), a queued run's end (HandOver, svc/jobs.py).
+NOT_STARTED = "The install's worker could not be started"
+# How often a caller whose run moved to a new copy of its actor reads where it stands.
+RESUMED_POLL_S = 0.2
+
+log = logging.getLogger(__name__)
 
 
 def new_run(install_id: str, task: str, source: Source, **extra: Any) -> Document:
@@ -171,6 +180,81 @@ async def fail_queued(
     if done.matched_count != 1:
         return None
     return await store[RUNS].find_one({"_id": run_id}, HEAVY)
+
+
+class HandOver:
+    """Stores queued runs and hands them to their install's actor (`runtime` None: nothing is
+    handed over; a synchronous run then fails with RuntimeFailure)."""
+
+    def __init__(self, store: Store, runtime: Runtime | None) -> None:
+        self.store = store
+        self.runtime = runtime
+        self._background: set[asyncio.Future[Any]] = set()
+
+    async def start(self, run: Document, wait_s: float | None) -> RunOutcome:
+        """Store the run and hand it over. `wait_s` None: in the background, and the answer is the
+        queued run at once. Otherwise wait up to `wait_s` for its end or gate (then its state;
+        the run goes on). When the actor dies during the run (or a newer copy takes it over), the
+        next copy resumes it from its journal: the caller waits for its real end here."""
+        if wait_s is not None and self.runtime is None:
+            raise RuntimeFailure("The runtime is not available")
+        await enqueue(self.store, run)
+        if self.runtime is None:
+            return RunOutcome(run["_id"], "queued")
+        if wait_s is None:  # handed over in the background: the caller has its answer now
+            handing = asyncio.ensure_future(self.runtime.submit(run["installId"], StartRun(run)))
+            self._background.add(handing)
+            handing.add_done_callback(self._ended)
+            return RunOutcome(run["_id"], "queued")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        try:
+            outcome = await self.runtime.run(run["installId"], StartRun(run), wait_s)
+            if outcome.settled:
+                return outcome  # the actor that ran it answers once its record is stored
+        except RuntimeFailure:
+            if await fail_queued(self.store, run["_id"], NOT_STARTED, []):
+                raise  # never handed over: it must not start later
+        # Answered by the ledger (the run moved to another copy): its end and its record, as the
+        # actor's own answer would have it.
+        while True:
+            outcome = await standing(self.store, run["_id"])
+            if (outcome.settled and await paid_up(self.store, run["_id"])) or loop.time() >= deadline:
+                return outcome
+            await asyncio.sleep(RESUMED_POLL_S)
+
+    def later(self, run: Document) -> None:
+        """Hand a stored run over in the background: the caller has its answer already."""
+        handing = asyncio.ensure_future(self.now(run))
+        self._background.add(handing)
+        handing.add_done_callback(self._ended)
+
+    async def now(self, run: Document) -> bool:
+        """Hand a stored run over; False (logged) when the actor cannot be reached: it stays
+        queued for the job runner."""
+        if self.runtime is None:
+            return False
+        try:
+            await self.runtime.submit(run["installId"], StartRun(run))
+        except RuntimeFailure as exc:
+            log.warning("run not handed over yet (%s); the job runner tries again", exc)
+            return False
+        return True
+
+    async def all_now(self, runs: list[Document]) -> None:
+        """Hand stored runs over side by side (a scheduler tick's)."""
+        await asyncio.gather(*(self.now(run) for run in runs))
+
+    def _ended(self, handing: asyncio.Future[Any]) -> None:
+        """A background hand-over ended; a failure is logged (the job runner tries again)."""
+        self._background.discard(handing)
+        if not handing.cancelled() and isinstance(handing.exception(), RuntimeFailure):
+            log.warning("run not handed over yet (%s); the job runner tries again", handing.exception())
+
+    async def close(self) -> None:
+        """Let hand-overs in progress end (shut-down); what they miss the job runner hands over."""
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=5.0)
 
 
 # ---- the install's actor ---------------------------------------------------------------------
@@ -412,6 +496,14 @@ async def running_of(store: Store, install_id: str, incarnation: str) -> list[Do
         .find({"installId": install_id, "status": "running", "incarnation": incarnation})
         .to_list(None)
     )
+
+
+async def standing(store: Store, run_id: str) -> RunOutcome:
+    """Where a run stands, as a waiting caller is answered."""
+    run = await get(store, run_id)
+    if run is None:
+        return RunOutcome(run_id, "failed", errorMessage="Run not found")
+    return outcome(run)
 
 
 async def paid_up(store: Store, run_id: str) -> bool:

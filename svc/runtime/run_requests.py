@@ -1,13 +1,12 @@
 """Asking for runs of managed installs, on the API side (sync runs, webhook triggers, heartbeats,
-retries, continue and cancel): `RunService` checks the caller and the install, persists a queued
-run in the ledger and asks the install's actor, the only writer of a run's status, to act
-(svc/runtime/install_runner.py, actors/install_actor.py). A run that could not be handed over stays
-queued: the job runner hands it over again (svc/jobs.py).
+retries, continue and cancel): `RunService` checks the caller and the install, has the queued run
+stored and handed to the install's actor (svc/runtime/handover.py), the only writer of a run's
+status (svc/runtime/install_runner.py, actors/install_actor.py), and asks that actor to continue
+or cancel.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -28,7 +27,6 @@ from svc.core import (
     RunOutcome,
     Runtime,
     RuntimeFailure,
-    StartRun,
     Store,
     Timeline,
     actor_of,
@@ -38,13 +36,9 @@ from svc.identity import Principal
 from svc.installs import Installs, find_install
 from svc.runs import require_ready
 from svc.runtime import ledger
-from svc.runtime.install_runner import NOT_STARTED
 from svc.runtime.outreach_review import Outreach
 
 log = logging.getLogger(__name__)
-
-# How often a caller whose run moved to a new copy of its actor reads where it stands.
-RESUMED_POLL_S = 0.2
 
 
 class RunBody(RequestBody):
@@ -81,7 +75,7 @@ class RunService:
         self.admission = admission
         # A synchronous caller waits this long at most (SVC_RUN_WAIT_SECONDS).
         self.wait_s = wait_s
-        self._handing_over: set[asyncio.Task[None]] = set()
+        self.handover = ledger.HandOver(store, runtime)
 
     async def approve_draft(
         self, principal: Principal, install_id: str, draft_id: int, actor: dict[str, Any]
@@ -109,11 +103,9 @@ class RunService:
         run = ledger.new_run(  # issue 34: pinned to the install's version
             install_id, body.task, "run", handoffAt=utcnow(), templateVersion=install["templateVersion"]
         )
+        outcome = await self.handover.start(run, self.wait_s if body.wait else None)
         if not body.wait:
-            await ledger.enqueue(self.store, run)
-            self._hand_over(run)
-            return {"runId": run["_id"], "status": "queued"}
-        outcome = await self._wait(install_id, run)
+            return {"runId": outcome.runId, "status": outcome.status}
         if outcome.conflict is not None:
             raise Conflict(outcome.conflict, **(outcome.extra or {}))
         if outcome.refused is not None:  # cancelled since the check above: the answer a later call gets
@@ -135,12 +127,15 @@ class RunService:
                 raise BadRequest("callbackUrl: must be an http(s) URL")
         await self._admit(install)
         run = ledger.new_run(
-            install_id, body.inputText or "", "webhook", callbackUrl=body.callbackUrl, handoffAt=utcnow(),
+            install_id,
+            body.inputText or "",
+            "webhook",
+            callbackUrl=body.callbackUrl,
+            handoffAt=utcnow(),
             templateVersion=install["templateVersion"],  # issue 34: pinned runs
         )
-        await ledger.enqueue(self.store, run)
-        self._hand_over(run)
-        return {"runId": run["_id"], "status": "queued"}
+        outcome = await self.handover.start(run, None)
+        return {"runId": outcome.runId, "status": outcome.status}
 
     async def retry(self, principal: Principal, install_id: str, run_id: str) -> dict[str, Any]:
         """A new run with the first one's input, the install's current variables and pinned version,
@@ -171,7 +166,7 @@ class RunService:
         # Two retries at once give one new run: the loser answers with the winner's.
         queued, mine = await ledger.retry(self.store, first, run)
         if mine:
-            self._hand_over(queued)
+            self.handover.later(queued)
         return {"runId": queued["_id"], "status": queued["status"], "retryOf": run_id}
 
     async def heartbeat(self, body: HeartbeatBody, secret: str | None) -> dict[str, Any]:
@@ -204,7 +199,7 @@ class RunService:
             templateVersion=install["templateVersion"],  # issue 34: pinned runs
         )
         await self._admit(install)
-        ran = await self._wait(install["_id"], run)
+        ran = await self.handover.start(run, self.wait_s)
         if ran.conflict is not None:
             raise Conflict(ran.conflict, **(ran.extra or {}))
         outcome = ran.wire()
@@ -295,68 +290,16 @@ class RunService:
     async def run_eval(self, run: Document) -> RunOutcome:
         """An eval case's run (svc/runtime/eval_runs.py): persisted, run by the builder's eval
         worker on the real runtime, and waited for like a synchronous run."""
-        return await self._wait(run["installId"], run)
+        return await self.handover.start(run, self.wait_s)
 
     async def _admit(self, install: Document) -> None:
         """The spend-cap check (h-caps) before a run is asked for; a Conflict answers 409."""
         if self.admission is not None:
             await self.admission(install)
 
-    async def _wait(self, install_id: str, run: Document) -> RunOutcome:
-        """Persist the run, have the install's actor run it and wait for its end or gate (at most
-        SVC_RUN_WAIT_SECONDS: then the run's state, and it goes on). When the actor dies during the
-        run (or a newer copy takes it over), the next copy resumes it from its journal: the caller
-        waits for the run's real end in the ledger."""
-        if self.runtime is None:
-            raise RuntimeFailure("The runtime is not available")
-        await ledger.enqueue(self.store, run)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.wait_s
-        try:
-            outcome = await self.runtime.run(install_id, StartRun(run), self.wait_s)
-            if outcome.settled:
-                return outcome  # the actor that ran it answers once its record is stored
-        except RuntimeFailure:
-            # Never handed over: it must not start later (the caller is told 503).
-            if await ledger.fail_queued(self.store, run["_id"], NOT_STARTED, []):
-                raise
-            outcome = await self._now(run["_id"])
-        # Answered by the ledger (the run moved to another copy): its end and its record, as the
-        # actor's own answer would have it.
-        while (
-            not (outcome.settled and await ledger.paid_up(self.store, run["_id"])) and loop.time() < deadline
-        ):
-            await asyncio.sleep(RESUMED_POLL_S)
-            outcome = await self._now(run["_id"])
-        return outcome
-
-    async def _now(self, run_id: str) -> RunOutcome:
-        """Where a run stands, from the ledger."""
-        run = await ledger.get(self.store, run_id)
-        if run is None:
-            return RunOutcome(run_id, "failed", errorMessage="Run not found")
-        return ledger.outcome(run)
-
-    def _hand_over(self, run: Document) -> None:
-        """Hand a queued run to the install's actor in the background: the caller has its answer
-        already; a failed hand-over leaves the run queued for the job runner to try again."""
-        if self.runtime is None:
-            return
-        task = asyncio.ensure_future(self._submit(run))
-        self._handing_over.add(task)
-        task.add_done_callback(self._handing_over.discard)
-
-    async def _submit(self, run: Document) -> None:
-        assert self.runtime is not None
-        try:
-            await self.runtime.submit(run["installId"], StartRun(run))
-        except RuntimeFailure as exc:
-            log.warning("run not handed over yet (%s); the job runner tries again", exc)
-
     async def close(self) -> None:
         """Let hand-overs in progress end (shut-down); what they miss the job runner hands over."""
-        if self._handing_over:
-            await asyncio.wait(set(self._handing_over), timeout=5.0)
+        await self.handover.close()
 
 
 class HeartbeatBody(RequestBody):

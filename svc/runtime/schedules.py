@@ -13,7 +13,6 @@ row (docs/console.md).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 from datetime import UTC, datetime, timedelta
@@ -35,8 +34,6 @@ from svc.core import (
     NotFound,
     RequestBody,
     Runtime,
-    RuntimeFailure,
-    StartRun,
     Store,
     Timeline,
     actor_of,
@@ -309,6 +306,7 @@ class SchedulerCore:
         self.store = store
         self.runtime = runtime
         self.events = Events(store)
+        self.handover = ledger.HandOver(store, runtime)
 
     async def tick(self, now: datetime | None = None) -> int:
         """Fire what is due; start queued runs whose install is free. How many fires were claimed."""
@@ -415,31 +413,34 @@ class SchedulerCore:
                     meta.update(runId=None, skipped=True, reason=reason)
                 else:
                     queued = install_id in busy
-                    # The scheduled run's trace starts at its fire (tracing, #33).
-                    with tracing.schedule_fire(install_id, iso(fire_at), manual):
-                        run = ledger.new_run(
-                            install_id,
-                            schedule.get("label") or "Scheduled run",
-                            "schedule",
-                            bypassGates=bool(schedule.get("bypassGates")),
-                            scheduledFor=fire_at,
-                            createdAt=now,
-                            templateVersion=ready[install_id],  # issue 34: pinned runs
-                            # Handed over now; a run waiting for its install to be free gets it later.
-                            handoffAt=None if queued else now,
-                        )
-                    run_id = run["_id"]
-                    runs.append(run)
-                    meta.update(runId=run_id, queued=queued)
+                    meta.update(runId=new_id(), queued=queued)
                     # Later fires of this batch find the install busy (and this run waiting).
                     busy.add(install_id)
                     if queued:
                         waiting.add(install_id)
                 metas.append(meta)
                 events.append(self.events.document(install_id, "scheduler_run", meta=meta))
+                if meta["runId"] is None:
+                    continue
+                # The scheduled run's trace starts at its fire (tracing, #33).
+                with tracing.schedule_fire(install_id, iso(fire_at), manual):
+                    runs.append(
+                        ledger.new_run(
+                            install_id,
+                            schedule.get("label") or "Scheduled run",
+                            "schedule",
+                            _id=meta["runId"],
+                            bypassGates=bool(schedule.get("bypassGates")),
+                            scheduledFor=fire_at,
+                            createdAt=now,
+                            templateVersion=ready[install_id],  # issue 34: pinned runs
+                            # Handed over now; a run waiting for its install to be free gets it later.
+                            handoffAt=None if meta["queued"] else now,
+                        )
+                    )
         await ledger.enqueue_many(self.store, runs)
         await self.store["pipeline_events"].insert_many(events)
-        await asyncio.gather(*(self._hand_over(run) for run in runs if run["handoffAt"] is not None))
+        await self.handover.all_now([run for run in runs if run["handoffAt"] is not None])
         return metas
 
     async def _start_queued(self) -> None:
@@ -468,14 +469,4 @@ class SchedulerCore:
         now = utcnow()
         if not await ledger.release(self.store, run["_id"], now):
             return  # another scheduler handed it over
-        await self._hand_over({**run, "handoffAt": now})
-
-    async def _hand_over(self, run: Document) -> None:
-        """Ask the install's actor to start the run; when it cannot be reached the run stays
-        queued and the job runner hands it over again (svc/jobs.py)."""
-        if self.runtime is None:
-            return
-        try:
-            await self.runtime.submit(run["installId"], StartRun(run))
-        except RuntimeFailure as exc:
-            log.warning("scheduled run not handed over yet (%s)", exc)
+        await self.handover.now({**run, "handoffAt": now})
