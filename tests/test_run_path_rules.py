@@ -16,6 +16,7 @@ from aiohttp import web
 from ray.experimental import internal_kv
 
 import svc.runtime.ledger as ledger
+import svc.runtime.neglected_runs as neglected_runs
 from actors import deployment
 from actors.runtime import NAMESPACE, actor_name
 from api.app import RUNTIME, SERVICES
@@ -211,7 +212,7 @@ async def test_orphans_are_taken_oldest_first(store):
         run = ledger.new_run("install-x", "t", "run", startedAt=base + timedelta(minutes=n))
         run.update(status="running", incarnation="gone")
         await store["pipeline_runs"].insert_one(run)
-    found = await ledger.orphaned(store, utcnow(), timedelta(seconds=30), limit=2)
+    found = await neglected_runs.orphaned(store, utcnow(), timedelta(seconds=30), limit=2)
     assert [r["startedAt"].replace(tzinfo=UTC) for r in found] == [
         base + timedelta(minutes=1),
         base + timedelta(minutes=2),

@@ -21,10 +21,6 @@ from svc.runtime.journal import scratch
 from svc.runtime.ledger import NOT_STARTED, HandOver, new_run
 from svc.runtime.ledger import get as runtime_run
 from svc.runtime.ledger import note_handoff as note_run_handoff
-from svc.runtime.ledger import orphaned as orphaned_runs
-from svc.runtime.ledger import owing as owing_runs
-from svc.runtime.ledger import stalled as stalled_runs
-from svc.runtime.ledger import waiting as waiting_runs
 from svc.runtime.llm import LLM, ProviderNotConfigured
 from svc.runtime.lookups import RuntimeReads, is_runtime_run, next_runs
 from svc.runtime.mcp_installs import McpApprovalDecisionBody, McpApprovalQuery, McpConsentBody, McpInstalls
@@ -32,6 +28,10 @@ from svc.runtime.mcp_policy import read_back_mcp
 from svc.runtime.mcp_run import McpRun, McpService
 from svc.runtime.mcp_support import ApprovalNeeded, ToolOutcome
 from svc.runtime.mcp_tools import McpToolbox
+from svc.runtime.neglected_runs import orphaned as orphaned_runs
+from svc.runtime.neglected_runs import owing as owing_runs
+from svc.runtime.neglected_runs import stalled as stalled_runs
+from svc.runtime.neglected_runs import waiting as waiting_runs
 from svc.runtime.outreach_review import BulkBody, ContinueBody, DraftEdit, Outreach, RejectBody, draft_number
 from svc.runtime.pipeline_events import Events, agent_runs
 from svc.runtime.pipelines import MAX_DRAFT_ID

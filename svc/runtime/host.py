@@ -42,7 +42,7 @@ from svc.core import (
     utcnow,
 )
 from svc.installs import find_install, run_definition
-from svc.runtime import incarnations, ledger
+from svc.runtime import incarnations, ledger, neglected_runs
 from svc.runtime.install_runner import INTERRUPTED, InstallRunner, Mode
 from svc.runtime.journal import RunRecorder
 from svc.runtime.settlement import OWED
@@ -134,7 +134,7 @@ class InstallHost:
                 return False
         else:
             await incarnations.take_over(self.store, self.install_id, self.incarnation, actor, node)
-        for run in await ledger.of_install(self.store, self.install_id):
+        for run in await neglected_runs.of_install(self.store, self.install_id):
             if run["status"] == "queued":
                 if run.get("handoffAt") is not None:  # asked for (not waiting behind another run)
                     self._spawn(run, "start")
@@ -142,7 +142,7 @@ class InstallHost:
                 self.paused[run["_id"]] = run
             elif run.get("incarnation") != self.incarnation:
                 await self._adopt(run)
-        for run_id in await ledger.owing_of(self.store, self.install_id, OWED):
+        for run_id in await neglected_runs.owing_of(self.store, self.install_id, OWED):
             await self.runner.settlement.finish(run_id)
         return True
 
@@ -207,7 +207,7 @@ class InstallHost:
         """Continue a paused run (the oldest, or `run_id`) from where its gate stopped it."""
         if not any(command.run_id in (None, run_id) for run_id in self.paused):
             # Paused a moment ago (its pause is stored, its task not done yet), or by another copy.
-            for stored in await ledger.of_install(self.store, self.install_id):
+            for stored in await neglected_runs.of_install(self.store, self.install_id):
                 if stored["status"] == "paused":
                     self.paused.setdefault(stored["_id"], stored)
         candidates = sorted(
@@ -366,7 +366,7 @@ class InstallHost:
         for run_id, known in list(self.live.items()):
             if known.ended_at is not None and known.ended_at < cutoff:
                 del self.live[run_id]
-        for run in await ledger.running_of(self.store, self.install_id, self.incarnation):
+        for run in await neglected_runs.running_of(self.store, self.install_id, self.incarnation):
             live = self.live.get(run["_id"])
             if live is None or (live.task is not None and live.task.done()):
                 # Stranded by a database error: resume it here, or end it if it was cancelled.
@@ -375,7 +375,7 @@ class InstallHost:
                 else:
                     await self._adopt(run)
         if not self.busy:
-            for run_id in await ledger.owing_of(self.store, self.install_id, OWED):
+            for run_id in await neglected_runs.owing_of(self.store, self.install_id, OWED):
                 with contextlib.suppress(Exception):
                     await self.runner.settlement.finish(run_id)
         return True

@@ -4,7 +4,7 @@
 actor) that may write the install's runs (svc/runtime/ledger.py stamps every write with it), the Ray
 actor it lives in, when it last beat, and whether it left. A copy's constructor takes the record
 over; a spare of the warm pool adopts it only when no live copy holds it; the sweeper reads it to
-tell a gone actor (`ledger.orphaned`).
+tell a gone actor (`neglected_runs.orphaned`).
 """
 
 from __future__ import annotations
