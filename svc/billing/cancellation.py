@@ -9,7 +9,7 @@ from datetime import datetime
 
 from svc.billing.claim_timeouts import CLAIM_LEASE
 from svc.billing.period_charge import Charger
-from svc.billing.usage import MIN_CHARGE_CENTS, ever_paid, install_amount, money
+from svc.billing.usage import MIN_CHARGE_CENTS, billed_until, ever_paid, install_amount, money
 from svc.core import (
     BadGateway,
     Conflict,
@@ -50,7 +50,7 @@ class CancelBilling:
         if not await self.installs.claim_cancellation(install, now, CLAIM_LEASE):
             raise Conflict("A cancellation of this install is already in progress")
         template = await find_template(self.store, install["templateId"]) or {}
-        since = await self.charger.billed_until(install)
+        since = await billed_until(self.store, install)
         amount = (
             await install_amount(self.store, install_id, template, since, now) if ever_paid(template) else 0
         )

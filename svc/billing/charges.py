@@ -35,7 +35,7 @@ from svc.billing.payments import (
     PaymentProvider,
 )
 from svc.billing.period_charge import Charger
-from svc.billing.usage import MIN_CHARGE_CENTS, check_period
+from svc.billing.usage import MIN_CHARGE_CENTS, billed_until, check_period
 from svc.core import (
     BadRequest,
     Conflict,
@@ -91,7 +91,6 @@ class Charges:
         self.cycle = MonthlyCycle(self.charger)
         self.builders = Earnings(self.charger)
         self.charge = self.charger.charge
-        self.billed_until = self.charger.billed_until
         self.require_provider = self.charger.require_provider
 
     @property
@@ -99,6 +98,10 @@ class Charges:
         return self.store["invoices"]
 
     # ---- the other money paths (svc/billing/cancellation.py, cycle.py, earnings.py) ------------
+
+    async def billed_until(self, install: Document) -> datetime:
+        """Where the install's unbilled period starts (svc/billing/usage.py)."""
+        return await billed_until(self.store, install)
 
     async def cancel_install(self, user_id: str, install_id: str) -> Document:
         """PATCH /api/stripe/installs/:id/cancel (CancelBilling.cancel_install)."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from svc.billing.claim_timeouts import BATCH, CLAIM_LEASE, KEY_LIFETIME, UNBILLED_CANCEL
 from svc.billing.period_charge import Charger
-from svc.billing.usage import MIN_CHARGE_CENTS, PAID_MODELS, install_amount
+from svc.billing.usage import MIN_CHARGE_CENTS, PAID_MODELS, billed_until, install_amount
 from svc.core import BadGateway, Conflict, PaymentRequired, Unavailable, aware, iso
 from svc.installs import billable_installs, find_install
 from svc.templates import paid_templates
@@ -51,7 +51,7 @@ class MonthlyCycle:
             end = cycle_end
             if install["status"] == "cancelled":
                 end = min(cycle_end, aware(install["cancelledAt"]))
-            since = await self.charger.billed_until(install)
+            since = await billed_until(self.store, install)
             if since >= end:
                 counts["alreadyPaid"] += 1
                 continue

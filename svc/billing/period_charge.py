@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pymongo import DESCENDING, ReturnDocument
+from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from svc.billing.claim_timeouts import CLAIM_LEASE, KEY_LIFETIME
@@ -309,10 +309,3 @@ class Charger:
         payout = (user or {}).get("payout") or {}
         return user_id, payout.get("accountId") if payout.get("status") == "active" else None
 
-    async def billed_until(self, install: Document) -> datetime:
-        """The end of the install's last paid (or still settling) invoice, or its creation."""
-        last = await self._invoices.find_one(
-            {"installId": install["_id"], "status": {"$in": ["paid", "processing"]}},
-            sort=[("periodEnd", DESCENDING)],
-        )
-        return aware(last["periodEnd"]) if last else aware(install["createdAt"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field, model_validator
+from pymongo import DESCENDING
 
 from svc.core import BadRequest, Document, Forbidden, NotFound, Store, aware, iso, utcnow
 from svc.identity import Principal
@@ -112,6 +113,16 @@ async def install_amount(
         if usage:
             total += amount_cents(model, price, usage[0].completed, usage[0].billed_tokens)
     return total
+
+
+async def billed_until(store: Store, install: Document) -> datetime:
+    """Where the install's unbilled period starts: the end of its last paid (or still settling)
+    invoice, or its creation."""
+    last = await store["invoices"].find_one(
+        {"installId": install["_id"], "status": {"$in": ["paid", "processing"]}},
+        sort=[("periodEnd", DESCENDING)],
+    )
+    return aware(last["periodEnd"]) if last else aware(install["createdAt"])
 
 
 # ---- GET /api/billing ------------------------------------------------------------------
