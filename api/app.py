@@ -142,7 +142,7 @@ async def database(app: web.Application) -> AsyncIterator[None]:
     embedded: EmbeddedMongo | None = None
     uri = settings.mongodb_uri
     if uri is None:
-        embedded = EmbeddedMongo(settings.data_dir)
+        embedded = EmbeddedMongo(settings.data_dir, sync=settings.embedded_db_sync)
         uri = await embedded.start()
     store = Store.connect(uri, settings.db_timeout_seconds)
     watcher = asyncio.create_task(keep_database(embedded)) if embedded is not None else None

@@ -182,7 +182,9 @@ async def command(args: argparse.Namespace, settings: Settings, store: Store) ->
 
 async def with_store(settings: Settings, work: Callable[[Store], Awaitable[T]]) -> T:
     """Run `work` on the configured database (joining a running embedded server if any)."""
-    embedded = None if settings.mongodb_uri else EmbeddedMongo(settings.data_dir)
+    embedded = (
+        None if settings.mongodb_uri else EmbeddedMongo(settings.data_dir, sync=settings.embedded_db_sync)
+    )
     if embedded is not None:
         require_database(settings.data_dir)  # never a new, empty database where no service reads
     uri = settings.mongodb_uri or await embedded.start()  # type: ignore[union-attr]

@@ -62,7 +62,9 @@ def where_db(settings: Settings) -> str:
 
 async def check_database(settings: Settings) -> tuple[Check, str | None]:
     """Ping the configured MongoDB, or join (or start, then stop) the embedded one; the row and the URI."""
-    embedded = None if settings.mongodb_uri else EmbeddedMongo(settings.data_dir)
+    embedded = (
+        None if settings.mongodb_uri else EmbeddedMongo(settings.data_dir, sync=settings.embedded_db_sync)
+    )
     try:
         if embedded is not None:
             uri = await embedded.start()

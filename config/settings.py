@@ -74,6 +74,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SVC_MONGODB_URI", "a mongodb:// or mongodb+srv:// connection string"),
     Variable("SVC_DB_TIMEOUT_SECONDS", "a positive number of seconds"),
     Variable("SVC_DATA_DIR", "a directory path (relative paths are taken from the current directory)"),
+    Variable("SVC_EMBEDDED_DB_SYNC", "`true` or `false` (also 1/0, yes/no, on/off)"),
     Variable("SVC_RAY_ADDRESS", "`auto`, `host:port` or `ray://host:10001`"),
     Variable("SVC_SECRET_KEYS", "comma-separated Fernet keys (32 url-safe base64 bytes), newest first"),
     Variable("SVC_PUBLIC_URL", "an http:// or https:// origin, e.g. https://svc.example.com"),
@@ -244,6 +245,8 @@ class Settings(BaseModel):
     # The bound on every database operation: past it the operation fails (503 at the API).
     db_timeout_seconds: float = Field(default=10.0, gt=0)
     data_dir: Path = DEFAULT_DATA_DIR
+    # The embedded database puts every commit on disk before acknowledging it (docs/storage.md).
+    embedded_db_sync: bool = True
     ray_address: str | None = None
     secret_keys: tuple[str, ...] = ()
     # SVC_PUBLIC_URL, the one origin browsers use; None when unset: the dashboard then accepts
@@ -376,6 +379,7 @@ class Settings(BaseModel):
             "mongodb_uri": parsed("SVC_MONGODB_URI", parse_mongodb_uri, None),
             "db_timeout_seconds": parsed("SVC_DB_TIMEOUT_SECONDS", positive_seconds, 10.0),
             "data_dir": parsed("SVC_DATA_DIR", parse_directory, DEFAULT_DATA_DIR),
+            "embedded_db_sync": parsed("SVC_EMBEDDED_DB_SYNC", parse_strict_bool, True),
             "ray_address": parsed("SVC_RAY_ADDRESS", parse_ray_address, None),
             "secret_keys": parsed("SVC_SECRET_KEYS", parse_fernet_keys, ()),
             "public_url": parsed("SVC_PUBLIC_URL", parse_http_url, None),

@@ -74,12 +74,18 @@ def _answers(port: int) -> bool:
 class EmbeddedMongo:
     """Starts (or joins) the embedded server for one data directory, and leaves it in order."""
 
-    def __init__(self, data_dir: Path, database: str = "svc", test_commands: bool = False) -> None:
+    def __init__(
+        self, data_dir: Path, database: str = "svc", test_commands: bool = False, sync: bool = True
+    ) -> None:
         self.data_dir = data_dir.resolve()
         self.database = database
         # The server's test-only commands (`configureFailPoint`): the test suite's fault injection
         # at a chosen command of a chosen client; never on for a service.
         self.test_commands = test_commands
+        # Every commit on disk before it is acknowledged (SVC_EMBEDDED_DB_SYNC, docs/storage.md).
+        # Without it a commit survives the server's crash but not the machine's; writes are about
+        # twice as fast (bench/embedded_writes.py).
+        self.sync = sync
         self.process: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
         self.pid: int | None = None
@@ -178,7 +184,7 @@ class EmbeddedMongo:
             str(self.port),
             "--storage-path",
             str(storage),
-            "--sync-on-commit",
+            *(["--sync-on-commit"] if self.sync else []),
             "--log-level",
             "WARNING",
             *(["--enable-test-commands"] if self.test_commands else []),

@@ -32,7 +32,9 @@ COUNT = "SVC_TEST_DATABASES"
 
 async def run(command: list[str], count: int) -> int:
     with tempfile.TemporaryDirectory(prefix="svc-shared-db-") as directory:
-        servers = [EmbeddedMongo(Path(directory) / str(n), test_commands=True) for n in range(count)]
+        servers = [
+            EmbeddedMongo(Path(directory) / str(n), test_commands=True, sync=False) for n in range(count)
+        ]
         for server in servers:
             server.data_dir.mkdir()
         await asyncio.gather(*(server.start() for server in servers))
