@@ -337,6 +337,8 @@ class Templates(TemplateReading):
         parent = await self._published_parent(principal, template_id)
         snapshot = await self._versions.find_one({"templateId": parent["_id"], "version": body.version})
         if snapshot is None:
+            if not await self._templates.count_documents({"_id": parent["_id"]}, limit=1):
+                raise NotFound("Template not found")  # deleted since: its snapshots went with it
             raise Unprocessable(f"No snapshot exists for version {body.version}")
         draft = await open_version_draft(self.store, parent, snapshot["definition"])
         return view(draft, parentId=parent["_id"], rolledBackFrom=body.version)
