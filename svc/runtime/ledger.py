@@ -249,8 +249,11 @@ class HandOver:
     def _ended(self, handing: asyncio.Future[Any]) -> None:
         """A background hand-over ended; a failure is logged (the job runner tries again)."""
         self._background.discard(handing)
-        if not handing.cancelled() and isinstance(handing.exception(), RuntimeFailure):
-            log.warning("run not handed over yet (%s); the job runner tries again", handing.exception())
+        failure = None if handing.cancelled() else handing.exception()
+        if isinstance(failure, RuntimeFailure):
+            log.warning("run not handed over yet (%s); the job runner tries again", failure)
+        elif failure is not None:
+            log.error("handing a run over failed; the job runner tries again", exc_info=failure)
 
     async def close(self) -> None:
         """Let hand-overs in progress end (shut-down); what they miss the job runner hands over."""
