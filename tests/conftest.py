@@ -35,12 +35,6 @@ pytest_plugins = ["tests.support.governance"]
 
 ClientFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
 
-# Ray's log monitor looks for new worker log files ten times a second, each time listing the whole
-# log directory; the suite starts hundreds of workers and nobody reads their logs through Ray
-# (log_to_driver is off). Every five seconds is plenty; the suite's Rays inherit this.
-os.environ.setdefault("LOG_NAME_UPDATE_INTERVAL_S", "5")
-os.environ.setdefault("RAY_LOG_MONITOR_MANY_FILES_THRESHOLD", "0")
-
 
 @pytest.fixture(scope="session")
 def mongo_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
