@@ -303,13 +303,17 @@ async def sync_run(remote: Remote, install_id: str, key: dict[str, str], task: s
 
 
 async def run_once_placed(remote: Remote, install_id: str, key: dict[str, str]) -> tuple[int, Any]:
-    """A sync run, sent again after each 503 No room (waiting its Retry-After) for up to 3 minutes."""
-    deadline = time.monotonic() + 180
-    while True:
-        status, (body, retry_after) = await sync_run(remote, install_id, key)
-        if status != 503 or body != {"error": NO_ROOM} or time.monotonic() > deadline:
-            return status, (body, retry_after)
-        await asyncio.sleep(float(retry_after or 1))
+    """A sync run, sent again after each 503 No room for up to 3 minutes (each such answer comes
+    after the API waited the placement bound for the actor); the last answer."""
+    last: list[tuple[int, Any]] = []
+
+    async def placed() -> bool:
+        last.append(await sync_run(remote, install_id, key))
+        status, (body, _) = last[-1]
+        return not (status == 503 and body == {"error": NO_ROOM})
+
+    await wait_for(placed, 180)
+    return last[-1]
 
 
 async def test_runs_go_through_either_api_to_one_actor_per_install(world, remotes, store):
