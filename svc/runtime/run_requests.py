@@ -1,6 +1,6 @@
 """Asking for runs of managed installs, on the API side (sync runs, webhook triggers, heartbeats,
 retries, continue and cancel): `RunService` checks the caller and the install, has the queued run
-stored and handed to the install's actor (svc/runtime/handover.py), the only writer of a run's
+stored and handed to the install's actor (`ledger.HandOver`), the only writer of a run's
 status (svc/runtime/install_runner.py, actors/install_actor.py), and asks that actor to continue
 or cancel.
 """
