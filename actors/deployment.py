@@ -19,7 +19,9 @@ local Ray), otherwise from the node's own settings: its environment, or the file
 SVC_SECRETS_DIR (a mounted Kubernetes Secret, one file per variable), read the way `svc serve`
 reads them. The node must then have SVC_MONGODB_URI and SVC_SECRET_KEYS; docs/deploy.md has
 both layouts. An actor compares the version it was built from with the published one between
-runs and restarts itself when it is older.
+runs and restarts itself when it is older; the version is also published under a key of its
+own (`current_version`), so that check, made before every command, reads a few bytes rather than
+the whole configuration and the secret file.
 
 A deployment is one database: two deployments sharing a Ray cluster have distinct ids, so
 their schedulers and configurations never mix.
@@ -118,6 +120,10 @@ def _key(deployment: str) -> bytes:
     return f"config:{deployment}".encode()
 
 
+def _version_key(deployment: str) -> bytes:
+    return f"version:{deployment}".encode()
+
+
 def secrets_file(settings: Settings, deployment: str) -> Path:
     """Where an API process with a local Ray keeps its actors' secrets."""
     return settings.data_dir / SECRETS_DIR / f"{deployment}.json"
@@ -141,6 +147,10 @@ def publish(config: DeploymentConfig, local: bool = False) -> str:
     internal_kv._internal_kv_put(
         _key(config.deployment), json.dumps(published).encode(), overwrite=True, namespace=KV_NAMESPACE
     )
+    # Written second: whoever sees the new version and then reads the configuration gets it.
+    internal_kv._internal_kv_put(
+        _version_key(config.deployment), config.version.encode(), overwrite=True, namespace=KV_NAMESPACE
+    )
     return config.version
 
 
@@ -159,6 +169,13 @@ def current(deployment: str) -> DeploymentConfig | None:
     secrets, mongodb_uri, vault_keys = _node_secrets(published.get("secretsFile") or "")
     settings = split.joined(published["settings"], secrets)
     return DeploymentConfig(settings, mongodb_uri, vault_keys, version=published["version"])
+
+
+def current_version(deployment: str) -> str | None:
+    """The version of the deployment's current configuration (None before any was published):
+    one small read, for an actor that checks it before every command (actors/install_actor.py)."""
+    raw = internal_kv._internal_kv_get(_version_key(deployment), namespace=KV_NAMESPACE)
+    return raw.decode() if raw else None
 
 
 def _node_secrets(path: str) -> tuple[dict[str, Any], str, tuple[str, ...]]:

@@ -211,16 +211,17 @@ class InstallActor:
             return True
         if self.host is not None and self.host.busy:
             return False
-        # One read of the cluster's key-value store per command (about a millisecond): a command
-        # right after a new configuration was published already meets a fresh actor. A read that
-        # fails leaves this copy as it is (it is current as far as anyone can tell).
+        # One read of the configuration's version in the cluster's key-value store per command (a
+        # few bytes, about a millisecond): a command right after a new configuration was published
+        # already meets a fresh actor. A read that fails leaves this copy as it is (it is current
+        # as far as anyone can tell).
         try:
-            published = await asyncio.to_thread(deployment.current, self.deployment_id)
+            published = await asyncio.to_thread(deployment.current_version, self.deployment_id)
         except Exception as exc:
             log.warning("the published configuration could not be read: %s", type(exc).__name__)
             return self.leaving
         busy = self.host is not None and self.host.busy
-        if published is not None and published.version != self.config_version and not busy:
+        if published is not None and published != self.config_version and not busy:
             log.info("configuration changed; this install actor leaves for a fresh one")
             self.leaving = True
             self._wake.set()

@@ -317,7 +317,7 @@ def install_runner(
         store,
         vault,
         llm,
-        Settlement(store, callbacks),
+        Settlement(store, callbacks, llm.count),
         limits,
         mailer,
         admission,

@@ -147,15 +147,19 @@ async def test_runs_tokens_blocks_and_judge_decisions_reach_the_scrape(make_clie
     assert (await run(client, key, install_id))["status"] == "completed"
     await store["pipeline_runs"].insert_one({"_id": "waiting", "installId": install_id, "status": "queued"})
 
-    # The actor writes model-call token counts once a second (metric_counters.Buffered), not per call.
+    # The actor writes model-call token counts and its settled runs' metrics once a second
+    # (metric_counters.Buffered), not per call or per run.
     samples: dict[Any, float] = {}
 
-    async def tokens_counted() -> bool:
+    async def counted() -> bool:
         samples.clear()
         samples.update(await scrape(client))
-        return value(samples, "svc_llm_tokens_total", provider="providerA", kind="output") == 18
+        return (
+            value(samples, "svc_llm_tokens_total", provider="providerA", kind="output") == 18
+            and value(samples, "svc_runs_total", platform="svc", status="completed") == 1
+        )
 
-    assert await wait_for(tokens_counted, 30), "the actor's buffered token counts never reached the scrape"
+    assert await wait_for(counted, 30), "the actor's buffered counts never reached the scrape"
     assert value(samples, "svc_runs_total", platform="svc", status="completed") == 1
     assert value(samples, "svc_run_duration_seconds_count", platform="svc") == 1
     assert value(samples, "svc_llm_tokens_total", provider="providerA", kind="input") == 157

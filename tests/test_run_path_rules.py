@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import pickle
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -54,8 +53,9 @@ async def test_a_sync_run_past_its_deadline_answers_its_state_and_goes_on(make_c
 
 
 async def test_the_actors_clock_survives_a_check_that_fails(make_client, aiohttp_server, store):
-    """Reading the published configuration fails (a garbled entry in Ray's key-value store): the
-    actor still answers runs, and still leaves when idle (its clock used to die on that error)."""
+    """Reading the published configuration's version fails (a garbled entry in Ray's key-value
+    store): the actor still answers runs, and still leaves when idle (its clock used to die on
+    that error)."""
     client, llm = await managed_client(make_client, aiohttp_server, actor_idle_seconds=1.0)
     _, key, install_id = await svc_install(client, [member("lead")])
     runtime = client.server.app[RUNTIME]
@@ -63,12 +63,13 @@ async def test_the_actors_clock_survives_a_check_that_fails(make_client, aiohttp
     assert (
         await (await client.post(f"/api/installs/{install_id}/run", json={"task": "a"}, headers=key)).json()
     )["status"] == "completed"
-    saved = await asyncio.to_thread(deployment.current, runtime.deployment_id)
-    key_name = f"config:{runtime.deployment_id}".encode()
+    saved = await asyncio.to_thread(deployment.current_version, runtime.deployment_id)
+    assert saved is not None
+    key_name = f"version:{runtime.deployment_id}".encode()
     await asyncio.to_thread(
         internal_kv._internal_kv_put,
         key_name,
-        b"not a pickle",
+        b"\xff not text",
         overwrite=True,
         namespace=deployment.KV_NAMESPACE,
     )
@@ -83,7 +84,7 @@ async def test_the_actors_clock_survives_a_check_that_fails(make_client, aiohttp
         await asyncio.to_thread(
             internal_kv._internal_kv_put,
             key_name,
-            pickle.dumps(saved),
+            saved.encode(),
             overwrite=True,
             namespace=deployment.KV_NAMESPACE,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 from datetime import UTC, datetime, timedelta
@@ -158,3 +159,67 @@ async def test_the_newest_runs_record_keeps_only_the_newest(store, monkeypatch) 
     assert len(doc["runs"]) == 5
     kept = [item["createdAt"] for item in await newest.latest(store, "tpl", 3)]
     assert kept == [BASE + timedelta(minutes=m) for m in (9, 8, 7)]
+
+
+async def test_a_settlement_batch_counts_each_run_once_however_often_it_is_sent(store, db_uri) -> None:
+    # A run's counters are one guarded upsert each (Batch.once). A resend meets the guard (a
+    # duplicate key, read as "applied already"); runs settling at once from separate processes
+    # race to create the same counters, and every one of them is still counted.
+    from svc.core import Batch
+    from svc.core.store import Store
+
+    def record(run_id: str) -> dict:
+        return {
+            "_id": run_id,
+            "runId": run_id,
+            "templateId": "tpl",
+            "installId": "i1",
+            "platform": "svc",
+            "agentKey": "lead",
+            "owner": {"kind": "user", "id": "u1"},
+            "status": "completed",
+            "source": "run",
+            "inputTokens": 10,
+            "outputTokens": 5,
+            "createdAt": BASE,
+        }
+
+    async def settle(writer: Store, run_id: str) -> None:
+        batch = Batch(writer)
+        run_stats.count_once(batch, record(run_id))
+        batch.update("marks", {"_id": run_id}, {"$inc": {"sent": 1}}, upsert=True)  # after the counters
+        await batch.commit()
+
+    writers = [Store.connect(db_uri) for _ in range(4)]
+    try:
+        await asyncio.gather(*(settle(writers[i % 4], f"r{i}") for i in range(8)))
+        for _ in range(2):  # sent again whole, as after a crash before `owed` was cleared
+            await settle(store, "r0")
+    finally:
+        for writer in writers:
+            await writer.close()
+    totals = await store["run_stats"].find({"kind": {"$in": ["total", "day", "hour"]}}).to_list(None)
+    assert sorted(doc["kind"] for doc in totals) == ["day", "hour", "total"]
+    assert all(doc["runs"] == 8 and doc["inputTokens"] == 80 for doc in totals), totals
+    latest = await store["runs_newest"].find_one({"templateId": "tpl"})
+    assert len(latest["runs"]) == 8
+    assert (await store["marks"].find_one({"_id": "r0"}))["sent"] == 3  # the rest of the batch went on
+
+
+def test_held_counter_changes_are_written_as_one_update_per_label_set() -> None:
+    from svc.core.metric_counters import LAG_BUCKETS, merged, observation
+    from svc.core.metric_counters import increment as counter
+
+    changes = [
+        counter("runs", {"status": "completed"}),
+        counter("runs", {"status": "failed"}),
+        counter("runs", {"status": "completed"}, 2),
+        observation("lag", {}, [0.2], LAG_BUCKETS),
+        observation("lag", {}, [0.2, 7.0], LAG_BUCKETS),
+    ]
+    out = {(name, tuple(labels.items())): update for name, labels, update in merged(filter(None, changes))}
+    assert out[("runs", (("status", "completed"),))] == {"$inc": {"value": 3}}
+    assert out[("runs", (("status", "failed"),))] == {"$inc": {"value": 1}}
+    lag = out[("lag", ())]
+    assert lag["$inc"] == {"buckets.0": 2, "buckets.4": 1, "count": 3, "sum": 0.2 + 0.2 + 7.0}
+    assert lag["$set"] == {"bounds": list(LAG_BUCKETS)}

@@ -6,7 +6,8 @@ each; as one `bulkWrite` command they cost one, whatever their number or collect
 command is ordered: it stops at the first failure, so a batch whose last operation clears what
 the run still owes (svc/runtime/settlement.py) only clears it when everything before it landed.
 It is not atomic: a batch cut short is sent again whole, so every operation in one must be
-idempotent (inserts as `$setOnInsert` upserts, increments guarded by what they already applied).
+idempotent (inserts as `$setOnInsert` upserts, increments guarded by what they already applied:
+`Batch.once`).
 
 A server older than 8.0 has no such command: the same operations are then applied in order, one
 collection's run at a time (correct, only slower).
@@ -15,11 +16,14 @@ collection's run at a time (correct, only slower).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 from pymongo import UpdateOne
-from pymongo.errors import InvalidOperation
+from pymongo.errors import ClientBulkWriteException, DuplicateKeyError, InvalidOperation
 
 from svc.core.store import Document, Store
+
+DUPLICATE_KEY = 11000
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,17 @@ class Write:
     query: Document
     change: Document
     upsert: bool = False
+    # A guarded upsert (`Batch.once`): a duplicate key on it can mean "applied already".
+    once: bool = False
+
+
+class _Failed(Exception):
+    """An operation of a batch failed: those before it landed, it and those after did not."""
+
+    def __init__(self, index: int, cause: Exception) -> None:
+        super().__init__(f"operation {index} of the batch failed: {type(cause).__name__}")
+        self.index = index
+        self.cause = cause
 
 
 class Batch:
@@ -51,23 +66,67 @@ class Batch:
         """One `update_one`."""
         self.writes.append(Write(collection, query, change, upsert))
 
+    def once(
+        self, collection: str, query: Document, guard: Document, change: Document, fields: Document
+    ) -> None:
+        """Apply `change` to the document `query` names (by `_id`) at most once, creating it with
+        `fields` when missing, in ONE operation. `guard` holds until the change is applied (for
+        example `{"applied": {"$ne": run_id}}`, with `change` pushing `run_id`), so a resend does
+        nothing twice. When the guard fails, the upsert tries to insert a second document with the
+        same `_id` and gets a duplicate key: `commit` sends the operation once more (the key may have
+        come from a racing first insert, and then the change is still due) and reads a second
+        duplicate key as "applied already"."""
+        self.writes.append(
+            Write(collection, {**query, **guard}, {**change, "$setOnInsert": fields}, upsert=True, once=True)
+        )
+
     def extend(self, other: Batch) -> None:
         """Append another batch's operations (after this one's)."""
         self.writes.extend(other.writes)
 
     async def commit(self) -> None:
-        """Send every operation, in order, in one round trip; raises on the first that fails."""
-        if not self.writes:
-            return
+        """Send every operation, in order, in one round trip (more only after a duplicate key on a
+        `once` operation); raises the first failure (the operations before it landed)."""
+        start, resent = 0, -1
+        while start < len(self.writes):
+            try:
+                await self._send(self.writes[start:])
+                return
+            except _Failed as exc:
+                failed = start + exc.index
+                if not (self.writes[failed].once and _duplicate_key(exc.cause)):
+                    raise exc.cause from None
+                # The first duplicate key: send it again; the second: it was applied already.
+                start, resent = (failed + 1, -1) if resent == failed else (failed, failed)
+
+    async def _send(self, writes: list[Write]) -> None:
         database = self.store.db.name
         models = [
             UpdateOne(w.query, w.change, upsert=w.upsert, namespace=f"{database}.{w.collection}")
-            for w in self.writes
+            for w in writes
         ]
         try:
             await self.store.client.bulk_write(models, ordered=True)
+        except ClientBulkWriteException as exc:
+            errors = cast(list[dict[str, Any]], exc.write_errors or [])
+            index = min((int(error["idx"]) for error in errors), default=0)
+            raise _Failed(index, exc) from exc
         except InvalidOperation as exc:  # a server before 8.0: no client-level bulkWrite
             if "8.0" not in str(exc):
                 raise
-            for w in self.writes:
-                await self.store[w.collection].update_one(w.query, w.change, upsert=w.upsert)
+            for index, w in enumerate(writes):
+                try:
+                    await self.store[w.collection].update_one(w.query, w.change, upsert=w.upsert)
+                except Exception as failure:
+                    raise _Failed(index, failure) from failure
+
+
+def _duplicate_key(cause: Exception) -> bool:
+    """Whether the failed operation met an existing document's unique key."""
+    if isinstance(cause, DuplicateKeyError):
+        return True
+    if isinstance(cause, ClientBulkWriteException):
+        errors = cast(list[dict[str, Any]], cause.write_errors or [])
+        first = min(errors, key=lambda error: int(error["idx"]), default=None)
+        return first is not None and first.get("code") == DUPLICATE_KEY
+    return False

@@ -130,9 +130,27 @@ class Buffered:
         await self.flush()
 
     async def flush(self) -> None:
-        """Write what is held now (one round trip)."""
+        """Write what is held now (one round trip, one update per label set)."""
         held, self._held = self._held, []
-        await write(self.store, held)
+        await write(self.store, merged(held))
+
+
+def merged(changes: Iterable[Change]) -> list[Change]:
+    """Changes to the same label set as one (increments summed, the last `$set` kept): a burst of
+    runs held together costs one update per counter, not one per run."""
+    out: dict[str, Change] = {}
+    for name, labels, update in changes:
+        key = _key(name, labels)
+        if key not in out:
+            out[key] = (name, labels, {op: dict(fields) for op, fields in update.items()})
+            continue
+        into = out[key][2]
+        for field, amount in update.get("$inc", {}).items():
+            increments = into.setdefault("$inc", {})
+            increments[field] = increments.get(field, 0) + amount
+        if "$set" in update:
+            into.setdefault("$set", {}).update(update["$set"])
+    return list(out.values())
 
 
 async def inc(store: Store, name: str, labels: Mapping[str, str], amount: float = 1) -> None:

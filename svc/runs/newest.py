@@ -89,8 +89,8 @@ def push_once(batch: Batch, run: Document) -> None:
     """Add a managed run to its template's newest runs as operations of `batch`; sending the
     batch again adds nothing (the push is guarded by the run's own item)."""
     query, change = _push(run["templateId"], [item(run)])
-    batch.update(COLLECTION, query, {"$setOnInsert": change["$setOnInsert"]}, upsert=True)
-    batch.update(COLLECTION, {**query, "runs": {"$ne": item(run)}}, {"$push": change["$push"]})
+    guard = {"runs": {"$ne": item(run)}}
+    batch.once(COLLECTION, query, guard, {"$push": change["$push"]}, change["$setOnInsert"])
 
 
 async def keep(store: Store, run: Document) -> None:

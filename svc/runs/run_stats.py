@@ -145,11 +145,12 @@ def count_once(batch: Batch, run: Document, tool_calls: tuple[int, int] = (0, 0)
 
 
 def _once(batch: Batch, key: str, fields: Document, inc: dict[str, int], run_id: str) -> None:
-    batch.update(COLLECTION, {"_id": key}, {"$setOnInsert": fields}, upsert=True)
-    batch.update(
+    batch.once(
         COLLECTION,
-        {"_id": key, "applied": {"$ne": run_id}},
+        {"_id": key},
+        {"applied": {"$ne": run_id}},
         {"$inc": inc, "$push": {"applied": {"$each": [run_id], "$slice": -APPLIED_WINDOW}}},
+        fields,
     )
 
 

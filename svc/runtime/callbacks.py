@@ -134,15 +134,10 @@ class CallbackDelivery:
         outcome starts a fresh delivery; sending the batch again starts nothing twice). `trace`: the
         run's trace context, which every attempt joins, whichever process sends it (tracing, #33)."""
         run_id = outcome["runId"]
-        batch.update(
+        batch.once(
             COLLECTION,
             {"_id": run_id},
-            {"$setOnInsert": {"installId": install_id, "attempts": [], "createdAt": now}},
-            upsert=True,
-        )
-        batch.update(
-            COLLECTION,
-            {"_id": run_id, "phase": {"$ne": phase}},
+            {"phase": {"$ne": phase}},
             {
                 "$set": {
                     "url": url,
@@ -156,6 +151,7 @@ class CallbackDelivery:
                 },
                 "$unset": {"leasedUntil": "", "lease": ""},
             },
+            {"installId": install_id, "attempts": [], "createdAt": now},
         )
 
     async def first_attempt(self, install: Document, run_id: str, now: datetime | None = None) -> bool:

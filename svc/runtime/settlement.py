@@ -3,8 +3,8 @@
 The write that ends or pauses a run (svc/runtime/ledger.py) also lists, in the run's `owed`,
 the side effects that must follow it:
 
-- `record`: the run record (the run list, billing), its counters, its template's newest runs
-  and the run metrics (svc/runs/recording.py, exactly once per counter);
+- `record`: the run record (the run list, billing), its counters and its template's newest runs
+  (svc/runs/recording.py, exactly once per counter);
 - `steps`: what the run's journal holds that other readers want: each agent step
   (`agent_runs`, and its `step_*` event for the console's feeds and run log), each outbound
   request's security-log entry (and its timeline entry when it was blocked or judged), a pause's
@@ -17,9 +17,11 @@ the side effects that must follow it:
 whose last operation removes them from `owed`; runs settling at the same moment in one process
 share the batch (group commit). Every operation is idempotent, so a batch cut short by a crash
 or a database error is simply sent again: by the actor's next beat, its recovery, or the sweeper
-(svc/jobs.py), which finishes every run still owing. Only two things happen after the batch:
-the callback's first attempt (an HTTP call; retried by the job runner if it fails) and, for a
-failed scheduled run, the check that pauses its schedule (`schedule` is cleared once it ran).
+(svc/jobs.py), which finishes every run still owing. Only three things happen after the batch:
+the run metrics of GET /metrics are counted (held and written once a second in an install's
+actor, like its token counts: operational counts, which billing never reads), the callback's
+first attempt (an HTTP call; retried by the job runner if it fails) and, for a failed scheduled
+run, the check that pauses its schedule (`schedule` is cleared once it ran).
 """
 
 from __future__ import annotations
@@ -29,16 +31,15 @@ import logging
 import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
-
-from pymongo.errors import ClientBulkWriteException
+from typing import Any
 
 from plugins import tracing
-from svc.core import Batch, Document, Store, add_metrics, aware, utcnow
+from svc.core import Batch, Document, MetricChange, Store, aware, utcnow
 from svc.installs import find_install, note_last_run
 from svc.runs import record_managed, record_of, run_metric_changes
 from svc.runtime import ledger, security_log
 from svc.runtime.callbacks import CallbackDelivery
+from svc.runtime.llm import Count
 from svc.runtime.pipeline_events import Events, EventType
 from svc.runtime.schedules import note_scheduled_outcome, pause_if_failing
 
@@ -101,9 +102,12 @@ _queues: weakref.WeakKeyDictionary[Store, _Queue] = weakref.WeakKeyDictionary()
 class Settlement:
     """Pays what runs owe (see the module docstring)."""
 
-    def __init__(self, store: Store, callbacks: CallbackDelivery) -> None:
+    def __init__(self, store: Store, callbacks: CallbackDelivery, count: Count | None = None) -> None:
         self.store = store
         self.callbacks = callbacks
+        # Where the run metrics of settled runs go (svc/runtime/llm.py `Count`; in an install's
+        # actor, held and written once a second): nothing billing reads, so not in the batch.
+        self.count = count
         self.events = Events(store)
         self._attempts: set[asyncio.Task[Any]] = set()
 
@@ -134,24 +138,19 @@ class Settlement:
 
     async def _pay(self, group: list[_Pending]) -> None:
         """One batch for the whole group; every caller learns the outcome."""
-        batch, tail = Batch(self.store), Batch(self.store)
+        batch, metrics = Batch(self.store), list[MetricChange | None]()
         now = utcnow()
         for item in group:
-            self._ops(batch, tail, item.run, item.install, now, item.trace)
-        cleared = len(batch)
-        batch.extend(tail)
+            self._ops(batch, metrics, item.run, item.install, now, item.trace)
         try:
             await batch.commit()
-        except ClientBulkWriteException as exc:
-            failed = min((int(error["idx"]) for error in cast(list[Any], exc.write_errors or [])), default=0)
-            if failed < cleared:  # the metrics after the clears are best effort
-                return _fail(group, exc)
-            log.warning("run metrics not counted: %s", type(exc).__name__)
         except BaseException as exc:
             _fail(group, exc)
             if not isinstance(exc, Exception):
                 raise
             return None
+        if self.count is not None:  # operational counts: never a reason for the run to owe again
+            await self.count(metrics)
         for item in group:
             if not item.done.done():
                 item.done.set_result(None)
@@ -160,20 +159,21 @@ class Settlement:
     def _ops(
         self,
         batch: Batch,
-        tail: Batch,
+        metrics: list[MetricChange | None],
         run: Document,
         install: Document | None,
         now: datetime,
         trace: dict[str, str] | None = None,
     ) -> None:
-        """The operations of one run's owed effects, its `owed` cleared last (metrics in `tail`)."""
+        """The operations of one run's owed effects, its `owed` cleared last; its run metrics go
+        to `metrics`."""
         owed = list(run.get("owed") or [])
         later = [SCHEDULE] if SCHEDULE in owed and run["status"] != "completed" else []
         if install is not None:
             if RECORD in owed and run["status"] in ledger.SETTLED:
                 record = self._record(run, install)
                 record_managed(batch, record, tool_counts(run))
-                add_metrics(tail, run_metric_changes([record]))
+                metrics += run_metric_changes([record])
             if LAST_RUN in owed and run.get("endedAt") is not None:
                 note_last_run(batch, install["_id"], run["endedAt"])
             if CALLBACK in owed and run.get("callbackUrl"):
@@ -182,7 +182,7 @@ class Settlement:
                     batch, install["_id"], run["callbackUrl"], outcome_of(run), phase, now, trace
                 )
         if STEPS in owed:
-            self._steps(batch, tail, run)
+            self._steps(batch, metrics, run)
         if SCHEDULE in owed:
             note_scheduled_outcome(batch, run["installId"], run["_id"], run["status"] == "completed")
         names = [name for name in owed if name not in later]
@@ -207,7 +207,7 @@ class Settlement:
             template_version=run.get("templateVersion"),
         )
 
-    def _steps(self, batch: Batch, tail: Batch, run: Document) -> None:
+    def _steps(self, batch: Batch, metrics: list[MetricChange | None], run: Document) -> None:
         """The journal's steps and requests since the last settlement, for their other readers."""
         run_id, install_id = run["_id"], run["installId"]
         journal = run.get("journal") or []
@@ -231,7 +231,7 @@ class Settlement:
                 security_log.add_to(
                     batch, entry["security"], entry["securityId"], entry["timelineId"], entry["at"]
                 )
-                add_metrics(tail, security_log.decision_changes(entry["security"]))
+                metrics += security_log.decision_changes(entry["security"])
         if run.get("endEvent"):  # settled from outside its steps (cancelled while queued, interrupted)
             event = self.events.document(
                 install_id,
