@@ -1,6 +1,7 @@
-"""One installer at a time for the outside systems the live tests and benches fetch into
-`.cache/` (Paperclip, the MCP servers, Phoenix, the LangGraph peer), and one running copy
-where a system cannot run twice on a machine (Paperclip's embedded Postgres has a fixed port).
+"""Where the outside systems the live tests and benches fetch are installed (Paperclip, the MCP
+servers, Phoenix: the machine's cache, shared by every checkout; the LangGraph peer: the
+checkout's `.cache/`), one installer at a time, and one running copy where a system cannot run
+twice on a machine (Paperclip's embedded Postgres has a fixed port).
 
 The test suite runs in several processes at once (pytest-xdist, `make test`), and two of them
 may want the same install; a lock file in the cache directory makes the second wait for the
@@ -11,9 +12,22 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
+
+
+def machine_cache(name: str, variable: str) -> Path:
+    """Where the outside system `name` is installed: the directory `variable` names when set, else
+    `$XDG_CACHE_HOME/svc/<name>` (`~/.cache/svc/<name>`): the machine's, like pip's and npm's own
+    caches, so a fresh clone (CI's included) finds it installed instead of paying minutes of npm
+    or pip again. Each install stamps its pinned version, so checkouts pinning another version
+    install beside or over it."""
+    chosen = os.environ.get(variable)
+    if chosen:
+        return Path(chosen)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "svc" / name
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""Real MCP servers that others wrote, installed from the package registries into `.cache/mcp/`.
+"""Real MCP servers that others wrote, installed from the package registries into the machine's
+cache (`~/.cache/svc/mcp`, scripts/install_lock.py).
 
 Used by the live MCP tests (tests/test_mcp_live.py), the bench (bench/mcp.py) and by hand:
 
@@ -10,8 +11,8 @@ Used by the live MCP tests (tests/test_mcp_live.py), the bench (bench/mcp.py) an
 - `@modelcontextprotocol/server-everything` (npm, the protocol's test server), served over
   streamable HTTP on a port of our choosing.
 
-Everything lands in the ignored `.cache/mcp/`; a second install is a no-op (a stamp names the
-pinned version), so CI pays the download once per machine.
+A second install, from this checkout or a fresh clone, is a no-op (a stamp names the pinned
+version), so CI pays the download once per machine.
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ import time
 from pathlib import Path
 
 try:
-    from scripts.install_lock import one_installer
+    from scripts.install_lock import machine_cache, one_installer
 except ModuleNotFoundError:  # run as `python scripts/<name>.py`
-    from install_lock import one_installer  # type: ignore[no-redef]
+    from install_lock import machine_cache, one_installer  # type: ignore[no-redef]
 
 TIME_VERSION = "2026.10.19"
 EVERYTHING_VERSION = "2026.8.31"
-REPO = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("SVC_MCP_CACHE", REPO / ".cache" / "mcp"))
+# The machine's, shared by every checkout: a fresh clone does not install them again.
+CACHE = machine_cache("mcp", "SVC_MCP_CACHE")
 
 
 class McpServerUnavailable(RuntimeError):

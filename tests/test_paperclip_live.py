@@ -1,6 +1,6 @@
 """orchA against the real Paperclip (pinned in scripts/paperclip.py), the whole loop through our API.
 
-Paperclip (Node 24 and the npm package, cached in .cache/paperclip) is onboarded in local trusted
+Paperclip (Node 24 and the npm package, cached in ~/.cache/svc/paperclip) is onboarded in local trusted
 mode with telemetry off, its private-endpoint allowlist naming our test server, and the reporting
 plugin installed through its API. Then, through the service's HTTP API with a fake model provider:
 install a team (two `http` agents and one local-adapter agent) into a new company; assign an issue

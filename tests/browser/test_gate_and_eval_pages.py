@@ -2,7 +2,7 @@
 (docs/mcp.md, docs/evals.md, docs/dashboard.md).
 
 The first flow is test_mcp_live's run with a real MCP server (`mcp-server-time`, installed by
-scripts/mcp_servers.py into `.cache/mcp/`, named in the operator's catalogue): the scripted
+scripts/mcp_servers.py into the machine's cache, named in the operator's catalogue): the scripted
 model calls `get_current_time` (allowed) and `convert_time` (the policy requires approval), the
 install page shows the paused call with its arguments, the person approves it there and the
 run completes live; the run page then shows the MCP calls. Without the time server the test
@@ -33,7 +33,7 @@ CONVERT = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/T
 
 @pytest.fixture
 def time_executable() -> str:
-    """The real `mcp-server-time` (installed once into `.cache/mcp/`), or a skip saying why not."""
+    """The real `mcp-server-time` (installed once into the machine's cache), or a skip saying why not."""
     try:
         return str(time_server())
     except McpServerUnavailable as exc:
