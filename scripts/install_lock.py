@@ -18,15 +18,18 @@ from pathlib import Path
 from typing import TextIO
 
 
-def machine_cache(name: str, variable: str) -> Path:
-    """Where the outside system `name` is installed: the directory `variable` names when set, else
+def machine_cache(name: str, chosen: str | None, other_users: bool = False) -> Path:
+    """Where the outside system `name` is installed: `chosen` (its SVC_*_CACHE variable) when set, else
     `$XDG_CACHE_HOME/svc/<name>` (`~/.cache/svc/<name>`): the machine's, like pip's and npm's own
     caches, so a fresh clone (CI's included) finds it installed instead of paying minutes of npm
     or pip again. Each install stamps its pinned version, so checkouts pinning another version
-    install beside or over it."""
-    chosen = os.environ.get(variable)
+    install beside or over it. `other_users`: another user runs what is installed there (as root,
+    Paperclip's embedded Postgres runs as `postgres`), and root's home is private, so root's copy
+    goes to `/var/cache/svc/<name>`."""
     if chosen:
         return Path(chosen)
+    if other_users and os.geteuid() == 0 and not os.environ.get("XDG_CACHE_HOME"):
+        return Path("/var/cache/svc") / name
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "svc" / name
 
 

@@ -35,7 +35,7 @@ except ModuleNotFoundError:  # run as `python scripts/<name>.py`
 TIME_VERSION = "2026.10.19"
 EVERYTHING_VERSION = "2026.8.31"
 # The machine's, shared by every checkout: a fresh clone does not install them again.
-CACHE = machine_cache("mcp", "SVC_MCP_CACHE")
+CACHE = machine_cache("mcp", os.environ.get("SVC_MCP_CACHE"))
 
 
 class McpServerUnavailable(RuntimeError):

