@@ -255,9 +255,13 @@ async def test_the_database_stops_when_its_killed_users_are_gone(tmp_path):
         "import asyncio, sys; from pathlib import Path\n"
         "from svc.subprocesses.embedded_db import EmbeddedMongo\n"
         "async def main():\n"
-        "    await EmbeddedMongo(Path(sys.argv[1])).start()\n"
+        # The user keeps its EmbeddedMongo: a dropped one closes its lock files, the user's hold
+        # with them, and the watchdog would stop the server before the kill this test is about.
+        "    database = EmbeddedMongo(Path(sys.argv[1]))\n"
+        "    await database.start()\n"
         "    print('up', flush=True)\n"
         "    await asyncio.sleep(600)\n"
+        "    await database.stop()\n"
         "asyncio.run(main())\n"
     )
     user = await asyncio.create_subprocess_exec(
