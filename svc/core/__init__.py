@@ -6,7 +6,7 @@ are controlled from `svc.subprocesses`, not from here."""
 from svc.core.audit_timeline import KINDS, Kind, Timeline, TimelineQuery, actor_of
 from svc.core.audit_timeline import add_to as add_timeline_entry
 from svc.core.audit_timeline import entry as timeline_entry
-from svc.core.bulk import Batch
+from svc.core.bulk import DUPLICATE_KEY, Batch
 from svc.core.cache import TTLCache
 from svc.core.capped_counts import Slots
 from svc.core.clock import aware, iso, utcnow
@@ -30,7 +30,6 @@ from svc.core.mailer import Mailer, queued_mail
 from svc.core.metric_counters import DURATION_BUCKETS, LAG_BUCKETS
 from svc.core.metric_counters import Buffered as BufferedMetrics
 from svc.core.metric_counters import Change as MetricChange
-from svc.core.metric_counters import add_to as add_metrics
 from svc.core.metric_counters import inc as count_metric
 from svc.core.metric_counters import increment as counter_increment
 from svc.core.metric_counters import observation as histogram_observation
@@ -82,6 +81,7 @@ from svc.core.windows import newest as newest_in_windows
 __all__ = [
     "DATABASE_ERRORS",
     "DRIVER_LOGGER",
+    "DUPLICATE_KEY",
     "DURATION_BUCKETS",
     "KINDS",
     "LAG_BUCKETS",
@@ -136,7 +136,6 @@ __all__ = [
     "WatchEvents",
     "Watched",
     "actor_of",
-    "add_metrics",
     "add_timeline_entry",
     "aware",
     "count_metric",

@@ -23,7 +23,7 @@ from pymongo.errors import ClientBulkWriteException, DuplicateKeyError, InvalidO
 
 from svc.core.store import Document, Store
 
-DUPLICATE_KEY = 11000
+DUPLICATE_KEY = 11000  # the server's code for a write that met an existing unique key
 
 
 @dataclass(frozen=True)
@@ -79,10 +79,6 @@ class Batch:
         self.writes.append(
             Write(collection, {**query, **guard}, {**change, "$setOnInsert": fields}, upsert=True, once=True)
         )
-
-    def extend(self, other: Batch) -> None:
-        """Append another batch's operations (after this one's)."""
-        self.writes.extend(other.writes)
 
     async def commit(self) -> None:
         """Send every operation, in order, in one round trip (more only after a duplicate key on a

@@ -8,7 +8,8 @@ and count. A scrape reads the whole collection: one query whose size is the
 number of label sets (platforms times statuses, providers, ...), never the number of
 events. The values are cluster-wide totals (docs/operations.md). The changes one
 operation makes (a model call's two token counters, a run record's counter and duration)
-go in one bulk write: one round trip on the run path instead of one per label set.
+go in one bulk write; an install's actor holds them (`Buffered`) and writes what a second
+gathered as one update per label set, so a run pays no round trip for its metrics.
 
 Counting never fails the operation it counts: a failed write is logged and dropped.
 """
@@ -24,7 +25,7 @@ from typing import Any
 from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError, PyMongoError
 
-from svc.core.bulk import Batch
+from svc.core.bulk import DUPLICATE_KEY
 from svc.core.store import Document, Store
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,6 @@ READ_LIMIT = 5000
 # Seconds: runs take seconds to minutes; scheduler lag is well under a tick when healthy.
 DURATION_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 LAG_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
-DUPLICATE_KEY = 11000
 
 
 def _key(name: str, labels: Mapping[str, str]) -> str:
@@ -97,14 +97,6 @@ async def write(store: Store, changes: Iterable[Change | None]) -> None:
     except PyMongoError as exc:
         names = sorted({key["_id"].split("|", 1)[0] for key, _, _ in writes})
         log.warning("metric counters %s not updated: %s", names, type(exc).__name__)
-
-
-def add_to(batch: Batch, changes: Iterable[Change | None]) -> None:
-    """Counter changes as operations of a cross-collection batch (svc/core/bulk.py). Not guarded:
-    a batch sent again after a failure may count twice, which an operational counter tolerates."""
-    for name, labels, update in filter(None, changes):
-        setter = {"$setOnInsert": {"name": name, "labels": labels}}
-        batch.update(COLLECTION, {"_id": _key(name, labels)}, {**update, **setter}, upsert=True)
 
 
 class Buffered:

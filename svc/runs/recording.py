@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 
 from pymongo.errors import BulkWriteError
 
-from svc.core import Batch, Document, MetricChange, Store
+from svc.core import DUPLICATE_KEY, Batch, Document, MetricChange, Store
 from svc.runs import run_metrics, run_stats
 
-DUPLICATE_KEY = 11000
 COLLECTION = "runs"
 
 
