@@ -39,12 +39,14 @@ class Write:
 
 
 class _Failed(Exception):
-    """An operation of a batch failed: those before it landed, it and those after did not."""
+    """An operation of a batch failed: those before it landed, it and those after did not.
+    `duplicate`: it met an existing document's unique key."""
 
-    def __init__(self, index: int, cause: Exception) -> None:
+    def __init__(self, index: int, cause: Exception, duplicate: bool) -> None:
         super().__init__(f"operation {index} of the batch failed: {type(cause).__name__}")
         self.index = index
         self.cause = cause
+        self.duplicate = duplicate
 
 
 class Batch:
@@ -90,7 +92,7 @@ class Batch:
                 return
             except _Failed as exc:
                 failed = start + exc.index
-                if not (self.writes[failed].once and _duplicate_key(exc.cause)):
+                if not (self.writes[failed].once and exc.duplicate):
                     raise exc.cause from None
                 # The first duplicate key: send it again; the second: it was applied already.
                 start, resent = (failed + 1, -1) if resent == failed else (failed, failed)
@@ -105,8 +107,8 @@ class Batch:
             await self.store.client.bulk_write(models, ordered=True)
         except ClientBulkWriteException as exc:
             errors = cast(list[dict[str, Any]], exc.write_errors or [])
-            index = min((int(error["idx"]) for error in errors), default=0)
-            raise _Failed(index, exc) from exc
+            first = min(errors, key=lambda error: int(error["idx"]), default={"idx": 0})
+            raise _Failed(int(first["idx"]), exc, first.get("code") == DUPLICATE_KEY) from exc
         except InvalidOperation as exc:  # a server before 8.0: no client-level bulkWrite
             if "8.0" not in str(exc):
                 raise
@@ -114,15 +116,4 @@ class Batch:
                 try:
                     await self.store[w.collection].update_one(w.query, w.change, upsert=w.upsert)
                 except Exception as failure:
-                    raise _Failed(index, failure) from failure
-
-
-def _duplicate_key(cause: Exception) -> bool:
-    """Whether the failed operation met an existing document's unique key."""
-    if isinstance(cause, DuplicateKeyError):
-        return True
-    if isinstance(cause, ClientBulkWriteException):
-        errors = cast(list[dict[str, Any]], cause.write_errors or [])
-        first = min(errors, key=lambda error: int(error["idx"]), default=None)
-        return first is not None and first.get("code") == DUPLICATE_KEY
-    return False
+                    raise _Failed(index, failure, isinstance(failure, DuplicateKeyError)) from failure

@@ -149,11 +149,11 @@ class Settlement:
             if not isinstance(exc, Exception):
                 raise
             return None
-        if self.count is not None:  # operational counts: never a reason for the run to owe again
-            await self.count(metrics)
         for item in group:
             if not item.done.done():
                 item.done.set_result(None)
+        if self.count is not None:  # operational counts, after the waiters have their answer
+            await self.count(metrics)
         return None
 
     def _ops(
