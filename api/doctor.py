@@ -73,9 +73,10 @@ async def check_database(settings: Settings) -> tuple[Check, str | None]:
         else:
             assert settings.mongodb_uri is not None
             uri, where = settings.mongodb_uri, where_db(settings)
-        store = Store.connect(uri)
+        # Bounded by SVC_DB_TIMEOUT_SECONDS, as the service's own calls are.
+        store = Store.connect(uri, settings.db_timeout_seconds)
         try:
-            await asyncio.wait_for(store.client.admin.command("ping"), TIMEOUT_S)
+            await store.client.admin.command("ping")
         finally:
             await store.close()
     except Exception as exc:  # any failure is the check's answer

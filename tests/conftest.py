@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from tests.leftovers import (  # noqa: F401 - the session's leftover check
     pytest_sessionfinish,
 )
 from tests.support import shared_db
+from tests.support.db_pool import DatabasePool
 
 # Fixtures kept beside the helpers they build on: `gov` (the governance and plan rule tests).
 pytest_plugins = ["tests.support.governance"]
@@ -61,11 +61,14 @@ def ray_session(mongo_port: int) -> Iterator[None]:
     runtime.stop()
 
 
+DATABASES = DatabasePool()
+
+
 @pytest.fixture
-def db_uri(mongo_port: int) -> Iterator[str]:
-    """A connection string naming a database of this test's own."""
-    uri = uri_for(mongo_port, f"t_{uuid.uuid4().hex[:16]}")
-    yield uri
+def db_uri(mongo_port: int) -> str:
+    """A connection string naming a database of this test's own: empty, and one an earlier test
+    has finished with when there is one (tests/support/db_pool.py)."""
+    return uri_for(mongo_port, DATABASES.take())
 
 
 @pytest.fixture
@@ -75,7 +78,7 @@ async def store(db_uri: str) -> AsyncIterator[Store]:
     yield store
     # No API stops a deployment's scheduler (actors/scheduler.py): the test's own go with its database.
     await asyncio.to_thread(stop_schedulers, store.db.name)
-    await store.client.drop_database(store.db.name)
+    await DATABASES.give_back(store)
     await store.close()
 
 
