@@ -54,7 +54,10 @@ def mongo_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 @pytest.fixture(scope="session")
 def ray_session(mongo_port: int) -> Iterator[None]:
-    """One local Ray for the whole session; every app joins it."""
+    """One local Ray for the whole session; every app joins it. Its autoscaler monitor, which
+    has nothing to scale here, polls once a minute instead of every 5 s (it took about 35 s of
+    CPU a session, for the processes it starts inherit the variable)."""
+    os.environ.setdefault("AUTOSCALER_UPDATE_INTERVAL_S", "60")
     runtime = RayRuntime(None, uri_for(mongo_port))
     runtime.start()
     yield
