@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,6 @@ from tests.leftovers import (  # noqa: F401 - the session's leftover check
     pytest_sessionfinish,
 )
 from tests.support import shared_db
-from tests.support.db_pool import DatabasePool
 
 # Fixtures kept beside the helpers they build on: `gov` (the governance and plan rule tests).
 pytest_plugins = ["tests.support.governance"]
@@ -54,24 +54,18 @@ def mongo_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 @pytest.fixture(scope="session")
 def ray_session(mongo_port: int) -> Iterator[None]:
-    """One local Ray for the whole session; every app joins it. Its autoscaler monitor, which
-    has nothing to scale here, polls once a minute instead of every 5 s (it took about 35 s of
-    CPU a session, for the processes it starts inherit the variable)."""
-    os.environ.setdefault("AUTOSCALER_UPDATE_INTERVAL_S", "60")
+    """One local Ray for the whole session; every app joins it."""
     runtime = RayRuntime(None, uri_for(mongo_port))
     runtime.start()
     yield
     runtime.stop()
 
 
-DATABASES = DatabasePool()
-
-
 @pytest.fixture
-def db_uri(mongo_port: int) -> str:
-    """A connection string naming a database of this test's own: empty, and one an earlier test
-    has finished with when there is one (tests/support/db_pool.py)."""
-    return uri_for(mongo_port, DATABASES.take())
+def db_uri(mongo_port: int) -> Iterator[str]:
+    """A connection string naming a database of this test's own."""
+    uri = uri_for(mongo_port, f"t_{uuid.uuid4().hex[:16]}")
+    yield uri
 
 
 @pytest.fixture
@@ -81,7 +75,7 @@ async def store(db_uri: str) -> AsyncIterator[Store]:
     yield store
     # No API stops a deployment's scheduler (actors/scheduler.py): the test's own go with its database.
     await asyncio.to_thread(stop_schedulers, store.db.name)
-    await DATABASES.give_back(store)
+    await store.client.drop_database(store.db.name)
     await store.close()
 
 

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from api.app import create_app
 from config.settings import Settings
-from svc.subprocesses.embedded_db import STATE_FILE, EmbeddedMongo, free_port
+from svc.core.store import INDEXES_MARKER, SCHEMA, Store, indexes_digest
+from svc.subprocesses.embedded_db import STATE_FILE, EmbeddedMongo, free_port, uri_for
 from tests.support.accounts import signup
 from tests.support.waiting import wait_until
 
@@ -108,6 +110,26 @@ async def test_indexes_are_created_at_start_up(client, store):
     assert any(info.get("unique") and info["key"] == [("slug", 1)] for info in templates.values())
     users = await store.users.index_information()
     assert any(info.get("unique") and info["key"] == [("handle", 1)] for info in users.values())
+
+
+async def test_a_start_skips_the_indexes_it_recorded_and_creates_them_when_the_table_changes(mongo_port):
+    store = Store.connect(uri_for(mongo_port, f"t_{uuid.uuid4().hex[:16]}"))  # not a pooled one
+    try:
+        await store.ensure_indexes()
+        marker = await store.db[SCHEMA].find_one({"_id": INDEXES_MARKER})
+        assert marker is not None and marker["digest"] == indexes_digest()
+        await store.api_keys.drop_index("keyHash_1")
+        await store.ensure_indexes()  # the same table: recorded, so nothing is created
+        assert "keyHash_1" not in await store.api_keys.index_information()
+        # A release whose table differs (here: the record of an older one) creates every index.
+        await store.db[SCHEMA].update_one({"_id": INDEXES_MARKER}, {"$set": {"digest": "an older table"}})
+        await store.ensure_indexes()
+        assert "keyHash_1" in await store.api_keys.index_information()
+        marker = await store.db[SCHEMA].find_one({"_id": INDEXES_MARKER})
+        assert marker is not None and marker["digest"] == indexes_digest()
+    finally:
+        await store.client.drop_database(store.db.name)
+        await store.close()
 
 
 async def test_a_restarted_server_takes_its_previous_port_again(tmp_path):
