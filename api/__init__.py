@@ -1,5 +1,6 @@
-"""The HTTP front end (aiohttp): routing, credentials, rate limits, error bodies."""
+"""The HTTP front end (aiohttp): routing, credentials, rate limits, error bodies.
 
-from api.app import create_app
-
-__all__ = ["create_app"]
+The application is `api.app.create_app`. Nothing is imported here: the `svc` command's modules
+live in this package too, and `svc --version` or an HTTP-client command such as `svc templates
+export` should not pay for the whole application (Ray, aiohttp, every capability package).
+"""

@@ -1,6 +1,11 @@
 """The `svc` command: `svc serve` starts the API, `svc users create` adds an account,
 `svc orgs set-plan` sets an org's plan by hand, `svc runs rebuild-stats` recomputes the
-hourly run counters from the run records, `svc doctor` checks every dependency."""
+hourly run counters from the run records, `svc doctor` checks every dependency.
+
+Each command imports what it needs when it runs: `svc --version` and `--help` answer at once,
+an operator command against the database never imports Ray, and only `serve` and `doctor`
+load the application and Ray (about 2 s of imports).
+"""
 
 from __future__ import annotations
 
@@ -12,18 +17,13 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import metadata
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from api import cli_keys, cli_templates, metrics
-from api.app import create_app
-from api.lifecycle import ListenError, link_origin, listen_socket, serve
-from api.logs import configure_logging
-from config.settings import Settings, settings_or_exit
-from svc.core import ServiceError, Store, Vault
-from svc.identity import Accounts, public_user
-from svc.runs import rebuild_run_stats
-from svc.subprocesses import EmbeddedMongo, NoDatabaseError, require_database
-from svc.wiring import build_services
+from api import cli_keys, cli_templates
+
+if TYPE_CHECKING:
+    from config.settings import Settings
+    from svc.core import Store
 
 log = logging.getLogger("svc")
 T = TypeVar("T")
@@ -93,6 +93,11 @@ def version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `svc` console script."""
     args = build_parser().parse_args(argv)
+    from api.logs import configure_logging
+    from config.settings import settings_or_exit
+    from svc.core import ServiceError
+    from svc.subprocesses import NoDatabaseError
+
     configure_logging(args.log_level)
     if args.command == "templates":
         return cli_templates.run(args)  # an HTTP client of a running service: no settings needed
@@ -123,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def serve_command(args: argparse.Namespace, settings: Settings) -> int:
     """`svc serve`: bind first (a port in use fails before the database and Ray start), then run."""
+    from api import metrics
+    from api.app import create_app
+    from api.lifecycle import ListenError, link_origin, listen_socket, serve
+
     try:
         sock = listen_socket(args.host, args.port)
     except ListenError as exc:
@@ -160,6 +169,11 @@ def prompt_password() -> str:
 
 async def command(args: argparse.Namespace, settings: Settings, store: Store) -> Any:
     """One operator command against the store."""
+    from svc.core import Vault
+    from svc.identity import Accounts, public_user
+    from svc.runs import rebuild_run_stats
+    from svc.wiring import build_services
+
     if args.command == "orgs":
         vault = Vault.from_settings(settings.secret_keys, settings.data_dir)
         services = build_services(settings, store, vault, runtime=None)
@@ -182,6 +196,9 @@ async def command(args: argparse.Namespace, settings: Settings, store: Store) ->
 
 async def with_store(settings: Settings, work: Callable[[Store], Awaitable[T]]) -> T:
     """Run `work` on the configured database (joining a running embedded server if any)."""
+    from svc.core import Store
+    from svc.subprocesses import EmbeddedMongo, require_database
+
     embedded = (
         None if settings.mongodb_uri else EmbeddedMongo(settings.data_dir, sync=settings.embedded_db_sync)
     )
