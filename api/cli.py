@@ -2,9 +2,10 @@
 `svc orgs set-plan` sets an org's plan by hand, `svc runs rebuild-stats` recomputes the
 hourly run counters from the run records, `svc doctor` checks every dependency.
 
-Each command imports what it needs when it runs: `svc --version` and `--help` answer at once,
-an operator command against the database never imports Ray, and only `serve` and `doctor`
-load the application and Ray (about 2 s of imports).
+Beyond the settings and the store (`svc.core`), each command imports what it needs when it runs:
+`svc --version` and `--help` answer in under a second, an operator command against the database
+never imports Ray, and only `serve` and `doctor` load the application and Ray (about 2 s of
+imports).
 """
 
 from __future__ import annotations
@@ -17,13 +18,12 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from api import cli_keys, cli_templates
-
-if TYPE_CHECKING:
-    from config.settings import Settings
-    from svc.core import Store
+from api.logs import configure_logging
+from config.settings import Settings, settings_or_exit
+from svc.core import ServiceError, Store, Vault
 
 log = logging.getLogger("svc")
 T = TypeVar("T")
@@ -93,9 +93,6 @@ def version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `svc` console script."""
     args = build_parser().parse_args(argv)
-    from api.logs import configure_logging
-    from config.settings import settings_or_exit
-    from svc.core import ServiceError
     from svc.subprocesses import NoDatabaseError
 
     configure_logging(args.log_level)
@@ -169,7 +166,6 @@ def prompt_password() -> str:
 
 async def command(args: argparse.Namespace, settings: Settings, store: Store) -> Any:
     """One operator command against the store."""
-    from svc.core import Vault
     from svc.identity import Accounts, public_user
     from svc.runs import rebuild_run_stats
     from svc.wiring import build_services
@@ -196,7 +192,6 @@ async def command(args: argparse.Namespace, settings: Settings, store: Store) ->
 
 async def with_store(settings: Settings, work: Callable[[Store], Awaitable[T]]) -> T:
     """Run `work` on the configured database (joining a running embedded server if any)."""
-    from svc.core import Store
     from svc.subprocesses import EmbeddedMongo, require_database
 
     embedded = (

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from svc.core import REKEY_BATCH, Document
-
-if TYPE_CHECKING:
-    from config.settings import Settings
-    from svc.core import Store
+from config.settings import Settings
+from svc.core import REKEY_BATCH, Document, Store, Vault
 
 NOT_YET = (
     "error: the old keys are still needed: {undecryptable} value(s) no configured key decrypts, "
@@ -47,8 +44,7 @@ def batch_size(raw: str) -> int:
 
 async def rotate(args: argparse.Namespace, settings: Settings, store: Store) -> Document:
     """Run (or continue) the re-encryption, printing each batch on stderr; the report."""
-    from svc.core import Vault
-    from svc.key_rotation import rotate_keys
+    from svc.key_rotation import rotate_keys  # its capability packages: only this command needs them
 
     def progress(step: Document) -> None:
         saved = step["checkpoint"]["tallies"].get(step["collection"], {})
