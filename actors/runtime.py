@@ -231,21 +231,21 @@ class RayRuntime:
 
     async def _send(self, install_id: str, method: str, *args: Any, trust_warm: bool = True) -> Any:
         """Send one typed command to the install's actor; a copy that is leaving (`AskAgain`) is
-        asked again once a fresh one answers. RuntimeFailure when the actor cannot be started or
-        dies."""
+        asked again once a fresh one answers. A copy that dies during the command (a remembered
+        handle of a copy gone since, or a copy on a node that has just gone) is replaced and asked
+        once more: commands are idempotent by run id, and the live copy's recovery resumed what
+        died with the old one, so the caller gets the run's real end. RuntimeFailure when the
+        actor cannot be started, or dies again."""
         deadline = capacity.placement_deadline(self.settings)
+        resent = False
         while True:
-            warm = self._warm.get(install_id)
             actor = await self._ready_actor(install_id, trust_warm)
-            unverified = warm is not None and warm[0] is actor
             try:
                 answer = await getattr(actor, method).remote(*args)
             except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
                 self._warm.pop(install_id, None)
-                if unverified and trust_warm:
-                    # A remembered handle of a copy that has died since: commands are idempotent
-                    # by run id, so ask the live copy (whose recovery resumed what died with it).
-                    trust_warm = False
+                if not resent:
+                    resent, trust_warm = True, False
                     continue
                 log.warning("install actor failed during %s: %s", method, type(exc).__name__)
                 raise RuntimeFailure(STOPPED) from None

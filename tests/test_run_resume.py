@@ -179,3 +179,29 @@ async def test_a_journal_that_does_not_fit_the_team_fails_the_run_clearly(make_c
         await client.post(f"/api/installs/{install_id}/run", json={"task": "y"}, headers=key)
     ).json()
     assert after["status"] == "completed" and after["response"] == "fine"
+
+
+async def test_a_sync_caller_whose_actor_is_killed_gets_the_resumed_runs_end(
+    make_client, aiohttp_server, store
+):
+    """The caller waits (`wait` true); the copy dies during the command, after it claimed the run.
+    The new copy's recovery resumes the run, and the caller gets its real end, not a 503. (A copy
+    that dies before its claim is asked again on the live copy: `RayRuntime._send`.)"""
+    client, llm = await managed_client(make_client, aiohttp_server)
+    target = await start_target(aiohttp_server)
+    _, key, install_id = await svc_install(client, [member("lead")])
+    llm.script(
+        tool_calls=[{"name": "http_request", "arguments": {"method": "GET", "url": f"{target.base}/hold/x"}}]
+    )
+    llm.script(text="read it")
+    waiting = asyncio.ensure_future(
+        client.post(f"/api/installs/{install_id}/run", json={"task": "read"}, headers=key)
+    )
+    assert await wait_for(lambda: asyncio.sleep(0, result=len(target.received) == 1))
+    await kill_actor(install_id)
+    target.hold.set()
+    response = await waiting
+    assert response.status == 200, await response.text()
+    run = await response.json()
+    assert (run["status"], run["response"]) == ("completed", "read it")
+    assert len(llm.requests) == 2 and len(target.received) == 2
