@@ -171,7 +171,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "SVC_EGRESS_ALLOW_PRIVATE": "true",
             "SVC_ACTOR_MEMORY_MB": str(ACTOR_MB),
             "SVC_ACTOR_PLACEMENT_SECONDS": str(PLACEMENT_S),
-            "SVC_ACTOR_IDLE_SECONDS": "8",
+            "SVC_ACTOR_IDLE_SECONDS": "5",  # scenarios that need free places wait for idle actors to leave
             "RAY_TMPDIR": str(ray_tmp),
         }
         log_dir = tmp_path_factory.mktemp("cluster-logs")
