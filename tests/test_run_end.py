@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from api.app import SERVICES
+from api.app import SERVICES, create_app
+from api.context import SETTINGS
 from svc.jobs import Jobs
 from tests.support import faults
 from tests.support.accounts import bearer, create_key, signup
@@ -265,3 +266,22 @@ async def test_runs_started_together_cannot_all_pass_a_cap_only_one_fits(make_cl
 async def _ended(store: Any, run_id: str) -> dict[str, Any] | None:
     run = await store["pipeline_runs"].find_one({"_id": run_id})
     return run if run is not None and run["status"] in ("completed", "failed") else None
+
+
+async def test_an_actor_dying_before_it_claims_a_sync_run_hands_it_to_its_next_copy(
+    make_client, aiohttp_client, aiohttp_server, store
+):
+    """The actor dies after it took the command and before it claimed the run (on a cluster: a
+    copy on a node that has just gone), so the run is still queued. The caller, on a second API
+    process of the deployment that has not spoken to that actor before, gets the run's end from
+    the next copy, not a 503, and the run is made once."""
+    client, llm = await managed_client(make_client, aiohttp_server, crash_points=frozenset({"before-claim"}))
+    _deployer, key, install_id = await paid_svc_install(client, [member("lead")])
+    other = await aiohttp_client(create_app(client.server.app[SETTINGS]))
+    llm.script(text="the answer", input_tokens=10, output_tokens=5)
+    response = await other.post(f"/api/installs/{install_id}/run", json={"task": "go"}, headers=key)
+    assert response.status == 200, await response.text()
+    result = await response.json()
+    assert (result["status"], result["response"]) == ("completed", "the answer")
+    assert len(llm.requests) == 1, "the run was made once, by the next copy"
+    await settled_once(client, key, install_id, store, result["runId"], "completed")

@@ -1,9 +1,10 @@
-"""Crash points: where a test may cut an install's actor dead in the middle of a run's end.
+"""Crash points: where a test may cut an install's actor dead in the middle of a run.
 
-The run's end is one write, then its settlement, then the callback's first attempt (svc/runtime/
-settlement.py). To show that no crash between them loses or doubles anything, the test suite names
-points (`SVC_CRASH_POINTS`, a test hook: empty, and so inert, in any deployment) at which the
-actor's process exits at once, as a SIGKILL would leave it. Each point fires once per data
+A run is claimed; its steps are stored one write each; its end is one write, then its settlement,
+then the callback's first attempt (svc/runtime/settlement.py). To show that no crash between them
+loses or doubles anything, the test suite names points (`SVC_CRASH_POINTS`, a test hook: empty,
+and so inert, in any deployment) at which the actor's process exits at once, as a SIGKILL would
+leave it. Each point fires once per data
 directory (a marker file), so the copy Ray starts next runs through it and finishes the job.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-POINTS = frozenset({"before-end", "after-end", "after-settlement", "after-step"})
+POINTS = frozenset({"before-claim", "before-end", "after-end", "after-settlement", "after-step"})
 
 
 class CrashPoints:

@@ -122,6 +122,7 @@ class InstallRunner:
         after a gate, `adopt` one an earlier copy of the actor was running when it died."""
         run_id = run["_id"]
         if mode == "start":
+            self.limits.crash.reached("before-claim")  # a test hook (svc/runtime/faults.py)
             if not await ledger.claim(self.store, run_id, self.incarnation, []):
                 return await self.outcome_now(run_id)
             run = {**run, "status": "running", "incarnation": self.incarnation, "startedAt": utcnow()}
