@@ -142,7 +142,9 @@ async def test_the_operator_settles_an_unknown_outcome_as_done_or_failed(make_cl
     assert "outcome" in failed["errorMessage"] or "operator" in failed["errorMessage"]
 
 
-async def test_a_get_in_flight_is_simply_sent_again(make_client, aiohttp_server, store):
+async def one_held_get(make_client: Any, aiohttp_server: Any) -> tuple[Any, ...]:
+    """One agent that GETs from a target that hangs, then answers "read it": the client, the fake
+    model, the target, the key and the install."""
     client, llm = await managed_client(make_client, aiohttp_server)
     target = await start_target(aiohttp_server)
     _, key, install_id = await svc_install(client, [member("lead")])
@@ -150,6 +152,11 @@ async def test_a_get_in_flight_is_simply_sent_again(make_client, aiohttp_server,
         tool_calls=[{"name": "http_request", "arguments": {"method": "GET", "url": f"{target.base}/hold/x"}}]
     )
     llm.script(text="read it")
+    return client, llm, target, key, install_id
+
+
+async def test_a_get_in_flight_is_simply_sent_again(make_client, aiohttp_server, store):
+    client, llm, target, key, install_id = await one_held_get(make_client, aiohttp_server)
     run_id = await start_and_kill_at_the_post(client, target, key, install_id)
     run = await wait_status(store, run_id, "completed")
     assert run["response"] == "read it" and len(target.received) == 2
@@ -187,13 +194,7 @@ async def test_a_sync_caller_whose_actor_is_killed_gets_the_resumed_runs_end(
     """The caller waits (`wait` true); the copy dies during the command, after it claimed the run.
     The new copy's recovery resumes the run, and the caller gets its real end, not a 503. (A copy
     that dies before its claim is asked again on the live copy: `RayRuntime._send`.)"""
-    client, llm = await managed_client(make_client, aiohttp_server)
-    target = await start_target(aiohttp_server)
-    _, key, install_id = await svc_install(client, [member("lead")])
-    llm.script(
-        tool_calls=[{"name": "http_request", "arguments": {"method": "GET", "url": f"{target.base}/hold/x"}}]
-    )
-    llm.script(text="read it")
+    client, llm, target, key, install_id = await one_held_get(make_client, aiohttp_server)
     waiting = asyncio.ensure_future(
         client.post(f"/api/installs/{install_id}/run", json={"task": "read"}, headers=key)
     )
