@@ -38,7 +38,13 @@ FIRE_WAIT_S = 120.0
 
 
 async def every_10_seconds(store: Store, schedule_id: str = SCHEDULE_ID) -> None:
-    """A schedule that fires every 10 seconds (:00, :10, :20, ...), from the next one on."""
+    """A schedule that fires every 10 seconds (:00, :10, :20, ...), from the next one on.
+
+    With a catch-up window, as a schedule that must not lose a fire has: without one, a tick
+    that comes late fires the due time once and moves on to the next future one (svc/runtime/
+    schedules.py), so a scheduler actor that took more than 10 s to start on a loaded machine
+    skipped a fire (one fresh-clone run: fires at :10, :30, :40). The test is about fires lost
+    or doubled while API processes stop and start, not about how soon a tick comes."""
     await store["schedules"].insert_one(
         {
             "_id": schedule_id,
@@ -47,6 +53,7 @@ async def every_10_seconds(store: Store, schedule_id: str = SCHEDULE_ID) -> None
             "enabled": True,
             "onBacklog": "skip",
             "bypassGates": False,
+            "catchupWindowSeconds": 60,
             "label": "Every 10 seconds",
             "lastRunAt": None,
             "nextRunAt": next_fire(EVERY_10_SECONDS, "UTC", datetime.now(UTC)),
