@@ -2,7 +2,8 @@
 `svc orgs set-plan` sets an org's plan by hand, `svc runs rebuild-stats` recomputes the
 hourly run counters from the run records, `svc doctor` checks every dependency.
 
-Beyond the settings and the store (`svc.core`), each command imports what it needs when it runs:
+Beyond the settings, the store (`svc.core`) and the embedded database's process control
+(`svc.subprocesses`, the standard library only), each command imports what it needs when it runs:
 `svc --version` and `--help` answer in under a second, an operator command against the database
 never imports Ray, and only `serve` and `doctor` load the application and Ray (about 2 s of
 imports).
@@ -24,6 +25,7 @@ from api import cli_keys, cli_templates
 from api.logs import configure_logging
 from config.settings import Settings, settings_or_exit
 from svc.core import ServiceError, Store, Vault
+from svc.subprocesses import EmbeddedMongo, NoDatabaseError, require_database
 
 log = logging.getLogger("svc")
 T = TypeVar("T")
@@ -93,8 +95,6 @@ def version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `svc` console script."""
     args = build_parser().parse_args(argv)
-    from svc.subprocesses import NoDatabaseError
-
     configure_logging(args.log_level)
     if args.command == "templates":
         return cli_templates.run(args)  # an HTTP client of a running service: no settings needed
@@ -192,8 +192,6 @@ async def command(args: argparse.Namespace, settings: Settings, store: Store) ->
 
 async def with_store(settings: Settings, work: Callable[[Store], Awaitable[T]]) -> T:
     """Run `work` on the configured database (joining a running embedded server if any)."""
-    from svc.subprocesses import EmbeddedMongo, require_database
-
     embedded = (
         None if settings.mongodb_uri else EmbeddedMongo(settings.data_dir, sync=settings.embedded_db_sync)
     )

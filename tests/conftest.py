@@ -62,10 +62,9 @@ def ray_session(mongo_port: int) -> Iterator[None]:
 
 
 @pytest.fixture
-def db_uri(mongo_port: int) -> Iterator[str]:
+def db_uri(mongo_port: int) -> str:
     """A connection string naming a database of this test's own."""
-    uri = uri_for(mongo_port, f"t_{uuid.uuid4().hex[:16]}")
-    yield uri
+    return uri_for(mongo_port, f"t_{uuid.uuid4().hex[:16]}")
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ A run is claimed; its steps are stored one write each; its end is one write, the
 then the callback's first attempt (svc/runtime/settlement.py). To show that no crash between them
 loses or doubles anything, the test suite names points (`SVC_CRASH_POINTS`, a test hook: empty,
 and so inert, in any deployment) at which the actor's process exits at once, as a SIGKILL would
-leave it. Each point fires once per data
-directory (a marker file), so the copy Ray starts next runs through it and finishes the job.
+leave it. Each point fires once per data directory (a marker file), so the copy Ray starts next
+runs through it and finishes the job.
 """
 
 from __future__ import annotations

@@ -35,18 +35,18 @@ SCAN_S = 1.0
 Identity = tuple[int, str]  # (pid, start time in clock ticks): a reused pid is another process
 
 
-def _read(pid: int | str, name: str) -> bytes | None:
-    """A file of /proc/<pid>, or None when the process has gone. Plain `open` of bytes: the
-    watcher reads two files of every process each SCAN_S, on a machine with hundreds (a third
-    of the cost of `Path.read_text`)."""
+def _read(pid: int, name: str) -> bytes | None:
+    """A file of /proc/<pid>, or None when the process has gone. A plain `open` of bytes: the
+    watcher reads two files of every process each SCAN_S, on a machine with hundreds, and
+    `Path.read_text` costs about a third more."""
     try:
-        with open(f"/proc/{pid}/{name}", "rb") as file:
+        with open(PROC / str(pid) / name, "rb") as file:
             return file.read()
     except OSError:
         return None
 
 
-def _stat(pid: int | str) -> tuple[int, str, str] | None:
+def _stat(pid: int) -> tuple[int, str, str] | None:
     """(parent pid, state, start time) of a process, or None when it has gone."""
     raw = _read(pid, "stat")
     if raw is None:
