@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.source import parse
+
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("api", "actors", "svc", "plugins", "config")
 PACKAGES = sorted(p.name for p in (ROOT / "svc").iterdir() if (p / "__init__.py").exists())
@@ -81,7 +83,7 @@ def package_of(path: Path) -> str | None:
 
 
 def imported_modules(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text())
+    tree = parse(path.read_text())
     names = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -126,7 +128,7 @@ def test_a_surface_names_operations_not_modules() -> None:
     ]
     for path in product_files():
         mine = package_of(path)
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path.read_text())):
             if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
                 continue
             parts = node.module.split(".")
@@ -149,7 +151,7 @@ def test_each_surface_exports_exactly_its_all(package: str) -> None:
     module = importlib.import_module(f"svc.{package}")
     exported = set(module.__all__)
     assert all(hasattr(module, name) for name in exported)
-    tree = ast.parse((ROOT / "svc" / package / "__init__.py").read_text())
+    tree = parse((ROOT / "svc" / package / "__init__.py").read_text())
     imported = {
         alias.asname or alias.name
         for node in tree.body
@@ -163,7 +165,7 @@ def test_each_surface_exports_exactly_its_all(package: str) -> None:
 def module_constants(path: Path) -> dict[str, str]:
     """A module's own `NAME = "literal"` assignments."""
     found: dict[str, str] = {}
-    for node in ast.parse(path.read_text()).body:
+    for node in parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
             if isinstance(node.value.value, str):
                 found.update({t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)})
@@ -302,7 +304,7 @@ def service_classes() -> dict[str, str]:
     for path in (ROOT / "svc").rglob("*.py"):
         package = package_of(path)
         if package is not None:
-            for node in ast.walk(ast.parse(path.read_text())):
+            for node in ast.walk(parse(path.read_text())):
                 if isinstance(node, ast.ClassDef):
                     found.setdefault(node.name, package)
     return found
@@ -312,7 +314,7 @@ def annotated_class(annotation: ast.expr | None) -> str | None:
     """`Installs`, `svc.installs.Installs`, `"Installs"` or `Installs | None`: the class named."""
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
         try:
-            annotation = ast.parse(annotation.value, mode="eval").body
+            annotation = parse(annotation.value, mode="eval").body
         except SyntaxError:
             return None
     if isinstance(annotation, ast.BinOp):  # `X | None`
@@ -327,7 +329,7 @@ def annotated_class(annotation: ast.expr | None) -> str | None:
 def private_reaches(path: Path, classes: dict[str, str], mine: str | None) -> list[str]:
     """`x._name` where `x` is a parameter, a local or a `self.` attribute annotated (or built) as a
     class of another package: that package's internals, reached around its surface."""
-    tree = ast.parse(path.read_text())
+    tree = parse(path.read_text())
 
     def foreign(name: str | None) -> bool:
         return name is not None and name in classes and classes[name] != mine

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from config.settings import Settings
+from tests.support.source import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE_DIRS = ("svc", "api", "actors", "plugins", "config")
@@ -97,7 +98,7 @@ def code_variables() -> tuple[set[str], list[re.Pattern[str]]]:
     patterns: list[re.Pattern[str]] = []
     for folder in CODE_DIRS:
         for path in (ROOT / folder).rglob("*.py"):
-            tree = ast.parse(path.read_text(), filename=str(path))
+            tree = parse(path.read_text(), filename=str(path))
             in_fstrings = {
                 id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values
             }

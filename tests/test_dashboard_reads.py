@@ -26,6 +26,7 @@ from api.heavy import BUSY, HEAVY_GATE, HEAVY_SLOTS, Busy
 from api.pages.install_live import LiveSnapshots, Snapshot
 from svc.core import utcnow
 from tests.support.runtime import managed_client, member, svc_install
+from tests.support.source import parse
 from tests.support.waiting import eventually, wait_status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +69,7 @@ def offences_in(source: str) -> list[str]:
     """Where a module talks to MongoDB itself: a pymongo import, a collection of the store, a
     collection operation (line numbers and what was found)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             found += [
                 f"{node.lineno}: import {a.name}" for a in node.names if a.name.split(".")[0] == "pymongo"

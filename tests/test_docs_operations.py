@@ -26,6 +26,7 @@ from api.metrics import STORED_COUNTERS, STORED_HISTOGRAMS, HttpMetrics, _Snapsh
 from api.schemas.common import EventStream
 from config.settings import Settings
 from svc.core import DURATION_BUCKETS, count_metric, observe_metric
+from tests.support.source import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "operations.md"
@@ -73,7 +74,7 @@ def counted_in_code() -> dict[str, Counted]:
     found: dict[str, Counted] = {}
     for folder in CODE_DIRS:
         for path in (ROOT / folder).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
+            for node in ast.walk(parse(path.read_text())):
                 kind = counting_call(node)
                 if kind is None:
                     continue
@@ -226,7 +227,7 @@ def stream_routes() -> set[str]:
     pages whose handler relays one (api/sse.py)."""
     found = {route.path for route in ROUTES if route.response and issubclass(route.response, EventStream)}
     for path in (ROOT / "api" / "pages").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path.read_text())):
             if isinstance(node, ast.AsyncFunctionDef) and any(
                 isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "relay"
                 for call in ast.walk(node)
