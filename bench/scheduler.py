@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from harness import percentile  # bench/harness.py
 
 from svc.core.store import Store
-from svc.runtime.schedules import SchedulerCore
+from svc.runtime.schedule_fires import SchedulerCore
 from svc.subprocesses.embedded_db import EmbeddedMongo
 
 

@@ -9,7 +9,8 @@ import pytest
 from actors.runtime import RayRuntime
 from api.app import VAULT
 from api.context import SETTINGS
-from svc.runtime.schedules import SchedulerCore, next_fire
+from svc.runtime.cron import next_fire
+from svc.runtime.schedule_fires import SchedulerCore
 from tests.support.runtime import member, provider_settings, start_llm, svc_install
 from tests.support.waiting import wait_for
 

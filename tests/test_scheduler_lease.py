@@ -22,7 +22,7 @@ from api.app import STORE, VAULT, create_app
 from api.context import SETTINGS
 from config.settings import Settings
 from svc.core.store import Store
-from svc.runtime.schedules import next_fire
+from svc.runtime.cron import next_fire
 from svc.subprocesses.embedded_db import EmbeddedMongo, uri_for
 from tests.support.serve import Service
 from tests.support.waiting import wait_for

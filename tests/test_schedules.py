@@ -10,7 +10,10 @@ import pytest
 from actors.runtime import RayRuntime
 from api.app import VAULT
 from api.context import SETTINGS
-from svc.runtime.schedules import SchedulerCore, next_fire
+from svc.core import Store
+from svc.runtime.cron import next_fire
+from svc.runtime.schedule_fires import RETRY_FIRE_AFTER_S, SchedulerCore
+from tests.support import faults
 from tests.support.runtime import member, provider_settings, start_llm, svc_install
 from tests.support.waiting import wait_for
 
@@ -138,6 +141,71 @@ async def test_two_schedulers_racing_fire_once_and_missed_fires_do_not_storm(mak
     assert sum(fired) == 1
     assert await store["pipeline_runs"].count_documents({"installId": install_id, "source": "schedule"}) == 1
     assert (await store["schedules"].find_one({"_id": install_id}))["nextRunAt"] > datetime.now(UTC)
+
+
+async def fired_records(store, install_id):
+    """The scheduled runs and `scheduler_run` events of an install."""
+    runs = await store["pipeline_runs"].find({"installId": install_id, "source": "schedule"}).to_list(None)
+    events = store["pipeline_events"].find({"installId": install_id, "eventType": "scheduler_run"})
+    return runs, await events.to_list(None)
+
+
+async def test_a_fire_cut_between_its_claim_and_its_records_is_fired_again_once(make_client, store):
+    client = await make_client(rate_limit_multiplier=None)
+    _, _, install_id = await svc_install(client, [member("lead")])
+    due_at = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
+    await make_due(store, install_id, nextRunAt=due_at)
+    # Its own client, which the failpoint aims at; nothing handed over: the runs stay queued.
+    scheduler_store = Store.connect(store.uri, appname="svc-scheduler-test")
+    core = SchedulerCore(scheduler_store, None)
+
+    # The tick claims the fire, then the write of its run and event fails (the database away).
+    await faults.fail(store, ["bulkWrite"], app="svc-scheduler-test")
+    with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises for the failed command
+        await core.tick()
+    schedule = await store["schedules"].find_one({"_id": install_id})
+    assert schedule["nextRunAt"] > datetime.now(UTC), "the fire was claimed"
+    assert await fired_records(store, install_id) == ([], [])
+
+    now = datetime.now(UTC)
+    assert await core.tick(now) == 0
+    assert await fired_records(store, install_id) == ([], []), "a tick still writing it is not overtaken"
+
+    later = now + timedelta(seconds=RETRY_FIRE_AFTER_S + 1)
+    await asyncio.gather(core.tick(later), SchedulerCore(store, None).tick(later))
+    runs, events = await fired_records(store, install_id)
+    assert [run["scheduledFor"] for run in runs] == [due_at], "fired again once, for the time it was due"
+    assert [event["meta"]["runId"] for event in events] == [runs[0]["_id"]]
+    assert "firing" not in await store["schedules"].find_one({"_id": install_id})
+    await scheduler_store.close()
+
+
+async def test_a_fire_cut_after_its_run_landed_is_not_fired_twice(make_client, store):
+    client = await make_client(rate_limit_multiplier=None)
+    _, _, install_id = await svc_install(client, [member("lead")])
+    await make_due(store, install_id, onBacklog="skip")
+    core = SchedulerCore(store, None)
+    assert await core.tick() == 1
+    (run,), (event,) = await fired_records(store, install_id)
+    # As if the tick stopped after its run was stored (the batch is ordered, not atomic), before
+    # its event and the clearing of its note.
+    await store["pipeline_events"].delete_one({"_id": event["_id"]})
+    claimed_at = run["createdAt"]
+    await store["schedules"].update_one(
+        {"_id": install_id},
+        {"$set": {"firing": {"for": run["scheduledFor"], "at": claimed_at, "since": claimed_at}}},
+    )
+    # Its own queued run makes the install busy, and a skip schedule skips when busy: the fire
+    # sent again must find that run by its id, not skip the fire or start a second run.
+    await core.tick(datetime.now(UTC) + timedelta(seconds=RETRY_FIRE_AFTER_S + 1))
+    runs, events = await fired_records(store, install_id)
+    assert [r["_id"] for r in runs] == [run["_id"]] and [e["_id"] for e in events] == [event["_id"]]
+    assert events[0]["meta"] == event["meta"] == {
+        "scheduledFor": event["meta"]["scheduledFor"],
+        "runId": run["_id"],
+        "queued": False,
+    }
+    assert "firing" not in await store["schedules"].find_one({"_id": install_id})
 
 
 async def test_backlog_skip_and_queue(make_client, store):

@@ -137,6 +137,8 @@ INDEXES: dict[str, list[Index]] = {
     "schedules": [
         Index([("enabled", ASCENDING), ("nextRunAt", ASCENDING)]),
         Index([("claim", ASCENDING)]),
+        # Every tick looks for fires a cut tick left claimed (svc/runtime/schedule_fires.py): few or none.
+        Index([("firing.since", ASCENDING)]),
     ],
     "pipeline_events": [Index([("installId", ASCENDING), ("createdAt", DESCENDING)])],
     "agent_runs": [

@@ -3,6 +3,7 @@ loop, pipelines and gates, schedules, access policies, the security log and pipe
 
 from svc.runtime.agent_loop import RunScope, TeamRunner, root_agent
 from svc.runtime.callbacks import CallbackDelivery
+from svc.runtime.cron import check_cron, check_timezone, next_fire
 from svc.runtime.eval_runs import eval_run_of, is_eval_install, new_eval_run, recorded_journal
 from svc.runtime.faults import CrashPoints
 from svc.runtime.host import InstallHost
@@ -49,15 +50,8 @@ from svc.runtime.run_lists import queued_runs
 from svc.runtime.run_requests import HeartbeatBody, RunBody, RunService, RuntimeTestBody, WebhookBody
 from svc.runtime.run_watch import CLOSING, RunWatch, Subscription, settled_event
 from svc.runtime.run_watch_events import TERMINAL, RunEvents, redacted
-from svc.runtime.schedules import (
-    ScheduleBody,
-    SchedulerCore,
-    Schedules,
-    ToggleBody,
-    check_cron,
-    check_timezone,
-    next_fire,
-)
+from svc.runtime.schedule_fires import SchedulerCore
+from svc.runtime.schedules import ScheduleBody, Schedules, ToggleBody
 from svc.runtime.security_log import ENTRY_FIELDS as SECURITY_FIELDS
 from svc.runtime.security_log import RUN_ENTRY_FIELDS as RUN_SECURITY_FIELDS
 from svc.runtime.security_log import McpCallRecord, SecurityLog

@@ -99,10 +99,11 @@ async def enqueue(store: Store, run: Document) -> str:
     return str(run["_id"])
 
 
-async def enqueue_many(store: Store, runs: list[Document]) -> None:
-    """Persist runs a scheduler tick asked for, in one write."""
-    if runs:
-        await store[RUNS].insert_many(runs)
+def enqueue_in(batch: Batch, runs: list[Document]) -> None:
+    """Add queued runs to a batch (a scheduler tick's), each stored once: a tick sent again with the
+    same run ids (svc/runtime/schedule_fires.py) leaves the runs it stored the first time as they are."""
+    for run in runs:
+        batch.put(RUNS, run)
 
 
 async def retry(store: Store, first: Document, run: Document) -> tuple[Document, bool]:

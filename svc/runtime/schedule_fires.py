@@ -1,0 +1,288 @@
+"""The scheduler's tick: claim due fires exactly once, and start, queue or skip their runs.
+
+A fire is claimed with one conditional update that moves `nextRunAt` from the due
+time to the next one, so of several schedulers (API processes, a restarted
+scheduler) exactly one fires it. The claim also notes the fire in the schedule
+(`firing`), and the write that stores the fire's runs and events clears that note
+last: a tick cut between the two (a database error, a crash) leaves the note, and a
+later tick fires it again (`RETRY_FIRE_AFTER_S`). The runs and events of a fire have
+ids fixed by the schedule and the fire time, so a fire sent again stores each once.
+
+The next time is computed from *now*: a service that was down past several fire
+times fires once on return, not once per miss, unless the schedule has a catch-up
+window (`catchupWindowSeconds`): then each missed fire still inside the window is
+run once, oldest first, as far as the backlog policy allows (svc/runtime/cron.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from plugins import tracing
+from svc.core import (
+    LAG_BUCKETS,
+    Batch,
+    Document,
+    Runtime,
+    Store,
+    aware,
+    iso,
+    new_id,
+    observe_metric,
+    utcnow,
+)
+from svc.installs import ready_versions
+from svc.runtime import ledger
+from svc.runtime.cron import jittered, missed_fires, next_fire
+from svc.runtime.pipeline_events import Events
+
+log = logging.getLogger(__name__)
+
+CLAIM_BATCH = 200
+# A run waiting at a gate still occupies its install.
+ACTIVE = ("queued", "starting", "running", "paused")
+# A claimed fire whose runs and events are still unwritten after this long is fired again: far
+# longer than a tick takes, so a tick still writing them is not overtaken.
+RETRY_FIRE_AFTER_S = 60
+
+
+def fire_id(install_id: str, fire_at: datetime, record: Literal["run", "event"]) -> str:
+    """The id of the run or the `scheduler_run` event of a schedule's fire at `fire_at` (24 hex
+    digits, the shape of every id): a fire sent again after a cut tick writes the same records."""
+    return hashlib.sha256(f"{install_id}:fire:{iso(fire_at)}:{record}".encode()).hexdigest()[:24]
+
+
+class SchedulerCore:
+    """One scheduler tick: claim due fires, start (or skip, or queue) their runs."""
+
+    def __init__(self, store: Store, runtime: Runtime | None) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.events = Events(store)
+        self.handover = ledger.HandOver(store, runtime)
+
+    async def tick(self, now: datetime | None = None) -> int:
+        """Fire what is due (and what a cut tick left claimed); start queued runs whose install is
+        free. How many fires were claimed."""
+        now = now or utcnow()
+        await self._fire_stranded(now)
+        fired = 0
+        while (
+            due := await self.store["schedules"]
+            .find({"enabled": True, "nextRunAt": {"$lte": now}})
+            .to_list(CLAIM_BATCH)
+        ):
+            claimed, token = await self._claim(due, now)
+            fired += len(claimed)
+            lags = [max(0.0, (now - aware(due_at)).total_seconds()) for _, due_at in claimed]
+            await observe_metric(self.store, "scheduler_lag_seconds", {}, lags, LAG_BUCKETS)
+            await self._fire([(schedule, due_at, now) for schedule, due_at in claimed], now, token)
+        await self._start_queued()
+        return fired
+
+    async def _fire_stranded(self, now: datetime) -> None:
+        """Fire again what a tick claimed but could not write (its `firing` note is still there
+        RETRY_FIRE_AFTER_S later), each taken over by moving its claim token, so one scheduler
+        does it. Fired as at its claim: the same fires, so the same run and event ids."""
+        stranded = (
+            await self.store["schedules"]
+            .find({"firing.since": {"$lte": now - timedelta(seconds=RETRY_FIRE_AFTER_S)}})
+            .to_list(CLAIM_BATCH)
+        )
+        for schedule in stranded:
+            token = new_id()
+            taken = await self.store["schedules"].update_one(
+                {"_id": schedule["_id"], "claim": schedule.get("claim")},
+                {"$set": {"claim": token, "firing.since": now}},
+            )
+            if not taken.modified_count:
+                continue  # another scheduler took it over
+            firing = schedule["firing"]
+            log.warning("firing again a fire a cut tick left claimed (due %s)", iso(firing["for"]))
+            await self._fire([(schedule, aware(firing["for"]), aware(firing["at"]))], now, token, again=True)
+
+    async def _claim(self, due: list[Document], now: datetime) -> tuple[list[tuple[Document, datetime]], str]:
+        """Claim the due fires: one conditional update per group of equal schedules. The claimed
+        fires, with their due times, and the claim's token.
+
+        The filter names the due time, so a fire another scheduler moved on is not claimed
+        again; the claim token then tells which documents this tick claimed. Each claimed
+        schedule notes the fire (`firing`) until the fire's records are written.
+        """
+        token = new_id()
+        groups: dict[tuple[datetime, str, str, int], list[str]] = {}
+        for schedule in due:
+            key = (
+                schedule["nextRunAt"],
+                schedule["cronExpression"],
+                schedule["timezone"],
+                schedule.get("jitterSeconds", 0),
+            )
+            groups.setdefault(key, []).append(schedule["_id"])
+        scheduled_for: dict[str, datetime] = {}
+        for (due_at, expression, zone, jitter), ids in groups.items():
+            await self.store["schedules"].update_many(
+                {"_id": {"$in": ids}, "enabled": True, "nextRunAt": due_at},
+                {
+                    "$set": {
+                        "nextRunAt": jittered(next_fire(expression, zone, now), jitter),
+                        "lastRunAt": now,
+                        "claim": token,
+                        "firing": {"for": due_at, "at": now, "since": now},
+                    }
+                },
+            )
+            scheduled_for.update(dict.fromkeys(ids, due_at))
+        claimed = await self.store["schedules"].find({"claim": token}).to_list(None)
+        return [(schedule, scheduled_for[schedule["_id"]]) for schedule in claimed], token
+
+    async def fire_now(self, schedule: Document, now: datetime) -> dict[str, Any]:
+        """One manual fire of a schedule (trigger now); the meta of its scheduler_run event."""
+        metas = await self._fire([(schedule, now, now)], now, manual=True)
+        return metas[0]
+
+    async def _fire(
+        self,
+        claimed: list[tuple[Document, datetime, datetime]],
+        now: datetime,
+        token: str | None = None,
+        manual: bool = False,
+        again: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Start, queue or skip each claimed fire (schedule, due time, claim time) and the missed
+        fires a catch-up window keeps. The fires' runs and events, and the clearing of the claims'
+        `firing` notes (claim `token`), are one ordered batch; the hand-over follows. `again`: a
+        fire a cut tick left (its runs stored then are found by their ids and count as started).
+        The meta of each scheduler_run event."""
+        if not claimed:
+            return []
+        ids = [schedule["_id"] for schedule, _, _ in claimed]
+        # Each schedule's fires: its catch-up window, and the fire times from its due time to its claim.
+        plan = []
+        for schedule, due_at, at in claimed:
+            window = 0 if manual else schedule.get("catchupWindowSeconds", 0)
+            expression, zone = schedule["cronExpression"], schedule["timezone"]
+            plan.append((schedule, window, missed_fires(expression, zone, due_at, at, window)))
+        stored: dict[str, Document] = {}
+        if again:
+            run_ids = [fire_id(schedule["_id"], at, "run") for schedule, _, times in plan for at in times]
+            found = self.store["pipeline_runs"].find({"_id": {"$in": run_ids}}, {"handoffAt": 1})
+            stored = {run["_id"]: run for run in await found.to_list(None)}
+        # install id -> the version its runs are queued on (issue 34: pinned runs)
+        ready = await ready_versions(self.store, ids)
+        active = (
+            await self.store["pipeline_runs"]
+            .find(
+                {"installId": {"$in": ids}, "status": {"$in": list(ACTIVE)}},
+                {"installId": 1, "status": 1, "source": 1},
+            )
+            .to_list(None)
+        )
+        active = [run for run in active if run["_id"] not in stored]
+        busy = {run["installId"] for run in active}
+        waiting = {
+            run["installId"]
+            for run in active
+            if run["status"] == "queued" and run.get("source") == "schedule"
+        }
+        runs: list[Document] = []
+        events: list[Document] = []
+        metas: list[dict[str, Any]] = []
+        for schedule, window, fires in plan:
+            install_id = schedule["_id"]
+            for fire_at in fires:
+                run_id, event_id = (
+                    (new_id(), new_id())
+                    if manual
+                    else (fire_id(install_id, fire_at, "run"), fire_id(install_id, fire_at, "event"))
+                )
+                meta: dict[str, Any] = {"scheduledFor": iso(fire_at)}
+                if manual:
+                    meta["manual"] = True
+                if window and len(fires) > 1:
+                    meta["caughtUp"] = True
+                queue_more = schedule["onBacklog"] == "queue" and window > 0
+                if run_id in stored:  # stored by the cut tick: started then
+                    meta.update(runId=run_id, queued=stored[run_id].get("handoffAt") is None)
+                    busy.add(install_id)
+                    if meta["queued"]:
+                        waiting.add(install_id)
+                elif install_id not in ready:
+                    meta.update(runId=None, skipped=True, reason="install not ready")
+                elif install_id in busy and (
+                    schedule["onBacklog"] == "skip" or (install_id in waiting and not queue_more)
+                ):
+                    reason = (
+                        "a run was active"
+                        if schedule["onBacklog"] == "skip"
+                        else "a scheduled run is already queued"
+                    )
+                    meta.update(runId=None, skipped=True, reason=reason)
+                else:
+                    queued = install_id in busy
+                    meta.update(runId=run_id, queued=queued)
+                    # Later fires of this batch find the install busy (and this run waiting).
+                    busy.add(install_id)
+                    if queued:
+                        waiting.add(install_id)
+                metas.append(meta)
+                events.append(self.events.document(install_id, "scheduler_run", meta=meta, event_id=event_id))
+                if meta["runId"] is None or run_id in stored:
+                    continue
+                # The scheduled run's trace starts at its fire (tracing, #33).
+                with tracing.schedule_fire(install_id, iso(fire_at), manual):
+                    runs.append(
+                        ledger.new_run(
+                            install_id,
+                            schedule.get("label") or "Scheduled run",
+                            "schedule",
+                            _id=meta["runId"],
+                            bypassGates=bool(schedule.get("bypassGates")),
+                            scheduledFor=fire_at,
+                            createdAt=now,
+                            templateVersion=ready[install_id],  # issue 34: pinned runs
+                            # Handed over now; a run waiting for its install to be free gets it later.
+                            handoffAt=None if meta["queued"] else now,
+                        )
+                    )
+        batch = Batch(self.store)
+        ledger.enqueue_in(batch, runs)
+        for event in events:
+            batch.put("pipeline_events", event)
+        if token is not None:  # last: the fire is noted as claimed until all of it is stored
+            for install_id in ids:
+                batch.update("schedules", {"_id": install_id, "claim": token}, {"$unset": {"firing": ""}})
+        await batch.commit()
+        await self.handover.all_now([run for run in runs if run["handoffAt"] is not None])
+        return metas
+
+    async def _start_queued(self) -> None:
+        """Hand over scheduled runs that waited for an active run of their install to finish."""
+        queued = (
+            await self.store["pipeline_runs"]
+            .find({"status": "queued", "source": "schedule", "handoffAt": None})
+            .sort("createdAt", 1)
+            .to_list(CLAIM_BATCH)
+        )
+        for run in queued:
+            busy = await self.store["pipeline_runs"].count_documents(
+                {
+                    "installId": run["installId"],
+                    "$or": [
+                        {"status": {"$in": ["starting", "running"]}},
+                        {"status": "queued", "handoffAt": {"$ne": None}},
+                    ],
+                },
+                limit=1,
+            )
+            if not busy:
+                await self._start(run)
+
+    async def _start(self, run: Document) -> None:
+        now = utcnow()
+        if not await ledger.release(self.store, run["_id"], now):
+            return  # another scheduler handed it over
+        await self.handover.now({**run, "handoffAt": now})
