@@ -176,7 +176,7 @@ async def test_a_fire_cut_between_its_claim_and_its_records_is_fired_again_once(
     runs, events = await fired_records(store, install_id)
     assert [run["scheduledFor"] for run in runs] == [due_at], "fired again once, for the time it was due"
     assert [event["meta"]["runId"] for event in events] == [runs[0]["_id"]]
-    assert "firing" not in await store["schedules"].find_one({"_id": install_id})
+    assert (await store["schedules"].find_one({"_id": install_id}))["firing"] == []
     await scheduler_store.close()
 
 
@@ -191,10 +191,8 @@ async def test_a_fire_cut_after_its_run_landed_is_not_fired_twice(make_client, s
     # its event and the clearing of its note.
     await store["pipeline_events"].delete_one({"_id": event["_id"]})
     claimed_at = run["createdAt"]
-    await store["schedules"].update_one(
-        {"_id": install_id},
-        {"$set": {"firing": {"for": run["scheduledFor"], "at": claimed_at, "since": claimed_at}}},
-    )
+    note = {"token": "cut", "for": run["scheduledFor"], "at": claimed_at, "since": claimed_at}
+    await store["schedules"].update_one({"_id": install_id}, {"$set": {"firing": [note]}})
     # Its own queued run makes the install busy, and a skip schedule skips when busy: the fire
     # sent again must find that run by its id, not skip the fire or start a second run.
     await core.tick(datetime.now(UTC) + timedelta(seconds=RETRY_FIRE_AFTER_S + 1))
@@ -205,7 +203,33 @@ async def test_a_fire_cut_after_its_run_landed_is_not_fired_twice(make_client, s
         "runId": run["_id"],
         "queued": False,
     }
-    assert "firing" not in await store["schedules"].find_one({"_id": install_id})
+    assert (await store["schedules"].find_one({"_id": install_id}))["firing"] == []
+
+
+async def test_a_cut_fire_is_fired_again_after_the_next_fire_was_claimed(make_client, store):
+    client = await make_client(rate_limit_multiplier=None)
+    _, _, install_id = await svc_install(client, [member("lead")])
+    first_due = (datetime.now(UTC) - timedelta(minutes=2)).replace(microsecond=0)
+    await make_due(store, install_id, nextRunAt=first_due)
+    scheduler_store = Store.connect(store.uri, appname="svc-scheduler-test")
+    core = SchedulerCore(scheduler_store, None)
+    await faults.fail(store, ["bulkWrite"], app="svc-scheduler-test")
+    with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises for the failed command
+        await core.tick()
+
+    # The schedule's next fire comes due and is fired whole before the cut one is retried.
+    second_due = first_due + timedelta(minutes=1)
+    await store["schedules"].update_one({"_id": install_id}, {"$set": {"nextRunAt": second_due}})
+    assert await core.tick() == 1
+    (second,), _ = await fired_records(store, install_id)
+    await store["pipeline_runs"].update_one({"_id": second["_id"]}, {"$set": {"status": "completed"}})
+
+    await core.tick(datetime.now(UTC) + timedelta(seconds=RETRY_FIRE_AFTER_S + 1))
+    runs, events = await fired_records(store, install_id)
+    assert sorted(run["scheduledFor"] for run in runs) == [first_due, second_due]
+    assert sorted(event["meta"]["runId"] for event in events) == sorted(run["_id"] for run in runs)
+    assert (await store["schedules"].find_one({"_id": install_id}))["firing"] == []
+    await scheduler_store.close()
 
 
 async def test_backlog_skip_and_queue(make_client, store):

@@ -2,11 +2,12 @@
 
 A fire is claimed with one conditional update that moves `nextRunAt` from the due
 time to the next one, so of several schedulers (API processes, a restarted
-scheduler) exactly one fires it. The claim also notes the fire in the schedule
-(`firing`), and the write that stores the fire's runs and events clears that note
-last: a tick cut between the two (a database error, a crash) leaves the note, and a
-later tick fires it again (`RETRY_FIRE_AFTER_S`). The runs and events of a fire have
-ids fixed by the schedule and the fire time, so a fire sent again stores each once.
+scheduler) exactly one fires it. The claim also adds a note of the fire to the
+schedule's `firing` list, and the write that stores the fire's runs and events takes
+that note out last: a tick cut between the two (a database error, a crash) leaves the
+note, and a later tick fires it again (`RETRY_FIRE_AFTER_S`), even when the schedule's
+next fire was claimed meanwhile. The runs and events of a fire have ids fixed by the
+schedule and the fire time, so a fire sent again stores each once.
 
 The next time is computed from *now*: a service that was down past several fire
 times fires once on return, not once per miss, unless the schedule has a catch-up
@@ -84,25 +85,30 @@ class SchedulerCore:
         return fired
 
     async def _fire_stranded(self, now: datetime) -> None:
-        """Fire again what a tick claimed but could not write (its `firing` note is still there
-        RETRY_FIRE_AFTER_S later), each taken over by moving its claim token, so one scheduler
-        does it. Fired as at its claim: the same fires, so the same run and event ids."""
+        """Fire again what a tick claimed but could not write (its note still in `firing`
+        RETRY_FIRE_AFTER_S later). Each note is taken over with a new token of its own, in one
+        write conditional on the schedule's claim token, which every claim and take-over moves:
+        of two schedulers one takes it, and a note a claim adds meanwhile is never written
+        over. Fired as at its claim: the same fires, so the same run and event ids."""
+        cutoff = now - timedelta(seconds=RETRY_FIRE_AFTER_S)
         stranded = (
-            await self.store["schedules"]
-            .find({"firing.since": {"$lte": now - timedelta(seconds=RETRY_FIRE_AFTER_S)}})
-            .to_list(CLAIM_BATCH)
+            await self.store["schedules"].find({"firing.since": {"$lte": cutoff}}).to_list(CLAIM_BATCH)
         )
         for schedule in stranded:
-            token = new_id()
+            notes = schedule["firing"]
+            stale = [note for note in notes if aware(note["since"]) <= cutoff]
+            retaken = [{**note, "token": new_id(), "since": now} for note in stale]
+            kept = [note for note in notes if note not in stale]
             taken = await self.store["schedules"].update_one(
                 {"_id": schedule["_id"], "claim": schedule.get("claim")},
-                {"$set": {"claim": token, "firing.since": now}},
+                {"$set": {"claim": new_id(), "firing": kept + retaken}},
             )
             if not taken.modified_count:
-                continue  # another scheduler took it over
-            firing = schedule["firing"]
-            log.warning("firing again a fire a cut tick left claimed (due %s)", iso(firing["for"]))
-            await self._fire([(schedule, aware(firing["for"]), aware(firing["at"]))], now, token, again=True)
+                continue  # another scheduler took them over, or a claim came between
+            for note in retaken:
+                log.warning("firing again a fire a cut tick left claimed (due %s)", iso(note["for"]))
+                fire = (schedule, aware(note["for"]), aware(note["at"]))
+                await self._fire([fire], now, note["token"], again=True)
 
     async def _claim(self, due: list[Document], now: datetime) -> tuple[list[tuple[Document, datetime]], str]:
         """Claim the due fires: one conditional update per group of equal schedules. The claimed
@@ -110,7 +116,7 @@ class SchedulerCore:
 
         The filter names the due time, so a fire another scheduler moved on is not claimed
         again; the claim token then tells which documents this tick claimed. Each claimed
-        schedule notes the fire (`firing`) until the fire's records are written.
+        schedule keeps a note of the fire (in `firing`) until the fire's records are written.
         """
         token = new_id()
         groups: dict[tuple[datetime, str, str, int], list[str]] = {}
@@ -131,8 +137,8 @@ class SchedulerCore:
                         "nextRunAt": jittered(next_fire(expression, zone, now), jitter),
                         "lastRunAt": now,
                         "claim": token,
-                        "firing": {"for": due_at, "at": now, "since": now},
-                    }
+                    },
+                    "$push": {"firing": {"token": token, "for": due_at, "at": now, "since": now}},
                 },
             )
             scheduled_for.update(dict.fromkeys(ids, due_at))
@@ -153,8 +159,8 @@ class SchedulerCore:
         again: bool = False,
     ) -> list[dict[str, Any]]:
         """Start, queue or skip each claimed fire (schedule, due time, claim time) and the missed
-        fires a catch-up window keeps. The fires' runs and events, and the clearing of the claims'
-        `firing` notes (claim `token`), are one ordered batch; the hand-over follows. `again`: a
+        fires a catch-up window keeps. The fires' runs and events, then the removal of the claims'
+        notes (those of `token` in `firing`), are one ordered batch; the hand-over follows. `again`: a
         fire a cut tick left (its runs stored then are found by their ids and count as started).
         The meta of each scheduler_run event."""
         if not claimed:
@@ -252,9 +258,9 @@ class SchedulerCore:
         ledger.enqueue_in(batch, runs)
         for event in events:
             batch.put("pipeline_events", event)
-        if token is not None:  # last: the fire is noted as claimed until all of it is stored
+        if token is not None:  # last: the fire stays noted as claimed until all of it is stored
             for install_id in ids:
-                batch.update("schedules", {"_id": install_id, "claim": token}, {"$unset": {"firing": ""}})
+                batch.update("schedules", {"_id": install_id}, {"$pull": {"firing": {"token": token}}})
         await batch.commit()
         await self.handover.all_now([run for run in runs if run["handoffAt"] is not None])
         return metas
