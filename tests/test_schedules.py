@@ -143,6 +143,11 @@ async def test_two_schedulers_racing_fire_once_and_missed_fires_do_not_storm(mak
     assert (await store["schedules"].find_one({"_id": install_id}))["nextRunAt"] > datetime.now(UTC)
 
 
+# The schedule of the cut-fire tests: its next fire never comes due in a test that looks ahead
+# RETRY_FIRE_AFTER_S (an hourly one would, within that long of the hour).
+YEARLY = "0 0 1 1 *"
+
+
 async def fired_records(store, install_id):
     """The scheduled runs and `scheduler_run` events of an install."""
     runs = await store["pipeline_runs"].find({"installId": install_id, "source": "schedule"}).to_list(None)
@@ -154,7 +159,7 @@ async def test_a_fire_cut_between_its_claim_and_its_records_is_fired_again_once(
     client = await make_client(rate_limit_multiplier=None)
     _, _, install_id = await svc_install(client, [member("lead")])
     due_at = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
-    await make_due(store, install_id, nextRunAt=due_at)
+    await make_due(store, install_id, nextRunAt=due_at, cronExpression=YEARLY)
     # Its own client, which the failpoint aims at; nothing handed over: the runs stay queued.
     scheduler_store = Store.connect(store.uri, appname="svc-scheduler-test")
     core = SchedulerCore(scheduler_store, None)
@@ -183,7 +188,7 @@ async def test_a_fire_cut_between_its_claim_and_its_records_is_fired_again_once(
 async def test_a_fire_cut_after_its_run_landed_is_not_fired_twice(make_client, store):
     client = await make_client(rate_limit_multiplier=None)
     _, _, install_id = await svc_install(client, [member("lead")])
-    await make_due(store, install_id, onBacklog="skip")
+    await make_due(store, install_id, onBacklog="skip", cronExpression=YEARLY)
     core = SchedulerCore(store, None)
     assert await core.tick() == 1
     (run,), (event,) = await fired_records(store, install_id)
@@ -191,7 +196,7 @@ async def test_a_fire_cut_after_its_run_landed_is_not_fired_twice(make_client, s
     # its event and the clearing of its note.
     await store["pipeline_events"].delete_one({"_id": event["_id"]})
     claimed_at = run["createdAt"]
-    note = {"token": "cut", "for": run["scheduledFor"], "at": claimed_at, "since": claimed_at}
+    note = {"token": "cut", "fires": [run["scheduledFor"]], "since": claimed_at, "attempts": 1}
     await store["schedules"].update_one({"_id": install_id}, {"$set": {"firing": [note]}})
     # Its own queued run makes the install busy, and a skip schedule skips when busy: the fire
     # sent again must find that run by its id, not skip the fire or start a second run.
@@ -206,11 +211,40 @@ async def test_a_fire_cut_after_its_run_landed_is_not_fired_twice(make_client, s
     assert (await store["schedules"].find_one({"_id": install_id}))["firing"] == []
 
 
+async def test_a_cut_fire_whose_event_landed_keeps_its_decision_and_a_switched_off_one_is_dropped(
+    make_client, store
+):
+    client = await make_client(rate_limit_multiplier=None)
+    _, _, install_id = await svc_install(client, [member("lead")])
+    await store["pipeline_runs"].insert_one({"_id": "active", "installId": install_id, "status": "running"})
+    await make_due(store, install_id, onBacklog="skip", cronExpression=YEARLY)
+    core = SchedulerCore(store, None)
+    assert await core.tick() == 1
+    runs, (event,) = await fired_records(store, install_id)
+    assert runs == [] and event["meta"]["skipped"] is True
+    # As if the tick stopped after its event was stored, before its note was taken out; the
+    # install is free by the time the fire is sent again.
+    fire_at = datetime.fromisoformat(event["meta"]["scheduledFor"])
+    note = {"token": "cut", "fires": [fire_at], "since": event["createdAt"], "attempts": 1}
+    await store["schedules"].update_one({"_id": install_id}, {"$set": {"firing": [note]}})
+    await store["pipeline_runs"].update_one({"_id": "active"}, {"$set": {"status": "completed"}})
+    later = datetime.now(UTC) + timedelta(seconds=RETRY_FIRE_AFTER_S + 1)
+    await core.tick(later)
+    assert await fired_records(store, install_id) == ([], [event]), "the fire stays skipped, as recorded"
+    assert (await store["schedules"].find_one({"_id": install_id}))["firing"] == []
+
+    # A schedule switched off after a cut fire drops it instead of running it.
+    await store["schedules"].update_one({"_id": install_id}, {"$set": {"firing": [note], "enabled": False}})
+    await core.tick(later + timedelta(seconds=RETRY_FIRE_AFTER_S + 1))
+    assert await fired_records(store, install_id) == ([], [event])
+    assert (await store["schedules"].find_one({"_id": install_id}))["firing"] == []
+
+
 async def test_a_cut_fire_is_fired_again_after_the_next_fire_was_claimed(make_client, store):
     client = await make_client(rate_limit_multiplier=None)
     _, _, install_id = await svc_install(client, [member("lead")])
     first_due = (datetime.now(UTC) - timedelta(minutes=2)).replace(microsecond=0)
-    await make_due(store, install_id, nextRunAt=first_due)
+    await make_due(store, install_id, nextRunAt=first_due, cronExpression=YEARLY)
     scheduler_store = Store.connect(store.uri, appname="svc-scheduler-test")
     core = SchedulerCore(scheduler_store, None)
     await faults.fail(store, ["bulkWrite"], app="svc-scheduler-test")

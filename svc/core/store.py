@@ -136,8 +136,9 @@ INDEXES: dict[str, list[Index]] = {
     ],
     "schedules": [
         Index([("enabled", ASCENDING), ("nextRunAt", ASCENDING)]),
-        Index([("claim", ASCENDING)]),
-        # Every tick looks for fires a cut tick left claimed (svc/runtime/schedule_fires.py): few or none.
+        # A claim finds the schedules it claimed by its token; every tick looks for fires a cut
+        # tick left claimed (svc/runtime/schedule_fires.py): few or none.
+        Index([("firing.token", ASCENDING)]),
         Index([("firing.since", ASCENDING)]),
     ],
     "pipeline_events": [Index([("installId", ASCENDING), ("createdAt", DESCENDING)])],

@@ -1,4 +1,4 @@
-"""The scheduler's tick: claim due fires exactly once, and start, queue or skip their runs.
+"""The scheduler's tick: claim each due fire once, and start, queue or skip its runs.
 
 A fire is claimed with one conditional update that moves `nextRunAt` from the due
 time to the next one, so of several schedulers (API processes, a restarted
@@ -7,7 +7,8 @@ schedule's `firing` list, and the write that stores the fire's runs and events t
 that note out last: a tick cut between the two (a database error, a crash) leaves the
 note, and a later tick fires it again (`RETRY_FIRE_AFTER_S`), even when the schedule's
 next fire was claimed meanwhile. The runs and events of a fire have ids fixed by the
-schedule and the fire time, so a fire sent again stores each once.
+schedule and the fire time, so a fire sent again stores each once: a fire's records are
+written at least once and stored exactly once.
 
 The next time is computed from *now*: a service that was down past several fire
 times fires once on return, not once per miss, unless the schedule has a catch-up
@@ -48,6 +49,9 @@ ACTIVE = ("queued", "starting", "running", "paused")
 # A claimed fire whose runs and events are still unwritten after this long is fired again: far
 # longer than a tick takes, so a tick still writing them is not overtaken.
 RETRY_FIRE_AFTER_S = 60
+# A cut fire is tried this many times in all (its first tick included), then given up: a fire
+# whose records cannot be stored at all must not be retried, and its notes kept, forever.
+MAX_FIRE_ATTEMPTS = 5
 
 
 def fire_id(install_id: str, fire_at: datetime, record: Literal["run", "event"]) -> str:
@@ -78,18 +82,20 @@ class SchedulerCore:
         ):
             claimed, token = await self._claim(due, now)
             fired += len(claimed)
-            lags = [max(0.0, (now - aware(due_at)).total_seconds()) for _, due_at in claimed]
+            lags = [max(0.0, (now - aware(schedule["nextRunAt"])).total_seconds()) for schedule, _ in claimed]
             await observe_metric(self.store, "scheduler_lag_seconds", {}, lags, LAG_BUCKETS)
-            await self._fire([(schedule, due_at, now) for schedule, due_at in claimed], now, token)
+            await self._fire(claimed, now, token)
         await self._start_queued()
         return fired
 
     async def _fire_stranded(self, now: datetime) -> None:
         """Fire again what a tick claimed but could not write (its note still in `firing`
-        RETRY_FIRE_AFTER_S later). Each note is taken over with a new token of its own, in one
-        write conditional on the schedule's claim token, which every claim and take-over moves:
-        of two schedulers one takes it, and a note a claim adds meanwhile is never written
-        over. Fired as at its claim: the same fires, so the same run and event ids."""
+        RETRY_FIRE_AFTER_S later), with the fire times the note holds: the same run and event
+        ids. Each note is taken over with a new token of its own, in one write conditional on
+        the `firing` list as it was read (a claim pushes to it, a fire's write pulls from it), so
+        of two schedulers one takes it and no other note is lost or brought back. A schedule
+        switched off since (or paused) drops its cut fires; a fire is tried MAX_FIRE_ATTEMPTS
+        times in all, then given up (logged as an error)."""
         cutoff = now - timedelta(seconds=RETRY_FIRE_AFTER_S)
         stranded = (
             await self.store["schedules"].find({"firing.since": {"$lte": cutoff}}).to_list(CLAIM_BATCH)
@@ -97,86 +103,98 @@ class SchedulerCore:
         for schedule in stranded:
             notes = schedule["firing"]
             stale = [note for note in notes if aware(note["since"]) <= cutoff]
-            retaken = [{**note, "token": new_id(), "since": now} for note in stale]
+            retaken = [
+                {**note, "token": new_id(), "since": now, "attempts": note["attempts"] + 1}
+                for note in stale
+                if schedule["enabled"] and note["attempts"] < MAX_FIRE_ATTEMPTS
+            ]
             kept = [note for note in notes if note not in stale]
             taken = await self.store["schedules"].update_one(
-                {"_id": schedule["_id"], "claim": schedule.get("claim")},
-                {"$set": {"claim": new_id(), "firing": kept + retaken}},
+                {"_id": schedule["_id"], "firing": notes}, {"$set": {"firing": kept + retaken}}
             )
             if not taken.modified_count:
-                continue  # another scheduler took them over, or a claim came between
+                continue  # another scheduler took them over, or a claim or a fire came between
+            if len(retaken) < len(stale):
+                why = "its schedule is off" if not schedule["enabled"] else f"{MAX_FIRE_ATTEMPTS} attempts"
+                log.error("%d cut fire(s) given up: %s", len(stale) - len(retaken), why)
             for note in retaken:
-                log.warning("firing again a fire a cut tick left claimed (due %s)", iso(note["for"]))
-                fire = (schedule, aware(note["for"]), aware(note["at"]))
-                await self._fire([fire], now, note["token"], again=True)
+                fires = [aware(at) for at in note["fires"]]
+                log.warning("firing again a fire a cut tick left claimed (due %s)", iso(fires[0]))
+                try:
+                    await self._fire([(schedule, fires)], now, note["token"], again=True)
+                except Exception as exc:  # the note stays: a later tick tries again
+                    log.warning("a cut fire could not be fired again yet: %s", type(exc).__name__)
 
-    async def _claim(self, due: list[Document], now: datetime) -> tuple[list[tuple[Document, datetime]], str]:
+    async def _claim(
+        self, due: list[Document], now: datetime
+    ) -> tuple[list[tuple[Document, list[datetime]]], str]:
         """Claim the due fires: one conditional update per group of equal schedules. The claimed
-        fires, with their due times, and the claim's token.
+        schedules, each with its fire times (the due one, and the missed fires its catch-up
+        window keeps), and the claim's token.
 
         The filter names the due time, so a fire another scheduler moved on is not claimed
-        again; the claim token then tells which documents this tick claimed. Each claimed
-        schedule keeps a note of the fire (in `firing`) until the fire's records are written.
+        again. Each claimed schedule keeps a note of the claim (in `firing`: the token, the fire
+        times, since when) until the fire's records are written; the token then tells which
+        documents this tick claimed.
         """
         token = new_id()
-        groups: dict[tuple[datetime, str, str, int], list[str]] = {}
+        groups: dict[tuple[datetime, str, str, int, int], list[str]] = {}
         for schedule in due:
             key = (
                 schedule["nextRunAt"],
                 schedule["cronExpression"],
                 schedule["timezone"],
                 schedule.get("jitterSeconds", 0),
+                schedule.get("catchupWindowSeconds", 0),
             )
             groups.setdefault(key, []).append(schedule["_id"])
-        scheduled_for: dict[str, datetime] = {}
-        for (due_at, expression, zone, jitter), ids in groups.items():
+        fires_of: dict[str, list[datetime]] = {}
+        for (due_at, expression, zone, jitter, window), ids in groups.items():
+            fires = missed_fires(expression, zone, aware(due_at), now, window)
+            note = {"token": token, "fires": fires, "since": utcnow(), "attempts": 1}
+            following = jittered(next_fire(expression, zone, now), jitter)
             await self.store["schedules"].update_many(
                 {"_id": {"$in": ids}, "enabled": True, "nextRunAt": due_at},
                 {
-                    "$set": {
-                        "nextRunAt": jittered(next_fire(expression, zone, now), jitter),
-                        "lastRunAt": now,
-                        "claim": token,
-                    },
-                    "$push": {"firing": {"token": token, "for": due_at, "at": now, "since": now}},
+                    "$set": {"nextRunAt": following, "lastRunAt": now},
+                    "$push": {"firing": note},
                 },
             )
-            scheduled_for.update(dict.fromkeys(ids, due_at))
-        claimed = await self.store["schedules"].find({"claim": token}).to_list(None)
-        return [(schedule, scheduled_for[schedule["_id"]]) for schedule in claimed], token
+            fires_of.update(dict.fromkeys(ids, fires))
+        claimed = await self.store["schedules"].find({"firing.token": token}).to_list(None)
+        return [(schedule, fires_of[schedule["_id"]]) for schedule in claimed], token
 
     async def fire_now(self, schedule: Document, now: datetime) -> dict[str, Any]:
         """One manual fire of a schedule (trigger now); the meta of its scheduler_run event."""
-        metas = await self._fire([(schedule, now, now)], now, manual=True)
+        metas = await self._fire([(schedule, [now])], now, manual=True)
         return metas[0]
 
     async def _fire(
         self,
-        claimed: list[tuple[Document, datetime, datetime]],
+        claimed: list[tuple[Document, list[datetime]]],
         now: datetime,
         token: str | None = None,
         manual: bool = False,
         again: bool = False,
     ) -> list[dict[str, Any]]:
-        """Start, queue or skip each claimed fire (schedule, due time, claim time) and the missed
-        fires a catch-up window keeps. The fires' runs and events, then the removal of the claims'
-        notes (those of `token` in `firing`), are one ordered batch; the hand-over follows. `again`: a
-        fire a cut tick left (its runs stored then are found by their ids and count as started).
-        The meta of each scheduler_run event."""
+        """Start, queue or skip each claimed fire (a schedule and its fire times). The fires' runs
+        and events, then the removal of the claims' notes (those of `token` in `firing`), are one
+        ordered batch; the hand-over follows. `again`: a fire a cut tick left, whose records the
+        cut tick may have stored: a stored event keeps the decision it records, and a stored run
+        counts as started. The meta of each scheduler_run event."""
         if not claimed:
             return []
-        ids = [schedule["_id"] for schedule, _, _ in claimed]
-        # Each schedule's fires: its catch-up window, and the fire times from its due time to its claim.
-        plan = []
-        for schedule, due_at, at in claimed:
-            window = 0 if manual else schedule.get("catchupWindowSeconds", 0)
-            expression, zone = schedule["cronExpression"], schedule["timezone"]
-            plan.append((schedule, window, missed_fires(expression, zone, due_at, at, window)))
+        ids = [schedule["_id"] for schedule, _ in claimed]
         stored: dict[str, Document] = {}
+        decided: dict[str, dict[str, Any]] = {}
         if again:
-            run_ids = [fire_id(schedule["_id"], at, "run") for schedule, _, times in plan for at in times]
+            ids_of = [(schedule["_id"], at) for schedule, fires in claimed for at in fires]
+            run_ids = [fire_id(install_id, at, "run") for install_id, at in ids_of]
             found = self.store["pipeline_runs"].find({"_id": {"$in": run_ids}}, {"handoffAt": 1})
             stored = {run["_id"]: run for run in await found.to_list(None)}
+            event_ids = [fire_id(install_id, at, "event") for install_id, at in ids_of]
+            events_found = self.store["pipeline_events"].find({"_id": {"$in": event_ids}}, {"meta": 1})
+            decided = {event["_id"]: event["meta"] for event in await events_found.to_list(None)}
         # install id -> the version its runs are queued on (issue 34: pinned runs)
         ready = await ready_versions(self.store, ids)
         active = (
@@ -197,15 +215,24 @@ class SchedulerCore:
         runs: list[Document] = []
         events: list[Document] = []
         metas: list[dict[str, Any]] = []
-        for schedule, window, fires in plan:
+        for schedule, fires in claimed:
             install_id = schedule["_id"]
+            window = 0 if manual else schedule.get("catchupWindowSeconds", 0)
             for fire_at in fires:
                 run_id, event_id = (
                     (new_id(), new_id())
                     if manual
                     else (fire_id(install_id, fire_at, "run"), fire_id(install_id, fire_at, "event"))
                 )
-                meta: dict[str, Any] = {"scheduledFor": iso(fire_at)}
+                if event_id in decided:  # the cut tick decided this fire and stored all of it
+                    meta = decided[event_id]
+                    metas.append(meta)
+                    if meta.get("runId") is not None:
+                        busy.add(install_id)
+                        if meta.get("queued"):
+                            waiting.add(install_id)
+                    continue
+                meta = {"scheduledFor": iso(fire_at)}
                 if manual:
                     meta["manual"] = True
                 if window and len(fires) > 1:
