@@ -155,19 +155,24 @@ async def fired_records(store, install_id):
     return runs, await events.to_list(None)
 
 
-async def test_a_fire_cut_between_its_claim_and_its_records_is_fired_again_once(make_client, store):
+async def cut_fire(make_client, store, due_at):
+    """An install whose fire due at `due_at` a tick claimed, then failed to write (the database
+    away); its scheduler, on a client of its own (which the failpoint aims at) that hands
+    nothing over (the runs stay queued). (install id, the scheduler, its store)"""
     client = await make_client(rate_limit_multiplier=None)
     _, _, install_id = await svc_install(client, [member("lead")])
-    due_at = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
     await make_due(store, install_id, nextRunAt=due_at, cronExpression=YEARLY)
-    # Its own client, which the failpoint aims at; nothing handed over: the runs stay queued.
     scheduler_store = Store.connect(store.uri, appname="svc-scheduler-test")
     core = SchedulerCore(scheduler_store, None)
-
-    # The tick claims the fire, then the write of its run and event fails (the database away).
     await faults.fail(store, ["bulkWrite"], app="svc-scheduler-test")
     with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises for the failed command
         await core.tick()
+    return install_id, core, scheduler_store
+
+
+async def test_a_fire_cut_between_its_claim_and_its_records_is_fired_again_once(make_client, store):
+    due_at = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
+    install_id, core, scheduler_store = await cut_fire(make_client, store, due_at)
     schedule = await store["schedules"].find_one({"_id": install_id})
     assert schedule["nextRunAt"] > datetime.now(UTC), "the fire was claimed"
     assert await fired_records(store, install_id) == ([], [])
@@ -241,15 +246,8 @@ async def test_a_cut_fire_whose_event_landed_keeps_its_decision_and_a_switched_o
 
 
 async def test_a_cut_fire_is_fired_again_after_the_next_fire_was_claimed(make_client, store):
-    client = await make_client(rate_limit_multiplier=None)
-    _, _, install_id = await svc_install(client, [member("lead")])
     first_due = (datetime.now(UTC) - timedelta(minutes=2)).replace(microsecond=0)
-    await make_due(store, install_id, nextRunAt=first_due, cronExpression=YEARLY)
-    scheduler_store = Store.connect(store.uri, appname="svc-scheduler-test")
-    core = SchedulerCore(scheduler_store, None)
-    await faults.fail(store, ["bulkWrite"], app="svc-scheduler-test")
-    with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises for the failed command
-        await core.tick()
+    install_id, core, scheduler_store = await cut_fire(make_client, store, first_due)
 
     # The schedule's next fire comes due and is fired whole before the cut one is retried.
     second_due = first_due + timedelta(minutes=1)
