@@ -274,6 +274,7 @@ async def test_backlog_skip_and_queue(make_client, store):
     assert await core.tick() == 1
     lag = await store["metric_counters"].find_one({"name": "scheduler_lag_seconds"})
     assert lag["count"] == 1 and lag["sum"] >= 0, "the fire's delay is counted for /metrics"
+    assert lag["sum"] >= 60, "from its due time, a minute ago"
     assert await store["pipeline_runs"].count_documents({"source": "schedule"}) == 0
     event = await store["pipeline_events"].find_one({"installId": install_id, "eventType": "scheduler_run"})
     assert event["meta"]["skipped"] is True

@@ -64,8 +64,8 @@ from svc.core.run_commands import (
 )
 from svc.core.store import DATABASE_ERRORS, DRIVER_LOGGER, Document, Store, owner_filter, projection
 from svc.core.text import DisplayName, DisplayText
-from svc.core.tokens import digest as credential_digest
 from svc.core.tokens import (
+    derived_id,
     is_api_key,
     is_install_token,
     new_api_key,
@@ -74,6 +74,7 @@ from svc.core.tokens import (
     new_session_token,
     new_webhook_token,
 )
+from svc.core.tokens import digest as credential_digest
 from svc.core.vault import Vault
 from svc.core.windows import floor_of as window_floor
 from svc.core.windows import newest as newest_in_windows
@@ -141,6 +142,7 @@ __all__ = [
     "count_metric",
     "counter_increment",
     "credential_digest",
+    "derived_id",
     "describe",
     "histogram_observation",
     "increment_exactly",

@@ -47,6 +47,12 @@ def new_id() -> str:
     return secrets.token_hex(12)
 
 
+def derived_id(*parts: object) -> str:
+    """An identifier fixed by `parts`, in the shape of `new_id` (24 hex digits): a writer that may
+    write a record twice (a retried run, a fire sent again) names it the same way each time."""
+    return hashlib.sha256(":".join(str(part) for part in parts).encode()).hexdigest()[:24]
+
+
 def is_api_key(value: str) -> bool:
     """True when the value has the shape of an API key (checked before any look-up)."""
     return API_KEY_PATTERN.fullmatch(value) is not None

@@ -18,7 +18,6 @@ run once, oldest first, as far as the backlog policy allows (svc/runtime/cron.py
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -31,6 +30,7 @@ from svc.core import (
     Runtime,
     Store,
     aware,
+    derived_id,
     iso,
     new_id,
     observe_metric,
@@ -57,7 +57,7 @@ MAX_FIRE_ATTEMPTS = 5
 def fire_id(install_id: str, fire_at: datetime, record: Literal["run", "event"]) -> str:
     """The id of the run or the `scheduler_run` event of a schedule's fire at `fire_at` (24 hex
     digits, the shape of every id): a fire sent again after a cut tick writes the same records."""
-    return hashlib.sha256(f"{install_id}:fire:{iso(fire_at)}:{record}".encode()).hexdigest()[:24]
+    return derived_id(install_id, "fire", iso(fire_at), record)
 
 
 class SchedulerCore:
@@ -82,9 +82,9 @@ class SchedulerCore:
         ):
             claimed, token = await self._claim(due, now)
             fired += len(claimed)
-            lags = [max(0.0, (now - aware(schedule["nextRunAt"])).total_seconds()) for schedule, _ in claimed]
+            lags = [max(0.0, (now - due_at).total_seconds()) for _, due_at, _ in claimed]
             await observe_metric(self.store, "scheduler_lag_seconds", {}, lags, LAG_BUCKETS)
-            await self._fire(claimed, now, token)
+            await self._fire([(schedule, fires) for schedule, _, fires in claimed], now, token)
         await self._start_queued()
         return fired
 
@@ -127,10 +127,10 @@ class SchedulerCore:
 
     async def _claim(
         self, due: list[Document], now: datetime
-    ) -> tuple[list[tuple[Document, list[datetime]]], str]:
+    ) -> tuple[list[tuple[Document, datetime, list[datetime]]], str]:
         """Claim the due fires: one conditional update per group of equal schedules. The claimed
-        schedules, each with its fire times (the due one, and the missed fires its catch-up
-        window keeps), and the claim's token.
+        schedules, each with its due time and its fire times (the due one, and the missed fires
+        its catch-up window keeps), and the claim's token.
 
         The filter names the due time, so a fire another scheduler moved on is not claimed
         again. Each claimed schedule keeps a note of the claim (in `firing`: the token, the fire
@@ -148,7 +148,7 @@ class SchedulerCore:
                 schedule.get("catchupWindowSeconds", 0),
             )
             groups.setdefault(key, []).append(schedule["_id"])
-        fires_of: dict[str, list[datetime]] = {}
+        fires_of: dict[str, tuple[datetime, list[datetime]]] = {}
         for (due_at, expression, zone, jitter, window), ids in groups.items():
             fires = missed_fires(expression, zone, aware(due_at), now, window)
             note = {"token": token, "fires": fires, "since": utcnow(), "attempts": 1}
@@ -160,9 +160,9 @@ class SchedulerCore:
                     "$push": {"firing": note},
                 },
             )
-            fires_of.update(dict.fromkeys(ids, fires))
+            fires_of.update(dict.fromkeys(ids, (aware(due_at), fires)))
         claimed = await self.store["schedules"].find({"firing.token": token}).to_list(None)
-        return [(schedule, fires_of[schedule["_id"]]) for schedule in claimed], token
+        return [(schedule, *fires_of[schedule["_id"]]) for schedule in claimed], token
 
     async def fire_now(self, schedule: Document, now: datetime) -> dict[str, Any]:
         """One manual fire of a schedule (trigger now); the meta of its scheduler_run event."""
