@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.source import parse
+
 ROOT = Path(__file__).resolve().parent.parent
 THIS = str(Path(__file__).resolve().relative_to(ROOT))
 FIRST_PARTY = ("svc", "api", "actors", "plugins", "config", "tests", "bench", "scripts")
@@ -93,7 +95,7 @@ def classes() -> dict[str, list[tuple[str, Path]]]:
 @cache
 def class_node(path: Path, name: str) -> ast.ClassDef | None:
     """The definition of the class `name` in the file."""
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path.read_text())):
         if isinstance(node, ast.ClassDef) and node.name == name:
             return node
     return None
@@ -177,7 +179,7 @@ def span_names() -> frozenset[str]:
     """The `svc.*` span attribute and event names the plugins write (string literals)."""
     names = set()
     for path in (ROOT / "plugins").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path.read_text())):
             value = node.value if isinstance(node, ast.Constant) else None
             if isinstance(value, str) and value.startswith("svc."):
                 names.add(value)
@@ -270,7 +272,7 @@ def variables_read() -> dict[str, str]:
         text = (ROOT / name).read_text()
         if "environ" not in text and "getenv" not in text:
             continue  # reads no variable: not worth parsing
-        tree = ast.parse(text)
+        tree = parse(text)
         constants = {  # module-level names of strings, such as `VARIABLE = "SVC_TEST_MONGO_DIR"`
             target.id: node.value.value
             for node in tree.body

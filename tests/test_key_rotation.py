@@ -27,6 +27,7 @@ from tests.support.accounts import Caller, bearer, create_key, signup
 from tests.support.cli import run_cli
 from tests.support.installs import install_ok, published_team
 from tests.support.orgs import create_org, make_pro, ok, org_key, send, world
+from tests.support.source import parse
 from tests.support.templates import publish_template
 from tests.support.upgrades import move_ok, publish_next, team
 
@@ -260,7 +261,7 @@ def test_every_encrypted_field_the_code_writes_is_rotated():
     """A `...Encrypted` field named anywhere in the domain is in the rotation's list."""
     named = set()
     for path in (ROOT / "svc").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 named |= {m.split(".")[-1] for m in re.findall(r"^[\w.]*?(\w+Encrypted)\b", node.value)}
     assert named, "the scan finds the fields"
