@@ -248,6 +248,10 @@ async def test_targets_that_are_not_this_installs_next_version_are_refused(clien
     assert older.status == 400 and "use POST" in (await older.json())["error"]
     newer = await move(client, headers, install_id, "rollback", version=2)
     assert newer.status == 409  # already on it
+    await move_ok(client, headers, install_id, "rollback")
+    again = await move(client, headers, install_id, "rollback")  # the version left is 2, not older
+    assert again.status == 409
+    assert await again.json() == {"error": "Install has no earlier version to roll back to"}
     for body in (
         {"version": "two"},
         {"version": 0},

@@ -161,7 +161,9 @@ async def resolve_target(
 ) -> Target:
     """The version a move goes to, refused with the issue's answers: another template's version
     (400), one not published (404), the current one (409), the wrong direction (400), an
-    archived template's newer version (409), a rollback with nothing to go back to (409)."""
+    archived template's newer version (409), a rollback with nothing to go back to (409: none
+    named and the version left last is not older, as right after a rollback; so a rollback sent
+    twice gets a 409 whether the second finds the first in flight or done)."""
     require_movable(install)
     if body.templateId is not None and body.templateId != install["templateId"]:
         raise BadRequest(
@@ -180,9 +182,10 @@ async def resolve_target(
                 f"use POST /api/installs/{install['_id']}/rollback"
             )
     else:
-        version = version if version is not None else install.get("previousVersion")
-        if version is None:
-            raise Conflict("Install has no earlier version to roll back to")
+        if version is None:  # the version left last, when it is older: after a rollback it is not
+            version = install.get("previousVersion")
+            if version is None or version >= current:
+                raise Conflict("Install has no earlier version to roll back to")
         if version > current:
             raise BadRequest(
                 f"version: {version} is newer than the install's version {current}; "
