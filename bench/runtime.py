@@ -30,13 +30,11 @@ import argparse
 import asyncio
 import os
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -50,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import percentile, pss_mb, rss_mb, signup, start_fake, wait_ready  # bench/harness.py
 from policy import mixed_rules, policy
+from wire import CountingProxy, busy_ms, round_trips  # bench/wire.py
 
 from plugins import tracing
 from plugins.tracing import sdk
@@ -71,70 +70,6 @@ SERVE_ENV = {
     # Measure a cold burst to the end instead of answering 503 (docs/deploy.md, "Sizing").
     "SVC_ACTOR_PLACEMENT_SECONDS": "600",
 }
-OP_MSG_HEADER = struct.Struct("<iiii")  # messageLength, requestID, responseTo, opCode
-
-
-class CountingProxy:
-    """A TCP proxy in front of the database that counts request messages per client port."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self.port = free_port()
-        self.requests: dict[int, Counter[str]] = {}
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        client_port = writer.get_extra_info("peername")[1]
-        self.requests.setdefault(client_port, Counter())
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-
-        async def requests() -> None:
-            while True:
-                header = await reader.readexactly(OP_MSG_HEADER.size)
-                length = OP_MSG_HEADER.unpack(header)[0]
-                rest = await reader.readexactly(length - OP_MSG_HEADER.size)
-                self.requests[client_port][command_name(header, rest)] += 1
-                up_writer.write(header + rest)
-                await up_writer.drain()
-
-        async def replies() -> None:
-            while data := await up_reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-
-        try:
-            await asyncio.gather(requests(), replies())
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-            up_writer.close()
-
-    def snapshot(self) -> dict[int, Counter[str]]:
-        return {port: Counter(counts) for port, counts in self.requests.items()}
-
-
-def command_name(header: bytes, rest: bytes) -> str:
-    """The command of an OP_MSG request: the first key of its body section (kind 0), with the
-    collection it names when its value is a string (`update run_events`)."""
-    if OP_MSG_HEADER.unpack(header)[3] != 2013 or len(rest) < 10 or rest[4] != 0:
-        return "other"
-    # flagBits (4), kind (1), document length (4), then the first element: type byte, cstring name.
-    end = rest.index(b"\0", 10)
-    name = rest[10:end].decode(errors="replace")
-    if rest[9] == 2 and len(rest) >= end + 5:  # a string value: int32 length, bytes, NUL
-        (length,) = struct.unpack_from("<i", rest, end + 1)
-        name += " " + rest[end + 5 : end + 4 + length].decode(errors="replace")
-    return name
-
-
 # Set in the service's environment and so inherited by its local Ray and every actor: tells this
 # benchmark's actors apart from any other Ray on the machine.
 BENCH_ID = f"SVC_BENCH_ID={uuid.uuid4().hex}"
@@ -176,22 +111,6 @@ def ports_of(pids: list[int]) -> set[int]:
             if fields[9] in inodes:
                 ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
-
-
-def round_trips(
-    before: dict[int, Counter[str]], after: dict[int, Counter[str]], actor_ports: set[int]
-) -> tuple[int, Counter[str]]:
-    """(all requests, the actor sockets' requests by command) between two snapshots, monitoring
-    (`hello`, `ismaster`) left out."""
-    total, actor = 0, Counter[str]()
-    for port, counts in after.items():
-        delta = counts - before.get(port, Counter())
-        for name in ("hello", "ismaster", "isMaster"):
-            delta.pop(name, None)
-        total += sum(delta.values())
-        if port in actor_ports:
-            actor += delta
-    return total, actor
 
 
 def actor_memory_mb() -> tuple[int, float, float]:
@@ -260,6 +179,33 @@ async def timed_run(session: aiohttp.ClientSession, base: str, target: tuple[str
         result = await response.json()
         assert result.get("status") == "completed", result
     return time.perf_counter() - started
+
+
+async def database_share(
+    session: aiohttp.ClientSession,
+    base: str,
+    target: tuple[str, str],
+    proxy: CountingProxy,
+    actor_ports: set[int],
+) -> str:
+    """Where a single-agent run's overhead goes: how long the database held at least one of its
+    commands (all, the API process's, the actor's), as the proxy saw them, p50 of 10 runs."""
+    overall, api, actor, overhead = [], [], [], []
+    for _ in range(10):
+        start = time.perf_counter()
+        elapsed = await timed_run(session, base, target)
+        waited = proxy.waited_between(start, time.perf_counter())
+        overall.append(busy_ms(waited))
+        actor.append(busy_ms([w for w in waited if w.port in actor_ports]))
+        api.append(busy_ms([w for w in waited if w.port not in actor_ports]))
+        overhead.append((elapsed - LATENCY_S) * 1000)
+    p50 = {
+        name: percentile(values, 0.5) for name, values in (("all", overall), ("api", api), ("actor", actor))
+    }
+    return (
+        f"{p50['all']:.1f} ms of {percentile(overhead, 0.5):.1f} ms overhead "
+        f"(API {p50['api']:.1f}, actor {p50['actor']:.1f})"
+    )
 
 
 def policy_micros() -> float:
@@ -543,6 +489,13 @@ async def measure(
             )
         )
         rows.append(("    the actor's, by command", breakdown, ""))
+        rows.append(
+            (
+                "    time at the database, p50 of 10 runs",
+                await database_share(session, base, solo, proxy, actor_ports),
+                "",
+            )
+        )
         # (c) cold start of one actor, then many installs cold and warm.
         ids = [
             await install(session, base, cookie, [lead], f"bench-many-{i}") for i in range(args.installs + 1)
