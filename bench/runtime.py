@@ -187,10 +187,12 @@ async def database_share(
     target: tuple[str, str],
     proxy: CountingProxy,
     actor_ports: set[int],
-) -> str:
+) -> tuple[str, str]:
     """Where a single-agent run's overhead goes: how long the database held at least one of its
-    commands (all, the API process's, the actor's), as the proxy saw them, p50 of 10 runs."""
+    commands (all, the API process's, the actor's), as the proxy saw them, p50 of 10 runs; and
+    each command's own time (p50, ms)."""
     overall, api, actor, overhead = [], [], [], []
+    by_command: dict[str, list[float]] = {}
     for _ in range(10):
         start = time.perf_counter()
         elapsed = await timed_run(session, base, target)
@@ -199,12 +201,17 @@ async def database_share(
         actor.append(busy_ms([w for w in waited if w.port in actor_ports]))
         api.append(busy_ms([w for w in waited if w.port not in actor_ports]))
         overhead.append((elapsed - LATENCY_S) * 1000)
+        for w in waited:
+            side = "actor" if w.port in actor_ports else "API"
+            by_command.setdefault(f"{side} {w.name}", []).append((w.answered - w.sent) * 1000)
     p50 = {
         name: percentile(values, 0.5) for name, values in (("all", overall), ("api", api), ("actor", actor))
     }
+    each = ", ".join(f"{name} {percentile(times, 0.5):.1f}" for name, times in sorted(by_command.items()))
     return (
         f"{p50['all']:.1f} ms of {percentile(overhead, 0.5):.1f} ms overhead "
-        f"(API {p50['api']:.1f}, actor {p50['actor']:.1f})"
+        f"(API {p50['api']:.1f}, actor {p50['actor']:.1f})",
+        each,
     )
 
 
@@ -489,13 +496,9 @@ async def measure(
             )
         )
         rows.append(("    the actor's, by command", breakdown, ""))
-        rows.append(
-            (
-                "    time at the database, p50 of 10 runs",
-                await database_share(session, base, solo, proxy, actor_ports),
-                "",
-            )
-        )
+        share, each = await database_share(session, base, solo, proxy, actor_ports)
+        rows.append(("    time at the database, p50 of 10 runs", share, ""))
+        rows.append(("    each command's time, p50 ms", each, ""))
         # (c) cold start of one actor, then many installs cold and warm.
         ids = [
             await install(session, base, cookie, [lead], f"bench-many-{i}") for i in range(args.installs + 1)
