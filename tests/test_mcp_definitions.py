@@ -223,3 +223,43 @@ def test_the_definition_editor_validates_the_mcp_fields_as_you_type() -> None:
         }
     ]
     assert check(json.dumps(team([{"name": "x", "url": "https://h/mcp"}], ["x"]))).as_dict()["valid"]
+
+
+def test_an_installs_move_counts_what_widens_each_agents_mcp_reach() -> None:
+    """The upgrade's reach comparison (svc/templates/permissions.py): what the deployer accepts."""
+    import copy
+
+    from svc.templates.permissions import permission_changes, widened_agents
+
+    deny = {"accessPolicyVersion": "1", "defaultAction": "deny", "mcp": {"rules": []}}
+    old = {
+        "agents": [{"key": "a", "name": "A", "mcpServers": ["t"], "accessPolicy": deny}],
+        "mcpServers": [{"name": "t", "url": "https://h/mcp", "description": "time"}],
+    }
+
+    def mcp(new: dict[str, Any]) -> dict[str, list[str]]:
+        return {change["agent"]: change["mcp"] for change in permission_changes(old, new)}
+
+    described = copy.deepcopy(old)
+    described["mcpServers"][0].update(description="the clock", timeoutSeconds=5)
+    assert mcp(described) == {} and structured_diff_bump(old, described) == "PATCH"
+    moved = copy.deepcopy(old)
+    moved["mcpServers"][0]["headers"] = {"Authorization": "Bearer ${TOKEN}"}
+    assert mcp(moved) == {"a": ["MCP server 't' reaches another server"]}
+    opened = copy.deepcopy(old)
+    opened["agents"][0]["accessPolicy"]["mcp"]["defaultAction"] = "allow"
+    assert mcp(opened) == {"a": ["MCP tool rules widened"]}
+    helper = {"key": "b", "name": "B", "mcpServers": ["t"], "accessPolicy": deny}
+    added = copy.deepcopy(old)
+    added["agents"].append(helper)
+    assert mcp(added) == {"b": ["may use MCP server 't'"]}
+    assert widened_agents(permission_changes(old, added)) == ["b"]
+    dropped = copy.deepcopy(old)
+    dropped["agents"][0]["mcpServers"] = []
+    assert widened_agents(permission_changes(old, dropped)) == []
+
+
+def structured_diff_bump(old: dict[str, Any], new: dict[str, Any]) -> str:
+    from svc.templates.versioning import structured_diff
+
+    return str(structured_diff(old, new)["bump"])

@@ -111,6 +111,7 @@ LOCKED_HELPER = agent(
     "helper", name="Helper", accessPolicy={"accessPolicyVersion": "1", "defaultAction": "deny"}
 )
 BASE = team()
+DOCS = {"mcpServers": [{"name": "docs", "url": "https://mcp.example.com/mcp"}]}
 
 CLASSES = [
     ("a prompt changed", with_agents(BASE, lead("You lead, kindly.")), "PATCH", False),
@@ -149,6 +150,12 @@ CLASSES = [
         False,
     ),
     ("a new required secret", {**BASE, "requiredSecrets": ["CRM_KEY"]}, "MAJOR", False),
+    (
+        "an MCP server given to the agent",
+        {**with_agents(BASE, lead(mcpServers=["docs"])), **DOCS},
+        "MINOR",
+        True,
+    ),
 ]
 
 
@@ -206,7 +213,13 @@ async def test_the_plan_names_agents_added_removed_renamed_and_each_reach_change
     ]
     assert changes["scribe"]["change"] == "renamed" and changes["scribe"]["renamedFrom"] == "writer"
     assert [w["host"] for w in changes["scribe"]["widened"]] == ["cdn.example.com"]
-    assert changes["helper"] == {"agent": "helper", "change": "added", "widened": [], "narrowed": []}
+    assert changes["helper"] == {
+        "agent": "helper",
+        "change": "added",
+        "widened": [],
+        "narrowed": [],
+        "mcp": [],
+    }
     assert changes["old"]["change"] == "removed"
     actions = {c["key"]: c["action"] for c in plan["platform"]["changes"]}
     assert actions == {
@@ -324,6 +337,34 @@ async def test_widened_permissions_must_be_accepted_with_the_plans_digest(client
     wrong = await move(client, headers, install_id, acceptPermissions="0" * 32)
     assert wrong.status == 400 and "does not match" in (await wrong.json())["error"]
     moved = await move_ok(client, headers, install_id, acceptPermissions=digest)
+    assert moved["status"] == "upgraded"
+
+
+async def test_an_agent_given_an_mcp_server_is_widened_reach_to_accept(client):
+    caller, key, template, install_id = await world(client)
+    headers = bearer(key)
+    await publish_next(
+        client, key, template["id"], {**with_agents(BASE, lead(mcpServers=["docs"])), **DOCS}, "docs"
+    )
+    plan = await plan_of(client, headers, install_id)
+    assert plan["permissions"]["changes"] == [
+        {
+            "agent": "lead",
+            "change": "changed",
+            "widened": [],
+            "narrowed": [],
+            "mcp": ["may use MCP server 'docs'"],
+        }
+    ]
+    assert (await versions(client, headers, install_id))["widensPermissions"] is True
+    cookie = {"Cookie": f"svc_session={caller.session}"}
+    page = await client.get(f"/installs/{install_id}/versions", headers=cookie)
+    assert "MCP: may use MCP server &#39;docs&#39;" in await page.text()
+    missing = await move(client, headers, install_id)
+    body = await missing.json()
+    assert missing.status == 400 and "reach more than before (lead)" in body["error"]
+    assert body["acceptance"] == plan["permissions"]["acceptance"]
+    moved = await move_ok(client, headers, install_id, acceptPermissions=body["acceptance"])
     assert moved["status"] == "upgraded"
 
 

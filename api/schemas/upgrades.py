@@ -101,6 +101,11 @@ class AgentReach(BaseModel):
     renamedFrom: str | None = None
     widened: list[ReachChange]
     narrowed: list[ReachChange]
+    mcp: list[str] = Field(
+        default_factory=list,
+        description="what lets the agent call MCP tools it could not before: a server it may now use, "
+        "a server that now reaches another server, its tool rules widened (accepted with the rest)",
+    )
 
 
 class Permissions(BaseModel):

@@ -130,7 +130,7 @@ class AutoUpgrades:
             names = [*plan.missing_variables, *plan.missing_secrets]
             needs.append("it needs values the install lacks: " + ", ".join(names))
         if plan.widened:
-            agents = ", ".join(c["agent"] for c in plan.permissions if c["widened"])
+            agents = ", ".join(plan.widened_agents)
             needs.append(f"it lets agents reach more than before ({agents}): accept it in the plan")
         if plan.approval_reason is not None:
             needs.append(f"the org's approval is needed ({plan.approval_reason})")

@@ -28,7 +28,7 @@ from svc.templates import (
     template_head,
     upgrade_bump,
     version_log,
-    widens,
+    widened_agents,
 )
 
 Direction = Literal["upgrade", "rollback"]
@@ -94,16 +94,22 @@ class Plan:
     problems: list[str] = field(default_factory=list)
 
     @property
+    def widened_agents(self) -> list[str]:
+        """The agents that may reach more than before, over HTTP or MCP (the deployer accepts it)."""
+        return widened_agents(self.permissions)
+
+    @property
     def widened(self) -> bool:
         """Whether an agent may reach more than before (the deployer must accept it)."""
-        return widens(self.permissions)
+        return bool(self.widened_agents)
 
     @property
     def acceptance(self) -> str | None:
         """The digest that accepts exactly these widened permissions of exactly this move."""
         if not self.widened:
             return None
-        widened = [(c["agent"], c["widened"]) for c in self.permissions if c["widened"]]
+        agents = self.widened_agents
+        widened = [(c["agent"], c["widened"], c["mcp"]) for c in self.permissions if c["agent"] in agents]
         payload = [self.install["_id"], self.install["templateVersion"], self.target.version, widened]
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -326,7 +332,7 @@ def acceptance_refusal(plan: Plan, accepted: str | None) -> BadRequest | None:
     """400 unless widened permissions are accepted with this plan's digest."""
     if not plan.widened or accepted == plan.acceptance:
         return None
-    agents = ", ".join(c["agent"] for c in plan.permissions if c["widened"])
+    agents = ", ".join(plan.widened_agents)
     if accepted is None:
         return BadRequest(
             f"acceptPermissions: this change lets agents reach more than before ({agents}); review "

@@ -12,7 +12,7 @@ from typing import Any
 
 from svc.core import Document, NotFound, Store, iso
 from svc.installs.fields import interpolate
-from svc.templates import published_version, template_head, upgrade_bump, version_log
+from svc.templates import published_version, template_head, upgrade_bump, version_log, widens
 
 MAX_HISTORY = 50
 AUTO_MODES = ("off", "patch", "minor")
@@ -116,7 +116,7 @@ async def availability(
         out.update(
             bump=bump,
             reasons=reasons,
-            widensPermissions=any(change["widened"] for change in changes),
+            widensPermissions=widens(changes),
             changeLogs=await version_log(store, install["templateId"], current, latest),
         )
     return out
@@ -134,7 +134,7 @@ def update_note(
         "version": head["version"],
         "semver": head.get("semver"),
         "bump": bump,
-        "widensPermissions": any(change["widened"] for change in changes),
+        "widensPermissions": widens(changes),
     }
 
 

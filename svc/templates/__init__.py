@@ -21,7 +21,7 @@ from svc.templates.lookups import (
 )
 from svc.templates.mcp_fields import MAX_AGENT_SERVERS, McpServer, parse_argument_path
 from svc.templates.owner_archive import archive_user_templates
-from svc.templates.permissions import widens
+from svc.templates.permissions import widened_agents, widens
 from svc.templates.portability import ImportQuery, Portability, export_schema
 from svc.templates.price_changes import display as price_label
 from svc.templates.price_changes import next_period_start, period_start, price_in_force
@@ -113,5 +113,6 @@ __all__ = [
     "upgrade_bump",
     "version_log",
     "view",
+    "widened_agents",
     "widens",
 ]

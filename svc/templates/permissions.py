@@ -8,12 +8,18 @@ method and path) is decided by both policies, as the runtime decides it, and eac
 decision moved is reported, grouped by host and path. Decisions rank deny < require_approval <
 allow; no policy, and a policy in `report` mode, allow everything; an agent that does not exist
 reaches nothing.
+
+An agent's MCP reach joins the comparison (`mcp` of each change, svc/templates/mcp_versioning.py):
+a server it may now use, a server it uses that now reaches another server, its tool rules
+widened. Each is widened reach the deployer accepts like a wider HTTP policy.
 """
 
 from __future__ import annotations
 
 from itertools import product
 from typing import Any
+
+from svc.templates.mcp_versioning import agent_widenings
 
 Policy = dict[str, Any] | None
 RANK = {"deny": 0, "require_approval": 1, "allow": 2}
@@ -105,8 +111,9 @@ def _path_label(path: str) -> str:
 
 def permission_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
     """Per agent of either definition whose reach changes: {agent, change (added, removed,
-    renamed, changed), renamedFrom?, widened, narrowed}. A renamed agent (same display name, new
-    key) is compared with its old self; an added one with an agent that reaches nothing."""
+    renamed, changed), renamedFrom?, widened, narrowed, mcp (what widens its MCP reach)}. A
+    renamed agent (same display name, new key) is compared with its old self; an added one with
+    an agent that reaches nothing."""
     before = {a["key"]: a for a in old.get("agents") or []}
     after = {a["key"]: a for a in new.get("agents") or []}
     gone = [key for key in before if key not in after]
@@ -121,19 +128,25 @@ def permission_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[st
         source = key if key in before else renamed.get(key)
         old_policy = before[source].get("accessPolicy") if source else NOTHING
         diff = policy_changes(old_policy, agent.get("accessPolicy"))
+        mcp = agent_widenings(old, new, before[source] if source else None, agent)
         kind = "changed" if key in before else "renamed" if source else "added"
-        if diff["widened"] or diff["narrowed"] or kind == "added":
-            entry = {"agent": key, "change": kind, **diff}
+        if diff["widened"] or diff["narrowed"] or mcp or kind == "added":
+            entry = {"agent": key, "change": kind, **diff, "mcp": mcp}
             if kind == "renamed":
                 entry["renamedFrom"] = source
             changes.append(entry)
-    changes += [{"agent": key, "change": "removed", "widened": [], "narrowed": []} for key in gone]
+    changes += [{"agent": key, "change": "removed", "widened": [], "narrowed": [], "mcp": []} for key in gone]
     return changes
+
+
+def widened_agents(changes: list[dict[str, Any]]) -> list[str]:
+    """The agents that may reach more than before, over HTTP or MCP (what the deployer accepts)."""
+    return [change["agent"] for change in changes if change["widened"] or change["mcp"]]
 
 
 def widens(changes: list[dict[str, Any]]) -> bool:
     """Whether any agent may reach more than before (what the deployer must accept)."""
-    return any(change["widened"] for change in changes)
+    return bool(widened_agents(changes))
 
 
 def narrows(changes: list[dict[str, Any]]) -> bool:

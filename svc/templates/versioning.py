@@ -161,9 +161,9 @@ def upgrade_bump(
     bump, reasons = bump_reasons(old, adjusted)
     changes = permission_changes(old, new)
     reach = [
-        f"agent {c['agent']!r} may reach {'more' if c['widened'] else 'less'} than before"
+        f"agent {c['agent']!r} may reach {'more' if c['widened'] or c['mcp'] else 'less'} than before"
         for c in changes
-        if c["change"] != "removed" and (c["widened"] or c["narrowed"])
+        if c["change"] != "removed" and (c["widened"] or c["mcp"] or c["narrowed"])
     ]
     if reach and bump == "PATCH":
         bump, reasons = "MINOR", reach
