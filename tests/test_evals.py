@@ -313,6 +313,11 @@ async def test_policy_cases_check_denied_requests_and_gates(make_client, aiohttp
     assert only["status"] == "pass", only
     assert only["policyChecks"] == 3 and only["policyPassed"]
     assert card["totals"]["policyCases"] == 1 and card["totals"]["policyPassed"] == 1
+    # Judged, the run paused at the gate is closed by its eval worker: nobody continues it.
+    path = f"/api/templates/{draft['id']}/evals/runs/{only['runId']}"
+    closed = await (await client.get(path, headers=bearer(key))).json()
+    assert (closed["status"], closed["pausedAtGate"]) == ("failed", "review"), closed
+    assert closed["errorMessage"].startswith("Eval case judged at gate 'review'")
 
 
 # ---- replay, budget, reach ---------------------------------------------------------------------------

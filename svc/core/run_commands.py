@@ -97,9 +97,12 @@ class Continued:
 
 @dataclass(frozen=True)
 class Cancel:
-    """Cancel a run of the install."""
+    """Cancel a run of the install; `paused`: a paused one too (an eval run whose case is judged:
+    nobody continues it, docs/evals.md)."""
 
     run_id: str
+    paused: bool = False
+    reason: str = "Run cancelled"  # the run's errorMessage
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ def run_view(run: Document) -> dict[str, Any]:
         "task": run.get("task"),
         "response": run.get("response"),
         "errorMessage": run.get("errorMessage"),
-        "pausedAtGate": run.get("pausedAtGate") if run["status"] == "paused" else None,
+        # Kept once its case closed it (resume clears it): where the run stopped.
+        "pausedAtGate": run.get("pausedAtGate"),
         "inputTokens": int(run.get("inputTokens") or 0),
         "outputTokens": int(run.get("outputTokens") or 0),
         "replayOnly": bool(run.get("replayOnly")),

@@ -11,6 +11,7 @@ worker lost, a recording that cannot answer) is an error, not a failure.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,8 @@ from svc.runtime import (
     recorded_journal,
 )
 from svc.templates import VARIABLE_REFERENCE, note_scorecard
+
+log = logging.getLogger(__name__)
 
 ORG_REQUIRES_SUITE = (
     "Your organisation publishes templates only with an eval suite that passes: add `evals` to "
@@ -213,6 +216,8 @@ class SuiteRunner:
             checks.append(
                 {"kind": check["kind"], "passed": passed, "reason": reason, "policy": is_policy(check)}
             )
+        if doc["status"] == "paused":
+            await self._close(doc)
         failed = [c for c in checks if c["passed"] is False]
         policy = [c for c in checks if c["policy"]]
         result.update(checks=checks, policyPassed=bool(policy) and all(c["passed"] for c in policy))
@@ -228,6 +233,14 @@ class SuiteRunner:
                 "reason": "runtime: " + "; ".join(c["reason"] for c in checks if c["passed"] is None),
             }
         return {**result, "status": "pass", "reason": "every check passed"}
+
+    async def _close(self, run: Document) -> None:
+        """End a case's run left paused at a gate, once judged: no eval run waits for a person
+        (its worker would otherwise keep it, and read it on every start, for ever)."""
+        try:
+            await self.run_service.close_eval_run(run)
+        except RuntimeFailure as exc:  # the case's verdict stands; the run stays paused, as before
+            log.warning("eval run %s stays paused: %s", run["_id"], exc)
 
 
 def refusal(card: Document) -> str:

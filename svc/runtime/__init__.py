@@ -6,6 +6,7 @@ from svc.runtime.callbacks import CallbackDelivery
 from svc.runtime.cron import check_cron, check_timezone, next_fire
 from svc.runtime.eval_runs import eval_run_of, is_eval_install, new_eval_run, recorded_journal
 from svc.runtime.faults import CrashPoints
+from svc.runtime.handover import HandOver
 from svc.runtime.host import InstallHost
 from svc.runtime.incarnations import holder as incarnation_holder
 from svc.runtime.incarnations import leave as leave_install
@@ -19,7 +20,7 @@ from svc.runtime.install_runner import (
     RunLimits,
 )
 from svc.runtime.journal import scratch
-from svc.runtime.ledger import NOT_STARTED, HandOver, new_run
+from svc.runtime.ledger import NOT_STARTED, new_run
 from svc.runtime.ledger import get as runtime_run
 from svc.runtime.ledger import note_handoff as note_run_handoff
 from svc.runtime.llm import LLM, ProviderNotConfigured

@@ -200,7 +200,11 @@ class InstallHost:
             self.cancelled.add(command.run_id)
             live.task.cancel()
             return Cancelled(True, step)
-        stopped = await self.runner.stop(command.run_id, "Run cancelled", event="step_cancelled")
+        stopped = await self.runner.stop(
+            command.run_id, command.reason, event="step_cancelled", paused=command.paused
+        )
+        if stopped:
+            self.paused.pop(command.run_id, None)
         return Cancelled(stopped, None)
 
     async def resume(self, command: Continue) -> Continued:

@@ -379,14 +379,16 @@ class InstallRunner:
         )
         return RunOutcome(run["_id"], "failed", errorMessage=message, refused=refused)
 
-    async def stop(self, run_id: str, message: str, event: str = "step_failed") -> bool:
+    async def stop(self, run_id: str, message: str, event: str = "step_failed", paused: bool = False) -> bool:
         """End a run that is not running here: queued -> failed (cancelled before it started, never
-        handed over), with what it owes; False when it was not queued."""
+        handed over), with what it owes; False when it was not queued. `paused`: a paused run
+        too (an eval run whose case is judged)."""
         run = await ledger.get(self.store, run_id)
         if run is None:
             return False
+        waiting = ("queued", "paused") if paused else ("queued",)
         final = await ledger.fail_queued(
-            self.store, run_id, message, owed_on_end(run), [stopped(message)], {"endEvent": event}
+            self.store, run_id, message, owed_on_end(run), [stopped(message)], {"endEvent": event}, waiting
         )
         if final is None:
             return False
@@ -486,4 +488,3 @@ def gate_state(gate: GateReached) -> Document:
         "stepKey": gate.call.get("agent"),
         **gate.resume,
     }
-

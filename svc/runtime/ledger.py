@@ -9,6 +9,7 @@ crash) matches nothing, so it can neither step, pause nor end a run (docs/runtim
        |               |  ^ step (one write per step)                |
        |               |  +--adopt (a new copy resumes the run)      |
        +--fail_queued--+--end / settle--> completed | failed <-------+
+                                    paused --fail_queued (an eval run)--^
 
 A run's document holds the run: its journal (every model and tool call, written before the run
 acts on it: svc/runtime/journal.py), its events (what a watcher is told, `events` with `seq`), its
@@ -16,19 +17,18 @@ tokens, and, once it ends or pauses, the side effects it still owes (`owed`: the
 counters, steps, the callback, ...; svc/runtime/settlement.py clears each as it lands).
 
 Who writes: the API and the scheduler insert queued runs and hand them to the install's actor
-(`HandOver`, the one hand-over routine; a synchronous caller waits for the end there), and fail
-the ones they could never hand over (`fail_queued`); the job runner notes hand-overs; the
-install's actor claims, steps, pauses, resumes and ends; the actor's recovery adopts (or
-settles) runs an earlier copy had claimed, and the sweeper settles runs whose actor is gone or
-that stalled (both find them in svc/runtime/neglected_runs.py). No other module
-writes `pipeline_runs` (tests/test_architecture.py). A per-install incarnation record
-(`actor_incarnations`) names the copy of the actor that may act.
+(`HandOver`, svc/runtime/handover.py, through `enqueue`; a synchronous caller waits for the end
+there), and fail the ones they could never hand over (`fail_queued`); the job runner notes
+hand-overs; the install's actor claims, steps, pauses, resumes and ends (and closes an eval run
+its case left paused); the actor's recovery adopts (or settles) runs an earlier copy had
+claimed, and the sweeper settles runs whose actor is gone or that stalled (both find them in
+svc/runtime/neglected_runs.py). No other module writes `pipeline_runs`
+(tests/test_architecture.py). A per-install incarnation record (`actor_incarnations`) names the
+copy of the actor that may act.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import logging
 from datetime import datetime
 from typing import Any
@@ -36,7 +36,7 @@ from typing import Any
 from pymongo.errors import DuplicateKeyError
 
 from plugins import tracing
-from svc.core import Batch, Document, RunOutcome, Runtime, RuntimeFailure, StartRun, Store, new_id, utcnow
+from svc.core import Batch, Document, RunOutcome, Store, derived_id, new_id, utcnow
 
 RUNS = "pipeline_runs"
 INCARNATIONS = "actor_incarnations"  # svc/runtime/incarnations.py (read by `orphaned`)
@@ -48,8 +48,6 @@ HEAVY = {"journal": 0, "events": 0}
 Journal = list[Document] | None  # a step's new journal entries
 # The hand-over failed: the API's 503 (actors/runtime.py), a queued run's end (HandOver, svc/jobs.py).
 NOT_STARTED = "The install's worker could not be started"
-# How often a caller whose run moved to a new copy of its actor reads where it stands.
-RESUMED_POLL_S = 0.2
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +114,7 @@ async def retry(store: Store, first: Document, run: Document) -> tuple[Document,
     left behind meets an ended retry, and the next n is tried."""
     n = int(first.get("retries") or 0) + 1
     while True:
-        attempt = {**run, "_id": retry_id(first["_id"], n)}
+        attempt = {**run, "_id": derived_id(first["_id"], "retry", n)}
         try:
             await enqueue(store, attempt)
             won = True
@@ -132,11 +130,6 @@ async def retry(store: Store, first: Document, run: Document) -> tuple[Document,
         if existing is not None and existing["status"] in (*ACTIVE, "paused"):
             return existing, False
         n += 1
-
-
-def retry_id(first_id: str, n: int) -> str:
-    """The id of the n-th retry of a run (the shape of every run id: 24 hex digits)."""
-    return hashlib.sha256(f"{first_id}:retry:{n}".encode()).hexdigest()[:24]
 
 
 async def note_handoff(store: Store, run: Document, now: datetime) -> bool:
@@ -164,9 +157,11 @@ async def fail_queued(
     owed: list[str],
     events: list[Document] | None = None,
     fields: Document | None = None,
+    waiting: tuple[str, ...] = ("queued",),
 ) -> Document | None:
     """queued -> failed (cancelled before it started, refused, or never handed over), with what it
-    owes; the run after the change, or None when it was not queued."""
+    owes; the run after the change, or None when it was not queued. `waiting` ("queued",
+    "paused"): a paused run too (an eval run closed at its gate)."""
     now = utcnow()
     changes = {
         "status": "failed",
@@ -177,89 +172,11 @@ async def fail_queued(
         **(fields or {}),
     }
     done = await store[RUNS].update_one(
-        {"_id": run_id, "status": "queued"}, _with_events({"$set": changes}, events or [])
+        {"_id": run_id, "status": {"$in": list(waiting)}}, _with_events({"$set": changes}, events or [])
     )
     if done.matched_count != 1:
         return None
     return await store[RUNS].find_one({"_id": run_id}, HEAVY)
-
-
-class HandOver:
-    """Stores queued runs and hands them to their install's actor (`runtime` None: nothing is
-    handed over; a synchronous run then fails with RuntimeFailure)."""
-
-    def __init__(self, store: Store, runtime: Runtime | None) -> None:
-        self.store = store
-        self.runtime = runtime
-        self._background: set[asyncio.Future[Any]] = set()
-
-    async def start(self, run: Document, wait_s: float | None) -> RunOutcome:
-        """Store the run and hand it over. `wait_s` None: in the background, and the answer is the
-        queued run at once. Otherwise wait up to `wait_s` for its end or gate (then its state;
-        the run goes on). When the actor dies during the run (or a newer copy takes it over), the
-        next copy resumes it from its journal: the caller waits for its real end here."""
-        if wait_s is not None and self.runtime is None:
-            raise RuntimeFailure("The runtime is not available")
-        await enqueue(self.store, run)
-        if self.runtime is None:
-            return RunOutcome(run["_id"], "queued")
-        if wait_s is None:  # handed over in the background: the caller has its answer now
-            handing = asyncio.ensure_future(self.runtime.submit(run["installId"], StartRun(run)))
-            self._background.add(handing)
-            handing.add_done_callback(self._ended)
-            return RunOutcome(run["_id"], "queued")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        try:
-            outcome = await self.runtime.run(run["installId"], StartRun(run), wait_s)
-            if outcome.settled:
-                return outcome  # the actor that ran it answers once its record is stored
-        except RuntimeFailure:
-            if await fail_queued(self.store, run["_id"], NOT_STARTED, []):
-                raise  # never handed over: it must not start later
-        # Answered by the ledger (the run moved to another copy): its end and its record, as the
-        # actor's own answer would have it.
-        while True:
-            outcome = await standing(self.store, run["_id"])
-            if (outcome.settled and await paid_up(self.store, run["_id"])) or loop.time() >= deadline:
-                return outcome
-            await asyncio.sleep(RESUMED_POLL_S)
-
-    def later(self, run: Document) -> None:
-        """Hand a stored run over in the background: the caller has its answer already."""
-        handing = asyncio.ensure_future(self.now(run))
-        self._background.add(handing)
-        handing.add_done_callback(self._ended)
-
-    async def now(self, run: Document) -> bool:
-        """Hand a stored run over; False (logged) when the actor cannot be reached: it stays
-        queued for the job runner."""
-        if self.runtime is None:
-            return False
-        try:
-            await self.runtime.submit(run["installId"], StartRun(run))
-        except RuntimeFailure as exc:
-            log.warning("run not handed over yet (%s); the job runner tries again", exc)
-            return False
-        return True
-
-    async def all_now(self, runs: list[Document]) -> None:
-        """Hand stored runs over side by side (a scheduler tick's)."""
-        await asyncio.gather(*(self.now(run) for run in runs))
-
-    def _ended(self, handing: asyncio.Future[Any]) -> None:
-        """A background hand-over ended; a failure is logged (the job runner tries again)."""
-        self._background.discard(handing)
-        failure = None if handing.cancelled() else handing.exception()
-        if isinstance(failure, RuntimeFailure):
-            log.warning("run not handed over yet (%s); the job runner tries again", failure)
-        elif failure is not None:
-            log.error("handing a run over failed; the job runner tries again", exc_info=failure)
-
-    async def close(self) -> None:
-        """Let hand-overs in progress end (shut-down); what they miss the job runner hands over."""
-        if self._background:
-            await asyncio.wait(set(self._background), timeout=5.0)
 
 
 # ---- the install's actor ---------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Asking for runs of managed installs, on the API side (sync runs, webhook triggers, heartbeats,
 retries, continue and cancel): `RunService` checks the caller and the install, has the queued run
-stored and handed to the install's actor (`ledger.HandOver`), the only writer of a run's
+stored and handed to the install's actor (`HandOver`, svc/runtime/handover.py), the only writer of a run's
 status (svc/runtime/install_runner.py, actors/install_actor.py), and asks that actor to continue
 or cancel.
 """
@@ -36,6 +36,7 @@ from svc.identity import Principal
 from svc.installs import Installs, find_install
 from svc.runs import require_ready
 from svc.runtime import ledger
+from svc.runtime.handover import HandOver
 from svc.runtime.outreach_review import Outreach
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class RunService:
         self.admission = admission
         # A synchronous caller waits this long at most (SVC_RUN_WAIT_SECONDS).
         self.wait_s = wait_s
-        self.handover = ledger.HandOver(store, runtime)
+        self.handover = HandOver(store, runtime)
 
     async def approve_draft(
         self, principal: Principal, install_id: str, draft_id: int, actor: dict[str, Any]
@@ -291,6 +292,15 @@ class RunService:
         """An eval case's run (svc/runtime/eval_runs.py): persisted, run by the builder's eval
         worker on the real runtime, and waited for like a synchronous run."""
         return await self.handover.start(run, self.wait_s)
+
+    async def close_eval_run(self, run: Document) -> bool:
+        """End an eval run its case left paused at a gate (judged: nobody continues it), by its
+        eval worker, which forgets it; True when it ended. Its `pausedAtGate` stays."""
+        if self.runtime is None or run["status"] != "paused":
+            return False
+        reason = f"Eval case judged at gate {run.get('pausedAtGate')!r}; an eval run is not continued"
+        answer = await self.runtime.cancel(run["installId"], Cancel(run["_id"], paused=True, reason=reason))
+        return answer.cancelled
 
     async def _admit(self, install: Document) -> None:
         """The spend-cap check (h-caps) before a run is asked for; a Conflict answers 409."""

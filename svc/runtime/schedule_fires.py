@@ -39,6 +39,7 @@ from svc.core import (
 from svc.installs import ready_versions
 from svc.runtime import ledger
 from svc.runtime.cron import jittered, missed_fires, next_fire
+from svc.runtime.handover import HandOver
 from svc.runtime.pipeline_events import Events
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class SchedulerCore:
         self.store = store
         self.runtime = runtime
         self.events = Events(store)
-        self.handover = ledger.HandOver(store, runtime)
+        self.handover = HandOver(store, runtime)
 
     async def tick(self, now: datetime | None = None) -> int:
         """Fire what is due (and what a cut tick left claimed); start queued runs whose install is
