@@ -300,7 +300,7 @@ class Settings(BaseModel):
     eval_monthly_runs: int = Field(default=500, ge=0, le=1_000_000)
     eval_concurrency: int = Field(default=4, ge=1, le=64)
     # Runs an install's actor runs at once; more wait, queued, in order (docs/runtime.md).
-    actor_max_runs: int = Field(default=8, ge=1, le=1000)
+    actor_max_runs: int = Field(default=16, ge=1, le=1000)
     # Install actors started ahead on each node, each adopting an install at its first run (the warm pool).
     actor_spares: int = Field(default=2, ge=0, le=100)
     # log2 of scrypt's N for new password hashes (a stored hash keeps its own); below 14 only for
@@ -421,7 +421,7 @@ class Settings(BaseModel):
             "shutdown_grace_seconds": parsed("SVC_SHUTDOWN_GRACE_SECONDS", positive_seconds, 5.0),
             "callback_max_attempts": parsed("SVC_CALLBACK_MAX_ATTEMPTS", whole_number(1, 1000), 30),
             "run_wait_seconds": parsed("SVC_RUN_WAIT_SECONDS", positive_seconds, 300.0),
-            "actor_max_runs": parsed("SVC_ACTOR_MAX_RUNS", whole_number(1, 1000), 8),
+            "actor_max_runs": parsed("SVC_ACTOR_MAX_RUNS", whole_number(1, 1000), 16),
             "eval_monthly_runs": parsed("SVC_EVAL_MONTHLY_RUNS", whole_number(0, 1_000_000), 500),
             "eval_concurrency": parsed("SVC_EVAL_CONCURRENCY", whole_number(1, 64), 4),
             "actor_spares": parsed("SVC_ACTOR_SPARES", whole_number(0, 100), 2),

@@ -393,3 +393,27 @@ async def test_the_sweeper_hands_a_run_whose_actor_is_gone_for_good_to_a_new_cop
     assert [r["status"] for r in await run_record(store, queued["runId"])] == ["completed"]
     assert await wait_for(lambda: asyncio.sleep(0, result=bool(received)))
     assert received[0]["status"] == "completed"
+
+
+async def test_an_actor_at_its_run_bound_keeps_the_next_run_queued_until_a_slot_frees(
+    make_client, aiohttp_server, store
+):
+    """Issue 38, item 5: an actor runs at most SVC_ACTOR_MAX_RUNS at once; the next run waits
+    `queued`, first in line, and is claimed only once the running one has ended."""
+    client, llm = await managed_client(make_client, aiohttp_server, actor_max_runs=1)
+    caller, key, install_id = await svc_install(client, [member("lead")])
+    token = await webhook_token(client, caller)
+    llm.holding = True  # the first run stays in its model call
+    llm.script(text="first")
+    llm.script(text="second")
+    first = await (await client.post(f"/api/webhook/{token}", json={"inputText": "one"})).json()
+    await wait_status(store, first["runId"], "running")
+    second = await (await client.post(f"/api/webhook/{token}", json={"inputText": "two"})).json()
+    path = f"/api/installs/{install_id}/runs/{second['runId']}"
+    detail = await (await client.get(path, headers=key)).json()
+    assert (detail["status"], detail["queuePosition"]) == ("queued", 1)
+    llm.holding = False
+    ended = await wait_status(store, first["runId"], "completed")
+    claimed = await wait_status(store, second["runId"], "completed")
+    assert claimed["startedAt"] >= ended["endedAt"], "the second run waited for the only slot"
+    assert len(llm.requests) == 2, "each run made its one model call"

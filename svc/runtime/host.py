@@ -92,7 +92,7 @@ class InstallHost:
         store: Store,
         runner: InstallRunner,
         *,
-        max_runs: int = 8,
+        max_runs: int = 16,
         max_resumes: int = 2,
         now: Callable[[], float] = time.monotonic,
     ) -> None:
