@@ -202,6 +202,9 @@ async def main(args: argparse.Namespace) -> None:
             SVC_PROVIDERA_API_KEY=DEFAULT_KEY,
             SVC_PROVIDERA_BASE_URL=fake_url,
             SVC_ACTOR_IDLE_SECONDS="600",
+            # The fake Bedrock listens on 127.0.0.1: orchC's endpoint override is vetted by the
+            # egress guard like any outbound URL, which refuses loopback unless told.
+            SVC_EGRESS_ALLOW_PRIVATE="true",
         ) as service:
             pid = service.pid
             db_pid = database_pid(pid)
@@ -271,8 +274,9 @@ async def main(args: argparse.Namespace) -> None:
                             )
                             if status == 200:
                                 accepted.add(body["runId"])
-                        else:
-                            await client.call("key identity (whoami)", "GET", "/api/installs/whoami", key)
+                        else:  # an svc install's key: only those are linked to their install (spec)
+                            _, linked = run_targets[index % len(run_targets)]
+                            await client.call("key identity (whoami)", "GET", "/api/installs/whoami", linked)
 
                 profiled = None
                 if args.db_profile:

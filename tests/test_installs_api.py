@@ -6,6 +6,7 @@ ownership and key scoping, deletion, the secret vault look-up and the platform l
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -142,6 +143,15 @@ async def test_svc_install_is_created_linked_and_listed_with_its_pinned_version(
     assert (oldest["id"], oldest["templateVersion"]) == (install_id, 1)
     doc = await store.installs.find_one({"_id": install_id})
     assert doc["templateVersion"] == 1 and doc["definition"].get("description") != "v2"
+
+    # One being provisioned is not listed; one provisioned and awaiting governance approval is.
+    newer = {**doc, "status": "pending", "createdAt": doc["createdAt"] + timedelta(minutes=1)}
+    newer.pop("webhookTokenHash")  # unique per install
+    await store.installs.insert_many(
+        [{**newer, "_id": "provisioning"}, {**newer, "_id": "awaiting-approval", "approval": "pending"}]
+    )
+    listed = [item["id"] for item in await list_installs(client, key)]
+    assert listed[0] == "awaiting-approval" and "provisioning" not in listed and len(listed) == 3
 
 
 async def test_a_linked_key_keeps_every_right(make_client):

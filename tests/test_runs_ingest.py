@@ -3,6 +3,8 @@ self-report) refused where the managed runtime records the runs itself."""
 
 from __future__ import annotations
 
+import itertools
+
 import aiohttp
 import pytest
 
@@ -268,11 +270,12 @@ async def test_a_report_naming_a_run_of_the_runtime_is_refused_on_an_install_tha
     [runtime_run] = await store["pipeline_runs"].find({"installId": install_id}).to_list(None)
     await wait_settled(store, runtime_run["_id"])
 
-    # A report naming the runtime's run, for either agent: refused, the runtime's record kept.
-    for agent in ("desk", "writer"):
-        body = ingest_body(
-            agents[agent], runId=runtime_run["_id"], status="failed", inputTokens=0, outputTokens=0
-        )
+    # A report naming the runtime's run (by our id or Paperclip's), for either agent: refused,
+    # the runtime's record kept.
+    assert runtime_run["platformRunId"] not in (None, runtime_run["_id"])
+    ids = (runtime_run["_id"], runtime_run["platformRunId"])
+    for agent, named in itertools.product(("desk", "writer"), ids):
+        body = ingest_body(agents[agent], runId=named, status="failed", inputTokens=0, outputTokens=0)
         response = await ingest(client, token, body)
         assert response.status == 409, await response.text()
         assert await response.json() == {"error": RUNTIME_RUN_ID}

@@ -133,6 +133,8 @@ INDEXES: dict[str, list[Index]] = {
         Index([("status", ASCENDING), ("createdAt", ASCENDING)]),
         # The dashboard's install page lists an install's newest runs.
         Index([("installId", ASCENDING), ("createdAt", DESCENDING)]),
+        # A run report names a platform run the runtime may hold (svc/runtime/lookups.py).
+        Index([("installId", ASCENDING), ("platformRunId", ASCENDING)]),
     ],
     "schedules": [
         Index([("enabled", ASCENDING), ("nextRunAt", ASCENDING)]),

@@ -16,14 +16,13 @@ from svc.core import Document, OrgLookups, Store
 from svc.identity import Principal
 from svc.templates import find_template, is_owner, owned_by, owner_of
 
-# Status `pending` means provisioning, except on an install waiting for governance approval
-# (`approval: "pending"`, provisioned and listed, but not ready for runs until approved).
-VISIBLE: Document = {"$or": [{"status": {"$ne": "pending"}}, {"approval": "pending"}]}
 BOUND_TO_INSTALL = ("install_token", "webhook_token", "app_key")
 
 
 def is_visible(doc: Document) -> bool:
-    """False while provisioning (a governance-pending install is visible)."""
+    """False while provisioning (a governance-pending install is visible): status `pending`
+    means provisioning, except on an install waiting for governance approval (`approval:
+    "pending"`, provisioned and listed, but not ready for runs until approved)."""
     return doc.get("status") != "pending" or doc.get("approval") == "pending"
 
 
@@ -44,8 +43,11 @@ async def reaches(orgs: OrgLookups, principal: Principal, doc: Document | None) 
 
 
 def owned_query(principal: Principal) -> Document:
-    """The filter of the installs the principal owns (its own install only, for a scoped key)."""
-    query: Document = {**owned_by(principal), **VISIBLE}
+    """The filter of the installs the principal owns (its own install only, for a scoped key),
+    visible or not: `is_visible` applies after the read. A filter with the visibility rule (a
+    top-level `$or`) would read every install of every owner on the embedded server instead of
+    riding the owner's index."""
+    query: Document = dict(owned_by(principal))
     if principal.install_id is not None:
         query["_id"] = principal.install_id
     return query

@@ -120,8 +120,10 @@ async def retry(store: Store, first: Document, run: Document) -> tuple[Document,
             won = True
         except DuplicateKeyError:
             won = False
+        # "No count yet, or a lower one" without a top-level `$or`: the embedded server answers
+        # a filter with one by reading every run; this one rides the `_id`.
         await store[RUNS].update_one(
-            {"_id": first["_id"], "$or": [{"retries": {"$lt": n}}, {"retries": None}]},
+            {"_id": first["_id"], "retries": {"$not": {"$gte": n}}},
             {"$set": {"retries": n, "lastRetry": attempt["_id"]}},
         )
         if won:

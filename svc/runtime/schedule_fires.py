@@ -302,17 +302,17 @@ class SchedulerCore:
             .to_list(CLAIM_BATCH)
         )
         for run in queued:
-            busy = await self.store["pipeline_runs"].count_documents(
-                {
-                    "installId": run["installId"],
-                    "$or": [
-                        {"status": {"$in": ["starting", "running"]}},
-                        {"status": "queued", "handoffAt": {"$ne": None}},
-                    ],
-                },
-                limit=1,
+            # The install's active runs, by the (installId, status) index; a filter with a
+            # top-level `$or` would read every run on the embedded server.
+            active = (
+                await self.store["pipeline_runs"]
+                .find(
+                    {"installId": run["installId"], "status": {"$in": ["starting", "running", "queued"]}},
+                    {"status": 1, "handoffAt": 1},
+                )
+                .to_list(None)
             )
-            if not busy:
+            if not any(other["status"] != "queued" or other.get("handoffAt") for other in active):
                 await self._start(run)
 
     async def _start(self, run: Document) -> None:
