@@ -209,6 +209,37 @@ async def test_the_list_paginates_newest_first(make_client):
     assert [t["id"] for t in (await everything.json())["templates"]] == seen
 
 
+async def test_the_owners_list_pages_public_and_own_team_templates_through_ties(make_client, store):
+    """One query per scope and per side of the cursor (svc/templates/reading.py), merged: every
+    template once, newest first, ties at one publication time ordered by id across pages."""
+    client = await make_client(rate_limit_multiplier=None)
+    _, key = await user_with_key(client)
+    _, stranger = await user_with_key(client)
+    made = [
+        (await publish_template(client, key, visibility="team" if n % 2 else "public"))["id"]
+        for n in range(7)
+    ]
+    tie = (await store["templates"].find_one({"_id": made[3]}))["publishedAt"]
+    await store["templates"].update_many({"_id": {"$in": made[1:6]}}, {"$set": {"publishedAt": tie}})
+    stored = await store["templates"].find({"_id": {"$in": made}}).to_list(None)
+    expected = [d["_id"] for d in sorted(stored, key=lambda d: (d["publishedAt"], d["_id"]), reverse=True)]
+
+    async def pages(token: str | None) -> list[str]:
+        seen, cursor = [], None
+        for _ in range(10):
+            params = {"limit": "2", **({"cursor": cursor} if cursor else {})}
+            headers = bearer(token) if token else {}
+            body = await (await client.get("/api/templates", params=params, headers=headers)).json()
+            seen += [t["id"] for t in body["templates"] if t["id"] in made]
+            if (cursor := body["nextCursor"]) is None:
+                return seen
+        raise AssertionError("the list did not end")
+
+    assert await pages(key) == expected
+    public = [template_id for template_id in expected if made.index(template_id) % 2 == 0]
+    assert await pages(stranger) == public and await pages(None) == public
+
+
 @pytest.mark.parametrize(
     "query",
     [

@@ -111,7 +111,27 @@ INDEXES: dict[str, list[Index]] = {
             name="one_version_draft",
         ),
         Index([("kind", ASCENDING), ("status", ASCENDING), ("publishedAt", DESCENDING), ("_id", DESCENDING)]),
-        Index([("owner.kind", ASCENDING), ("owner.id", ASCENDING)]),
+        # The published list, one query per scope (svc/templates/reading.py): the public ones,
+        # and a builder's own (whose two leading fields also serve every by-owner read).
+        Index(
+            [
+                ("kind", ASCENDING),
+                ("status", ASCENDING),
+                ("visibility", ASCENDING),
+                ("publishedAt", DESCENDING),
+                ("_id", DESCENDING),
+            ]
+        ),
+        Index(
+            [
+                ("owner.kind", ASCENDING),
+                ("owner.id", ASCENDING),
+                ("kind", ASCENDING),
+                ("status", ASCENDING),
+                ("publishedAt", DESCENDING),
+                ("_id", DESCENDING),
+            ]
+        ),
     ],
     "template_versions": [
         Index([("templateId", ASCENDING), ("version", DESCENDING)], unique=True),

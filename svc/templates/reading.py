@@ -3,14 +3,16 @@ semver of an installed version number. The reading half of `Templates` (a mixin 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from pymongo import DESCENDING
 from pymongo.asynchronous.collection import AsyncCollection
 
-from svc.core import Document, NotFound, Store, iso
+from svc.core import Document, NotFound, Store, aware, iso
 from svc.identity import Principal
 from svc.templates.resources import (
     LIST_DEFAULT,
@@ -23,6 +25,17 @@ from svc.templates.resources import (
 )
 
 MINE_LISTED = 200
+
+
+def after(position: tuple[datetime, str]) -> list[Document]:
+    """The two sides of what comes after a cursor's position: older, or as old with a lower id."""
+    stamp, doc_id = position
+    return [{"publishedAt": {"$lt": stamp}}, {"publishedAt": stamp, "_id": {"$lt": doc_id}}]
+
+
+def newest_first(doc: Document) -> tuple[datetime, str]:
+    """The listing's order (reversed): publication time, then id."""
+    return aware(doc["publishedAt"]), doc["_id"]
 
 
 class TemplateReading:
@@ -46,35 +59,56 @@ class TemplateReading:
         search: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Published public templates (and the caller's own published team ones), newest first;
-        with `search`, those whose name, slug or description contains it (any case)."""
+        with `search`, those whose name, slug or description contains it (any case).
+
+        Without `search`, each scope (public; the caller's own) and each side of the cursor (older;
+        as old, with a lower id) is its own query, each served by an index, merged here: one
+        filter with `$or` read every template of every builder on the embedded server (62 ms at
+        3,000 templates against 5; docs/consistency.md)."""
+        position = decode_cursor(cursor) if cursor else None
+        if search:
+            docs = await self._search(principal, limit, position, search)
+        else:
+            scopes: list[Document] = [{"visibility": "public"}]
+            if principal is not None:
+                scopes.append(owned_by(principal))
+            sides = after(position) if position is not None else [{}]
+            found = await asyncio.gather(
+                *(
+                    self._newest({"kind": "template", "status": "published", **scope, **side}, limit + 1)
+                    for scope in scopes
+                    for side in sides
+                )
+            )
+            unique = {doc["_id"]: doc for docs in found for doc in docs}
+            docs = sorted(unique.values(), key=newest_first, reverse=True)
+        next_cursor = encode_cursor(docs[limit - 1]) if len(docs) > limit else None
+        return [view(doc) for doc in docs[:limit]], next_cursor
+
+    async def _newest(self, query: Document, count: int) -> list[Document]:
+        return (
+            await self._templates.find(query)
+            .sort([("publishedAt", DESCENDING), ("_id", DESCENDING)])
+            .limit(count)
+            .to_list(count)
+        )
+
+    async def _search(
+        self, principal: Principal | None, limit: int, position: tuple[datetime, str] | None, search: str
+    ) -> list[Document]:
+        """The published list filtered by a text: one query (name, slug or description: a
+        `$or` the embedded server answers by reading every template)."""
         visible: list[Document] = [{"visibility": "public"}]
         if principal is not None:
             visible.append(owned_by(principal))
-        query: Document = {"kind": "template", "status": "published", "$or": visible}
-        if search:
-            text = {"$regex": re.escape(search), "$options": "i"}
-            query = {"$and": [query, {"$or": [{"name": text}, {"slug": text}, {"description": text}]}]}
-        if cursor:
-            stamp, doc_id = decode_cursor(cursor)
-            query = {
-                "$and": [
-                    query,
-                    {
-                        "$or": [
-                            {"publishedAt": {"$lt": stamp}},
-                            {"publishedAt": stamp, "_id": {"$lt": doc_id}},
-                        ]
-                    },
-                ]
-            }
-        docs = (
-            await self._templates.find(query)
-            .sort([("publishedAt", DESCENDING), ("_id", DESCENDING)])
-            .limit(limit + 1)
-            .to_list(limit + 1)
-        )
-        next_cursor = encode_cursor(docs[limit - 1]) if len(docs) > limit else None
-        return [view(doc) for doc in docs[:limit]], next_cursor
+        text = {"$regex": re.escape(search), "$options": "i"}
+        parts: list[Document] = [
+            {"kind": "template", "status": "published", "$or": visible},
+            {"$or": [{"name": text}, {"slug": text}, {"description": text}]},
+        ]
+        if position is not None:
+            parts.append({"$or": after(position)})
+        return await self._newest({"$and": parts}, limit + 1)
 
     async def get(self, principal: Principal | None, template_id: str) -> dict[str, Any]:
         """One template the caller may see (its owner, or anyone for a listed one)."""
