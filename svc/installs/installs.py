@@ -77,8 +77,6 @@ from svc.templates import claim_install, find_template, is_owner, owner_of, rele
 log = logging.getLogger(__name__)
 
 MAX_LISTED = 500
-# Installs still provisioning are read and left out of a list: room for that many beside it.
-PROVISIONING_MARGIN = 50
 
 
 def note_last_run(batch: Batch, install_id: str, at: datetime) -> None:
@@ -380,12 +378,8 @@ class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):
 
     async def list(self, principal: Principal) -> list[dict[str, Any]]:
         """The caller's installs, newest first (an install-scoped key sees its install only)."""
-        read = (
-            await self.store.installs.find(reach.owned_query(principal))
-            .sort("createdAt", DESCENDING)
-            .to_list(MAX_LISTED + PROVISIONING_MARGIN)
-        )
-        docs = [doc for doc in read if reach.is_visible(doc)][:MAX_LISTED]
+        read = self.store.installs.find(reach.owned_query(principal)).sort("createdAt", DESCENDING)
+        docs = reach.visible(await read.to_list(MAX_LISTED + reach.PROVISIONING), MAX_LISTED)
         return [
             {
                 "id": d["_id"],

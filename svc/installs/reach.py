@@ -17,6 +17,8 @@ from svc.identity import Principal
 from svc.templates import find_template, is_owner, owned_by, owner_of
 
 BOUND_TO_INSTALL = ("install_token", "webhook_token", "app_key")
+# An owner's list reads this many installs beyond its limit: room for ones still provisioning.
+PROVISIONING = 50
 
 
 def is_visible(doc: Document) -> bool:
@@ -24,6 +26,11 @@ def is_visible(doc: Document) -> bool:
     means provisioning, except on an install waiting for governance approval (`approval:
     "pending"`, provisioned and listed, but not ready for runs until approved)."""
     return doc.get("status") != "pending" or doc.get("approval") == "pending"
+
+
+def visible(docs: list[Document], limit: int) -> list[Document]:
+    """The first `limit` of `docs` that are not being provisioned (`owned_query`'s answer)."""
+    return [doc for doc in docs if is_visible(doc)][:limit]
 
 
 async def reaches(orgs: OrgLookups, principal: Principal, doc: Document | None) -> bool:
