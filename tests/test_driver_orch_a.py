@@ -174,8 +174,12 @@ async def test_deprovision_deletes_every_agent(fake):
         options={},
         allow_private=True,
     )
+    before = len(fake.requests)
     done = await Plugins().deprovision("orchA", removal)
     assert done.deleted_agents == 3 and fake.agents == {}
+    calls = [(method, path.rsplit("/", 1)[-1]) for method, path, _ in fake.requests[before:]]
+    assert calls[:4] == [("POST", "pause")] * 4, "no agent is woken while the others are deleted"
+    assert calls[4:8] == [("DELETE", a.externalId) for a in removal.deployed_agents]
     assert fake.companies == {}, "the company the install created is deleted with its agents"
     fake.deny_deletes = True
     with pytest.raises(PlatformError) as failure:

@@ -217,13 +217,25 @@ async def svc_provision(platform: str, context: ProvisionContext) -> ProvisionRe
 
 @hookimpl
 async def svc_deprovision(platform: str, context: DeprovisionContext) -> DeprovisionResult | None:
-    """Delete every provisioned agent, then the company the install created; failures become
-    warnings, a refused key a 502."""
+    """Pause every provisioned agent, then delete each, then the company the install created;
+    failures become warnings, a refused key a 502.
+
+    Pausing first stops Paperclip from waking an agent (an issue still assigned to it, its
+    timer) while it is deleted: a run Paperclip starts meanwhile writes rows the delete is
+    removing, and the delete then fails (seen as a rare 2-of-3 in the live test). A pause that
+    fails is no reason not to try the delete."""
     client = Client(context.credentials, context.allow_private)
     deleted, warnings = 0, []
     try:
         leftovers = [DeployedAgent("leftover", i, "") for i in context.state.get("leftoverAgents") or []]
-        for agent in (*context.deployed_agents, *leftovers):  # leftovers: refused deletes of upgrades
+        everyone = (*context.deployed_agents, *leftovers)  # leftovers: refused deletes of upgrades
+        for agent in everyone:
+            try:
+                await client.call("POST", f"/api/agents/{agent.externalId}/pause")
+            except PlatformError as exc:
+                if exc.denied:
+                    raise
+        for agent in everyone:
             try:
                 await client.call("DELETE", f"/api/agents/{agent.externalId}")
                 deleted += 1

@@ -87,6 +87,7 @@ class FakePaperclip:
         app.router.add_post("/api/companies/{id}/agents", self.create_agent)
         app.router.add_post("/api/companies/{id}/issues", self.create_issue)
         app.router.add_delete("/api/agents/{id}", self.delete_agent)
+        app.router.add_post("/api/agents/{id}/pause", self.pause_agent)
         app.router.add_patch("/api/agents/{id}", self.update_agent)
         app.router.add_put("/api/agents/{id}/instructions-bundle/file", self.write_instructions)
         app.router.add_post("/api/agents/{id}/keys", self.create_agent_key)
@@ -179,6 +180,16 @@ class FakePaperclip:
         if self.agents.pop(request.match_info["id"], None) is None:
             return answer("agent_not_found")
         return answer("agent_deleted")
+
+    async def pause_agent(self, request: web.Request) -> web.Response:
+        """Paperclip's pause: the agent is no longer woken (the answer is the agent)."""
+        if refused := self._board(request):
+            return refused
+        agent = self.agents.get(request.match_info["id"])
+        if agent is None:
+            return answer("agent_not_found")
+        agent["status"] = "paused"
+        return web.json_response(agent)
 
     async def update_agent(self, request: web.Request) -> web.Response:
         if refused := self._board(request):
