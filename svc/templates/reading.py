@@ -27,6 +27,11 @@ from svc.templates.resources import (
 MINE_LISTED = 200
 
 
+def scopes(principal: Principal | None) -> list[Document]:
+    """Who sees a published template in the list: everyone for a public one, its owner for any."""
+    return [{"visibility": "public"}, *([owned_by(principal)] if principal is not None else [])]
+
+
 def after(position: tuple[datetime, str]) -> list[Document]:
     """The two sides of what comes after a cursor's position: older, or as old with a lower id."""
     stamp, doc_id = position
@@ -69,14 +74,11 @@ class TemplateReading:
         if search:
             docs = await self._search(principal, limit, position, search)
         else:
-            scopes: list[Document] = [{"visibility": "public"}]
-            if principal is not None:
-                scopes.append(owned_by(principal))
             sides = after(position) if position is not None else [{}]
             found = await asyncio.gather(
                 *(
                     self._newest({"kind": "template", "status": "published", **scope, **side}, limit + 1)
-                    for scope in scopes
+                    for scope in scopes(principal)
                     for side in sides
                 )
             )
@@ -98,12 +100,9 @@ class TemplateReading:
     ) -> list[Document]:
         """The published list filtered by a text: one query (name, slug or description: a
         `$or` the embedded server answers by reading every template)."""
-        visible: list[Document] = [{"visibility": "public"}]
-        if principal is not None:
-            visible.append(owned_by(principal))
         text = {"$regex": re.escape(search), "$options": "i"}
         parts: list[Document] = [
-            {"kind": "template", "status": "published", "$or": visible},
+            {"kind": "template", "status": "published", "$or": scopes(principal)},
             {"$or": [{"name": text}, {"slug": text}, {"description": text}]},
         ]
         if position is not None:

@@ -181,22 +181,25 @@ class FakePaperclip:
             return answer("agent_not_found")
         return answer("agent_deleted")
 
-    async def pause_agent(self, request: web.Request) -> web.Response:
-        """Paperclip's pause: the agent is no longer woken (the answer is the agent)."""
+    def _known_agent(self, request: web.Request) -> dict[str, Any] | web.Response:
+        """The agent the path names, for a board caller; else Paperclip's refusal."""
         if refused := self._board(request):
             return refused
         agent = self.agents.get(request.match_info["id"])
-        if agent is None:
-            return answer("agent_not_found")
+        return answer("agent_not_found") if agent is None else agent
+
+    async def pause_agent(self, request: web.Request) -> web.Response:
+        """Paperclip's pause: the agent is no longer woken (the answer is the agent)."""
+        agent = self._known_agent(request)
+        if isinstance(agent, web.Response):
+            return agent
         agent["status"] = "paused"
         return web.json_response(agent)
 
     async def update_agent(self, request: web.Request) -> web.Response:
-        if refused := self._board(request):
-            return refused
-        agent = self.agents.get(request.match_info["id"])
-        if agent is None:
-            return answer("agent_not_found")
+        agent = self._known_agent(request)
+        if isinstance(agent, web.Response):
+            return agent
         self._agent_updates += 1
         if self.fail_agent_update_at == self._agent_updates:
             return web.json_response({"error": "Internal server error"}, status=500)
@@ -216,11 +219,9 @@ class FakePaperclip:
         return web.json_response({**recorded("agent_created")["body"], **shown}, status=200)
 
     async def write_instructions(self, request: web.Request) -> web.Response:
-        if refused := self._board(request):
-            return refused
-        agent = self.agents.get(request.match_info["id"])
-        if agent is None:
-            return answer("agent_not_found")
+        agent = self._known_agent(request)
+        if isinstance(agent, web.Response):
+            return agent
         body = request[BODY] or {}
         if not isinstance(body.get("path"), str) or not isinstance(body.get("content"), str):
             return web.json_response({"error": "Validation error"}, status=400)
