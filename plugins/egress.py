@@ -84,7 +84,14 @@ def denial_reason(ip: IPAddress) -> str | None:
 
 
 async def resolve(host: str, port: int) -> list[IPAddress]:
-    """Every address the host resolves to (an address literal resolves to itself)."""
+    """Every address the host resolves to (an address literal resolves to itself, without the
+    resolver: the event loop's `getaddrinfo` runs in a worker thread even for a literal, a thread
+    hop on every model call to a configured address). Other spellings that name an address
+    (`2130706433`, `0x7f.1`) are not literals here: the resolver turns them into one, then vetted."""
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        pass
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
