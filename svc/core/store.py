@@ -18,7 +18,7 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import ConnectionFailure, ExecutionTimeout, PyMongoError, WTimeoutError
+from pymongo.errors import ConnectionFailure, ExecutionTimeout, OperationFailure, PyMongoError, WTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -146,11 +146,16 @@ INDEXES: dict[str, list[Index]] = {
         # /installs/mine and cancel billing find a user's installs by who deployed them.
         Index([("deployedBy", ASCENDING), ("createdAt", DESCENDING)]),
     ],
+    # Every index here is paid on each of a run's writes (its insert, claim, end and settlement;
+    # an index holding `status` twice per transition), so each earns its place.
     "pipeline_runs": [
         Index([("installId", ASCENDING), ("status", ASCENDING)]),
-        Index([("status", ASCENDING), ("source", ASCENDING)]),
-        # A queued run's position (the run detail): the queued runs created before it.
+        # A queued run's position (the run detail): the queued runs created before it; also the
+        # scheduler's queued scheduled runs (status, then source among the few queued).
         Index([("status", ASCENDING), ("createdAt", ASCENDING)]),
+        # The runs that still owe side effects (the sweeper every 2 s, an actor's recovery): a
+        # multikey index, so those reads match only the few owing runs, not every run ever made.
+        Index([("owed", ASCENDING)]),
         # The dashboard's install page lists an install's newest runs.
         Index([("installId", ASCENDING), ("createdAt", DESCENDING)]),
         # A run report names a platform run the runtime may hold (svc/runtime/lookups.py).
@@ -268,6 +273,15 @@ INDEXES: dict[str, list[Index]] = {
 # document makes the next start create every index again (docs/storage.md).
 SCHEMA = "schema"
 INDEXES_MARKER = "indexes"
+# Indexes an earlier release created and this one no longer has: each costs every write to its
+# collection, so a start that applies a new table drops them (by their keys; gone already is fine).
+GONE_ALREADY = (26, 27)  # NamespaceNotFound (no such collection), IndexNotFound
+RETIRED_INDEXES: dict[str, list[list[tuple[str, int]]]] = {
+    # Served by (status, createdAt): the queued runs are few.
+    "pipeline_runs": [[("status", ASCENDING), ("source", ASCENDING)]],
+    # Replaced by the (owner.kind, owner.id, kind, status, publishedAt, _id) index (its prefix).
+    "templates": [[("owner.kind", ASCENDING), ("owner.id", ASCENDING)]],
+}
 
 
 @functools.cache
@@ -363,6 +377,13 @@ class Store:
             return
         for collection, indexes in INDEXES.items():
             await self.db[collection].create_indexes([index.model() for index in indexes])
+        for collection, retired in RETIRED_INDEXES.items():
+            for keys in retired:
+                try:
+                    await self.db[collection].drop_index(keys)
+                except OperationFailure as exc:
+                    if exc.code not in GONE_ALREADY:
+                        raise
         await self.db[SCHEMA].update_one(
             {"_id": INDEXES_MARKER}, {"$set": {"digest": digest}}, upsert=True
         )

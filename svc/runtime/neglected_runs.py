@@ -7,9 +7,9 @@ its install's unfinished runs, the ones its own incarnation still runs, the ones
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from svc.core import Document, Store
+from svc.core import Document, Store, aware
 from svc.runtime.ledger import ACTIVE, HEAVY, INCARNATIONS, RUNS
 
 
@@ -59,15 +59,19 @@ async def stalled(store: Store, before: datetime, limit: int = 200) -> list[Docu
 
 async def owing(store: Store, names: tuple[str, ...], before: datetime, limit: int) -> list[Document]:
     """Ended or paused runs that have owed side effects since before `before`, oldest first (the
-    sweeper finishes them once their actor had its chance). The multikey index on `owed` keeps
-    this to the few runs that owe anything."""
-    return (
-        await store[RUNS]
-        .find({"owed": {"$in": list(names)}, "owedAt": {"$lt": before}}, HEAVY)
-        .sort("owedAt", 1)
-        .limit(limit)
-        .to_list(None)
-    )
+    sweeper finishes them once their actor had its chance). The filter is the multikey index on
+    `owed` alone, so it matches only the few runs that owe anything (a run's settlement follows
+    its end within milliseconds); their age is checked here. With another field beside it the
+    embedded server read every run ever made, heavy, each time (227 ms at 5,000 runs, every 2 s)."""
+    docs = await store[RUNS].find({"owed": {"$in": list(names)}}, HEAVY).to_list(None)
+    due = sorted((doc for doc in docs if _owed_at(doc) < before), key=_owed_at)
+    return due[:limit]
+
+
+def _owed_at(run: Document) -> datetime:
+    """Since when the run owes (a run without the stamp owes since forever)."""
+    at = run.get("owedAt")
+    return aware(at) if at is not None else datetime.min.replace(tzinfo=UTC)
 
 
 async def waiting(store: Store, handed_before: datetime, limit: int) -> list[Document]:
@@ -100,10 +104,7 @@ async def running_of(store: Store, install_id: str, incarnation: str) -> list[Do
 
 
 async def owing_of(store: Store, install_id: str, names: tuple[str, ...]) -> list[str]:
-    """The ids of an install's runs that still owe side effects (its actor pays them)."""
-    docs = (
-        await store[RUNS]
-        .find({"owed": {"$in": list(names)}, "installId": install_id}, {"_id": 1})
-        .to_list(200)
-    )
-    return [doc["_id"] for doc in docs]
+    """The ids of an install's runs that still owe side effects (its actor pays them): the owing
+    runs by the `owed` index, this install's picked here (see `owing`)."""
+    docs = await store[RUNS].find({"owed": {"$in": list(names)}}, {"_id": 1, "installId": 1}).to_list(None)
+    return [doc["_id"] for doc in docs if doc["installId"] == install_id][:200]
