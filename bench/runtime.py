@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -201,11 +202,13 @@ async def database_share(
     actor_ports: set[int],
     fake: FakeLLM | None = None,
     runs: int = 10,
+    hop_ms: float = 0.0,
 ) -> Share:
     """Where a run's overhead goes: how long the database held at least one of its commands (all,
     the API process's, the actor's), as the proxy saw them, p50 of `runs` runs; each command's
-    own time (p50, ms); and what is left, the service's own share. With `fake`, the 2-agent team
-    (three model calls a run); without, a single agent."""
+    own time (p50, ms); and what is left, the service's own share, less what the proxy's own hop
+    adds to each command (`hop_ms`, `proxy_hop_ms`). With `fake`, the 2-agent team (three model
+    calls a run); without, a single agent."""
     overall, api, actor, overhead, own = [], [], [], [], []
     by_command: dict[str, list[float]] = {}
     for _ in range(runs):
@@ -218,7 +221,7 @@ async def database_share(
         actor.append(busy_ms([w for w in waited if w.port in actor_ports]))
         api.append(busy_ms([w for w in waited if w.port not in actor_ports]))
         overhead.append((elapsed - (3 if fake is not None else 1) * LATENCY_S) * 1000)
-        own.append(overhead[-1] - overall[-1])
+        own.append(overhead[-1] - overall[-1] - len(waited) * hop_ms)
         for w in waited:
             side = "actor" if w.port in actor_ports else "API"
             by_command.setdefault(f"{side} {w.name}", []).append((w.answered - w.sent) * 1000)
@@ -260,6 +263,28 @@ async def overheads(
         if i:  # the first run starts the actor
             result.append((elapsed - calls * LATENCY_S) * 1000)
     return result
+
+
+async def proxy_hop_ms(database_port: int, proxy: CountingProxy) -> float:
+    """What passing the counting proxy adds to one command: a point read's round trip through it
+    less the same read sent straight to the database (p50 of 300 each, alternated)."""
+    direct: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+        f"mongodb://127.0.0.1:{database_port}/svc?directConnection=true"
+    )
+    via: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+        f"mongodb://127.0.0.1:{proxy.port}/svc?directConnection=true"
+    )
+    timings: dict[int, list[float]] = {0: [], 1: []}
+    try:
+        for _ in range(300):
+            for side, client in enumerate((direct, via)):
+                started = time.perf_counter()
+                await client.svc["schema"].find_one({"_id": "none"})
+                timings[side].append((time.perf_counter() - started) * 1000)
+    finally:
+        await direct.close()
+        await via.close()
+    return max(0.0, percentile(timings[1], 0.5) - percentile(timings[0], 0.5))
 
 
 def script_duo(fake: FakeLLM) -> None:
@@ -435,7 +460,8 @@ async def main(args: argparse.Namespace) -> None:
                 **SERVE_ENV,
                 SVC_PROVIDERA_BASE_URL=fake_url,
             ) as base:
-                await measure(args, base, fake, proxy, rows, untraced)
+                assert database.port is not None
+                await measure(args, base, fake, proxy, database.port, rows, untraced)
             paired_off, paired_on, spans = await paired_overheads(
                 args, Path(scratch), proxy.port, fake, fake_url
             )
@@ -492,6 +518,7 @@ async def measure(
     base: str,
     fake: FakeLLM,
     proxy: CountingProxy,
+    database_port: int,
     rows: list[tuple[str, str, str]],
     untraced: dict[str, list[float]],
 ) -> None:
@@ -520,13 +547,17 @@ async def measure(
             )
         )
         rows.append(("    the actor's, by command", breakdown, ""))
-        share = await database_share(session, base, solo, proxy, actor_ports, runs=args.runs)
+        hop = await proxy_hop_ms(database_port, proxy)
+        share = await database_share(session, base, solo, proxy, actor_ports, runs=args.runs, hop_ms=hop)
         rows.append(("    time at the database, 1-agent run, p50", share.text, ""))
         rows.append(("    each command's time, p50 ms", share.each, ""))
-        duo_share = await database_share(session, base, duo, proxy, actor_ports, fake, runs=args.runs)
+        duo_share = await database_share(
+            session, base, duo, proxy, actor_ports, fake, runs=args.runs, hop_ms=hop
+        )
         rows.append(("    time at the database, 2-agent run, p50", duo_share.text, ""))
         # What the service spends of the overhead, the database's time aside: the part the
-        # service's own code and its Ray calls decide (docs/bench.md).
+        # service's own code and its Ray calls decide (docs/bench.md), less the proxy's hops.
+        rows.append(("    the proxy's own hop, per command", f"{hop:.2f} ms (taken out of the share)", ""))
         rows.append(
             ("(a) the service's own share, 1 agent", p50_p99(share.own), "p50 < 15 ms, database aside")
         )
