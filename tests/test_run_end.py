@@ -6,16 +6,18 @@ cut dead at each point of the end (`SVC_CRASH_POINTS`, svc/runtime/faults.py).""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from api.app import SERVICES, create_app
 from api.context import SETTINGS
+from svc.core import iso
 from svc.jobs import Jobs
 from tests.support import faults
 from tests.support.accounts import bearer, create_key, signup
-from tests.support.installs import install_ok
+from tests.support.installs import install_ok, mine
 from tests.support.runs import ingest, issue_token
 from tests.support.runtime import callback_server, managed_client, member, webhook_token
 from tests.support.templates import publish_template
@@ -285,3 +287,25 @@ async def test_an_actor_dying_before_it_claims_a_sync_run_hands_it_to_its_next_c
     assert (result["status"], result["response"]) == ("completed", "the answer")
     assert len(llm.requests) == 1, "the run was made once, by the next copy"
     await settled_once(client, key, install_id, store, result["runId"], "completed")
+
+
+async def test_an_install_shows_its_last_run_from_its_counters(make_client, aiohttp_server, store):
+    """A run's settlement writes no install document: the install's `lastRunAt` (GET
+    /api/installs/mine) is its all-time run counter's, there as soon as the run has answered. An
+    install whose own document holds a later time (written by an earlier release) shows that."""
+    client, llm = await managed_client(make_client, aiohttp_server)
+    deployer, key, install_id = await paid_svc_install(client, [member("lead")])
+    [fresh] = [item for item in await mine(client, deployer) if item["id"] == install_id]
+    assert fresh["lastRunAt"] is None
+    llm.script(text="done")
+    response = await client.post(f"/api/installs/{install_id}/run", json={"task": "t"}, headers=key)
+    answer = await response.json()
+    assert answer["status"] == "completed"
+    record = await store["runs"].find_one({"runId": answer["runId"]})
+    [item] = [item for item in await mine(client, deployer) if item["id"] == install_id]
+    assert item["lastRunAt"] == iso(record["createdAt"])
+    assert "lastRunAt" not in await store.installs.find_one({"_id": install_id}), "no install write"
+    later = record["createdAt"] + timedelta(hours=1)
+    await store.installs.update_one({"_id": install_id}, {"$set": {"lastRunAt": later}})
+    [item] = [item for item in await mine(client, deployer) if item["id"] == install_id]
+    assert item["lastRunAt"] == iso(later)

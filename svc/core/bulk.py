@@ -1,7 +1,7 @@
 """Writes to several collections in one round trip: MongoDB 8.0's client-level `bulkWrite`.
 
 A run's end owes writes to half a dozen collections (its run record, counters, the newest-runs
-list, the install's `lastRunAt`, its steps, its callback). Sent one by one they cost a round trip
+list, its steps, its callback). Sent one by one they cost a round trip
 each; as one `bulkWrite` command they cost one, whatever their number or collections. The
 command is ordered: it stops at the first failure, so a batch whose last operation clears what
 the run still owes (svc/runtime/settlement.py) only clears it when everything before it landed.

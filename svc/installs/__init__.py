@@ -2,7 +2,7 @@
 
 from svc.installs.auto_upgrades import AutoUpgrades
 from svc.installs.fields import ENCRYPTED, CreateInstallBody, interpolate
-from svc.installs.installs import Installs, note_last_run
+from svc.installs.installs import Installs
 from svc.installs.limits import LimitsBody, limits_of, set_limits
 from svc.installs.lookups import (
     InstallReads,
@@ -39,7 +39,6 @@ __all__ = [
     "interpolate",
     "is_visible",
     "limits_of",
-    "note_last_run",
     "org_install_ids",
     "reaches",
     "ready_versions",

@@ -12,7 +12,6 @@ import builtins
 import json
 import logging
 import secrets as random
-from datetime import datetime
 from typing import Any
 
 from pymongo import DESCENDING
@@ -31,7 +30,6 @@ from plugins.types import (
 from svc.core import (
     BadGateway,
     BadRequest,
-    Batch,
     Conflict,
     Document,
     Governance,
@@ -77,12 +75,6 @@ from svc.templates import claim_install, find_template, is_owner, owner_of, rele
 log = logging.getLogger(__name__)
 
 MAX_LISTED = 500
-
-
-def note_last_run(batch: Batch, install_id: str, at: datetime) -> None:
-    """Note when the install last ran, as an operation of a run's settlement (a resend keeps the
-    latest time)."""
-    batch.update("installs", {"_id": install_id}, {"$max": {"lastRunAt": at}})
 
 
 class Installs(InstallConfiguration, InstallRemoval, AbandonedInstalls):

@@ -3,11 +3,13 @@ their schedule and what is still missing (variables, secrets)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from svc.core import Document, OrgLookups, RuntimeLookups, Store, Vault, iso
+from svc.core import Document, OrgLookups, RuntimeLookups, Store, Vault, aware, iso
 from svc.installs.reach import is_visible
 from svc.installs.versions import update_note
+from svc.runs import last_runs
 from svc.templates import template_heads
 
 MAX_LISTED = 500
@@ -39,6 +41,9 @@ async def managed_summaries(
     )[:MAX_LISTED]
     org_secrets = await org_lookups.secret_names(org_ids)
     schedules = await runtime.next_runs([d["_id"] for d in docs])
+    # The install's newest run, from its all-time run counters (settled runs write no install
+    # document); an install's own `lastRunAt` is an earlier release's record of the same.
+    ran = await last_runs(store, [d["_id"] for d in docs])
     heads = await template_heads(store, sorted({d["templateId"] for d in docs}))  # issue 34
     summaries = []
     for doc in docs:
@@ -57,7 +62,7 @@ async def managed_summaries(
                 "orgSlug": org["slug"] if org else None,
                 "status": doc["status"],
                 "platform": doc["platform"],
-                "lastRunAt": iso(doc.get("lastRunAt")),
+                "lastRunAt": iso(newest(doc.get("lastRunAt"), ran.get(doc["_id"]))),
                 "nextRunAt": iso(schedules.get(doc["_id"])),
                 "webhookToken": vault.decrypt(token) if token else None,
                 "requiredVariables": required_vars,
@@ -73,3 +78,9 @@ async def managed_summaries(
             }
         )
     return summaries
+
+
+def newest(*moments: datetime | None) -> datetime | None:
+    """The latest of the times given (None when none is)."""
+    known = [aware(at) for at in moments if at is not None]
+    return max(known, default=None)

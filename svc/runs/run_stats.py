@@ -2,7 +2,8 @@
 
 Every new run record adds one to three counters in `run_stats` (one bulk write):
 
-- `total`: all time, per template, install, platform and agent (GET /api/runs reads these);
+- `total`: all time, per template, install, platform and agent (GET /api/runs reads these), with
+  the newest record's time, `lastRunAt` (the install's, in GET /api/installs/mine: `last_runs`);
 - `day` and `hour`: per install and UTC day or hour (billing reads these);
 - `latest`: per template, its newest runs (svc/runs/newest.py), so the run list of
   GET /api/runs is one bounded document whatever the number of runs or their age.
@@ -100,8 +101,20 @@ async def count_many(store: Store, runs: list[Document]) -> None:
             total = increments.setdefault(key, dict.fromkeys(inc, 0))
             for name, value in inc.items():
                 total[name] += value
+    newest_at: dict[str, datetime] = {}
+    for run in runs:
+        key = counters_of(run)[0][0]  # the all-time counter
+        newest_at[key] = max(newest_at.get(key, run["createdAt"]), run["createdAt"])
     operations = [
-        UpdateOne({"_id": key}, {"$inc": inc, "$setOnInsert": fields_of[key]}, upsert=True)
+        UpdateOne(
+            {"_id": key},
+            {
+                "$inc": inc,
+                "$setOnInsert": fields_of[key],
+                **({"$max": {"lastRunAt": newest_at[key]}} if key in newest_at else {}),
+            },
+            upsert=True,
+        )
         for key, inc in increments.items()
     ]
     try:
@@ -129,8 +142,8 @@ def count_once(batch: Batch, run: Document, tool_calls: tuple[int, int] = (0, 0)
     if it has not applied this run's id yet (its `applied` list); then its template's newest runs.
     `tool_calls`: (all, failed) outbound calls the run made, for the install's tool counters."""
     inc = increments_for(run)
-    for key, fields in counters_of(run):
-        _once(batch, key, fields, inc, run["runId"])
+    for n, (key, fields) in enumerate(counters_of(run)):
+        _once(batch, key, fields, inc, run["runId"], run["createdAt"] if n == 0 else None)
     calls, failed = tool_calls
     if calls:
         tools = {"kind": "tools", "installId": run["installId"]}
@@ -144,14 +157,14 @@ def count_once(batch: Batch, run: Document, tool_calls: tuple[int, int] = (0, 0)
     newest.push_once(batch, run)
 
 
-def _once(batch: Batch, key: str, fields: Document, inc: dict[str, int], run_id: str) -> None:
-    batch.once(
-        COLLECTION,
-        {"_id": key},
-        {"applied": {"$ne": run_id}},
-        {"$inc": inc, "$push": {"applied": {"$each": [run_id], "$slice": -APPLIED_WINDOW}}},
-        fields,
-    )
+def _once(
+    batch: Batch, key: str, fields: Document, inc: dict[str, int], run_id: str, at: datetime | None = None
+) -> None:
+    """One counter's guarded increment; `at`: the run's time, kept as `lastRunAt` if newer."""
+    change: Document = {"$inc": inc, "$push": {"applied": {"$each": [run_id], "$slice": -APPLIED_WINDOW}}}
+    if at is not None:
+        change["$max"] = {"lastRunAt": at}
+    batch.once(COLLECTION, {"_id": key}, {"applied": {"$ne": run_id}}, change, fields)
 
 
 async def count_tool_call(store: Store, install_id: str, status_code: int | None) -> None:
@@ -182,10 +195,12 @@ async def rebuild(store: Store, match: Document | None = None, batch: int = 1000
     totals: dict[str, dict[str, Any]] = {}
     async for run in store["runs"].find(match):
         inc = increments_for(run)
-        for key, fields in counters_of(run):
+        for n, (key, fields) in enumerate(counters_of(run)):
             row = totals.setdefault(key, {**fields, **dict.fromkeys(COUNTERS, 0)})
             for name, value in inc.items():
                 row[name] += value
+            if n == 0:  # the all-time counter: the newest record's time
+                row["lastRunAt"] = max(row.get("lastRunAt") or run["createdAt"], run["createdAt"])
     # Only counters derived from run records: tool-call counters come from the (expiring) log.
     await store[COLLECTION].delete_many({**match, "kind": {"$in": ["total", "day", "hour"]}})
     operations = [UpdateOne({"_id": key}, {"$set": row}, upsert=True) for key, row in totals.items()]
@@ -197,6 +212,21 @@ async def rebuild(store: Store, match: Document | None = None, batch: int = 1000
 
 
 # ---- reading ----------------------------------------------------------------------------
+
+
+async def last_runs(store: Store, install_ids: list[str]) -> dict[str, datetime]:
+    """When each install's newest run record was made (installs that never ran are left out):
+    the newest `lastRunAt` of its all-time counters (one per platform and agent), one read."""
+    counters = store[COLLECTION].find(
+        {"kind": "total", "installId": {"$in": install_ids}}, {"installId": 1, "lastRunAt": 1}
+    )
+    newest: dict[str, datetime] = {}
+    for doc in await counters.to_list(None):
+        at = doc.get("lastRunAt")
+        if at is not None:
+            at = aware(at)
+            newest[doc["installId"]] = max(newest.get(doc["installId"], at), at)
+    return newest
 
 
 def segments(

@@ -4,12 +4,14 @@ The write that ends or pauses a run (svc/runtime/ledger.py) also lists, in the r
 the side effects that must follow it:
 
 - `record`: the run record (the run list, billing), its counters and its template's newest runs
-  (svc/runs/recording.py, exactly once per counter);
+  (svc/runs/recording.py, exactly once per counter); the install's all-time counter keeps its
+  `lastRunAt`, so the install's own document is not written on every run;
 - `steps`: what the run's journal holds that other readers want: each agent step
   (`agent_runs`, and its `step_*` event for the console's feeds and run log), each outbound
   request's security-log entry (and its timeline entry when it was blocked or judged), a pause's
   `gate_triggered` event;
-- `lastRun`: the install's `lastRunAt`;
+- `lastRun`: owed by runs of earlier releases (the install's `lastRunAt`, now the counter's):
+  cleared with nothing to write;
 - `schedule`: a scheduled run's outcome (consecutive failures; pausing the schedule);
 - `callback`: the webhook callback, stored due now (svc/runtime/callbacks.py).
 
@@ -35,7 +37,7 @@ from typing import Any
 
 from plugins import tracing
 from svc.core import Batch, Document, MetricChange, Store, aware, utcnow
-from svc.installs import find_install, note_last_run
+from svc.installs import find_install
 from svc.runs import record_managed, record_of, run_metric_changes
 from svc.runtime import ledger, security_log
 from svc.runtime.callbacks import CallbackDelivery
@@ -53,7 +55,7 @@ def owed_on_end(run: Document) -> list[str]:
     """What a run that ends owes (an eval run: its steps only, docs/evals.md)."""
     if run.get("source") == "eval":
         return [STEPS]
-    owed = [RECORD, STEPS, LAST_RUN]
+    owed = [RECORD, STEPS]
     if run.get("source") == "schedule":
         owed.append(SCHEDULE)
     if run.get("callbackUrl"):
@@ -174,8 +176,6 @@ class Settlement:
                 record = self._record(run, install)
                 record_managed(batch, record, tool_counts(run))
                 metrics += run_metric_changes([record])
-            if LAST_RUN in owed and run.get("endedAt") is not None:
-                note_last_run(batch, install["_id"], run["endedAt"])
             if CALLBACK in owed and run.get("callbackUrl"):
                 phase = f"{run['status']}:{run.get('seq') or 0}"
                 self.callbacks.owe(
