@@ -113,6 +113,12 @@ async def test_buckets_hold_every_run_and_rebuild_gives_the_same(store) -> None:
         b["_id"]: {k: b[k] for k in ("runs", "failed", "completed", "inputTokens", "billedTokens")}
         for b in every
     }
+    # Each install's newest record's time, kept by its all-time counters (GET /api/installs/mine).
+    newest_of: dict[str, datetime] = {}
+    for r in records:
+        newest_of[r["installId"]] = max(newest_of.get(r["installId"], r["createdAt"]), r["createdAt"])
+    last = await run_stats.last_runs(store, sorted(newest_of))
+    assert {k: v.replace(microsecond=v.microsecond // 1000 * 1000) for k, v in newest_of.items()} == last
     await store[run_stats.COLLECTION].delete_many({})
     assert await run_stats.rebuild(store, {"templateId": "tpl"}) == len(before)
     after = await store[run_stats.COLLECTION].find(counters).to_list(None)
@@ -121,6 +127,7 @@ async def test_buckets_hold_every_run_and_rebuild_gives_the_same(store) -> None:
         b["_id"]: {k: b[k] for k in ("runs", "failed", "completed", "inputTokens", "billedTokens")}
         for b in after
     } == before
+    assert await run_stats.last_runs(store, sorted(newest_of)) == last, "rebuilt as written"
 
 
 async def test_a_repeated_report_is_not_counted_twice(store) -> None:
