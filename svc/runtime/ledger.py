@@ -369,15 +369,25 @@ async def newest_active(store: Store, install_id: str) -> Document | None:
 
 async def paused_at(store: Store, install_id: str, gate: str) -> Document | None:
     """The install's run paused at `gate`, if any."""
-    return await store[RUNS].find_one(
-        {"installId": install_id, "status": "paused", "pausedAtGate": gate}, HEAVY
-    )
+    for run in await _paused(store, install_id):
+        if run.get("pausedAtGate") == gate:
+            return run
+    return None
 
 
 async def paused_on_approval(store: Store, install_id: str, approval_id: str) -> Document | None:
     """The install's run paused at the tool call an approval request is for."""
-    query = {"installId": install_id, "status": "paused", "state.call.approvalId": approval_id}
-    return await store[RUNS].find_one(query, HEAVY)
+    for run in await _paused(store, install_id):
+        if ((run.get("state") or {}).get("call") or {}).get("approvalId") == approval_id:
+            return run
+    return None
+
+
+async def _paused(store: Store, install_id: str) -> list[Document]:
+    """The install's paused runs, by the (installId, status) index alone: with a third field in
+    the filter the embedded server's planner took the (installId, createdAt) index and read every
+    run the install ever made (docs/consistency.md)."""
+    return await store[RUNS].find({"installId": install_id, "status": "paused"}, HEAVY).to_list(None)
 
 
 async def standing(store: Store, run_id: str) -> RunOutcome:

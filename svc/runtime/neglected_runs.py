@@ -95,12 +95,12 @@ async def of_install(store: Store, install_id: str) -> list[Document]:
 
 
 async def running_of(store: Store, install_id: str, incarnation: str) -> list[Document]:
-    """The install's runs this incarnation claimed that are still running (journal and all)."""
-    return (
-        await store[RUNS]
-        .find({"installId": install_id, "status": "running", "incarnation": incarnation})
-        .to_list(None)
-    )
+    """The install's runs this incarnation claimed that are still running (journal and all; every
+    beat of its actor). Filtered on the (installId, status) index alone, the incarnation checked
+    here: with a third field the embedded server's planner took the (installId, createdAt) index
+    and read every run the install ever made, journal and all (17 ms at 500 runs)."""
+    running = await store[RUNS].find({"installId": install_id, "status": "running"}).to_list(None)
+    return [run for run in running if run.get("incarnation") == incarnation]
 
 
 async def owing_of(store: Store, install_id: str, names: tuple[str, ...]) -> list[str]:
