@@ -197,3 +197,29 @@ async def test_the_attempts_are_bounded_and_a_refusal_is_final(make_client, aioh
     run_id = await trigger(env)
     doc = await record_after(store, run_id, 1)
     assert doc["status"] == "failed" and doc["attempts"][0]["status"] == 410
+
+
+async def test_a_held_delivery_is_left_to_its_holder_until_its_lease_runs_out(
+    make_client, aiohttp_server, store
+):
+    """A delivery another attempt holds (its lease not run out) is neither redelivered (409) nor
+    retried by the job runner; once the lease has run out, the next runner takes it."""
+    receiver = Receiver(failures=1)
+    env = await setup(make_client, aiohttp_server, receiver)
+    run_id = await trigger(env)
+    doc = await record_after(store, run_id, 1)
+    held_until = utcnow() + timedelta(minutes=5)
+    await store["callbacks"].update_one(
+        {"_id": run_id}, {"$set": {"leasedUntil": held_until, "lease": "another attempt"}}
+    )
+    path = f"/api/installs/{env['install_id']}/runs/{run_id}/callback/redeliver"
+    busy = await env["client"].post(path, headers=env["key"])
+    assert busy.status == 409
+    assert (await busy.json())["error"] == (
+        "A delivery attempt of this callback is in progress; try again shortly"
+    )
+    await jobs_of(env["client"]).tick(aware(doc["nextAttemptAt"]) + timedelta(seconds=1))
+    assert len(receiver.received) == 1, "the held attempt is not made a second time"
+    await jobs_of(env["client"]).tick(held_until + timedelta(seconds=1))
+    doc = await record_after(store, run_id, 2)
+    assert doc["status"] == "delivered" and len(receiver.received) == 2

@@ -203,23 +203,10 @@ class CallbackDelivery:
         )
         if found is None:
             raise NotFound("This run has no callback")
-        claimed = await self.store[COLLECTION].find_one_and_update(
-            {
-                "_id": run_id,
-                "installId": install["_id"],
-                "$or": [{"leasedUntil": None}, {"leasedUntil": {"$lte": now}}],
-            },
-            {
-                "$set": {
-                    "status": "pending",
-                    "tries": 0,
-                    "windowStart": now,
-                    "nextAttemptAt": now + LEASE,
-                    "leasedUntil": now + LEASE,
-                    "lease": new_id(),
-                }
-            },
-            return_document=True,
+        claimed = await self._claim(
+            {"_id": run_id, "installId": install["_id"]},
+            now,
+            {"status": "pending", "tries": 0, "windowStart": now},
         )
         if claimed is None:
             raise Conflict("A delivery attempt of this callback is in progress; try again shortly")
@@ -233,16 +220,21 @@ class CallbackDelivery:
         doc = await self.store[COLLECTION].find_one({"_id": run_id})
         return view(doc) if doc is not None else None
 
-    async def _claim(self, query: Document, now: datetime) -> Document | None:
-        """Take one attempt: a lease with a token of its own, which the attempt's final update
-        names, so an attempt whose lease expired (and was taken over) cannot overwrite the
-        outcome of the attempt that took it over."""
-        query = {**query, "$or": [{"leasedUntil": None}, {"leasedUntil": {"$lte": now}}]}
-        return await self.store[COLLECTION].find_one_and_update(
-            query,
-            {"$set": {"nextAttemptAt": now + LEASE, "leasedUntil": now + LEASE, "lease": new_id()}},
-            return_document=True,
-        )
+    async def _claim(self, query: Document, now: datetime, fields: Document | None = None) -> Document | None:
+        """Take one attempt of the delivery `query` names (by `_id`), setting `fields` too: a lease
+        with a token of its own, which the attempt's final update names, so an attempt whose lease
+        expired (and was taken over) cannot overwrite the outcome of the attempt that took it over.
+        The delivery as leased, or None when another attempt holds it. One conditional
+        `update_one`, which alone decides who wins, then a read of what it won:
+        `find_one_and_update` read every delivery ever stored on the embedded server (116 ms at
+        5,000, on every run's callback)."""
+        lease = new_id()
+        free = {"leasedUntil": {"$not": {"$gt": now}}}  # never leased, or its lease ran out
+        change = {**(fields or {}), "nextAttemptAt": now + LEASE, "leasedUntil": now + LEASE, "lease": lease}
+        taken = await self.store[COLLECTION].update_one({**query, **free}, {"$set": change})
+        if not taken.modified_count:
+            return None
+        return await self.store[COLLECTION].find_one({"_id": query["_id"], "lease": lease})
 
     async def _attempt(self, doc: Document, install: Document, now: datetime) -> bool:
         """One signed POST; the record says what happened. True when delivered."""
