@@ -67,7 +67,8 @@ def increments_for(run: Document) -> dict[str, int]:
 
 
 def counters_of(run: Document) -> list[tuple[str, Document]]:
-    """The (id, identifying fields) of the three counters a run adds to."""
+    """The (id, identifying fields) of the three counters a run adds to, the all-time one first
+    (it also keeps the newest record's time, `lastRunAt`)."""
     base = {"templateId": run["templateId"], "installId": run["installId"], "owner": run.get("owner")}
     total_id = f"total|{run['templateId']}|{run['installId']}|{run['platform']}|{run.get('agentKey')}"
     out = [
@@ -94,17 +95,16 @@ async def count_many(store: Store, runs: list[Document]) -> None:
     one counter summed; a racing first insert is retried once), then to the newest runs."""
     increments: dict[str, dict[str, int]] = {}
     fields_of: dict[str, Document] = {}
+    newest_at: dict[str, datetime] = {}  # the all-time counters' newest record
     for run in runs:
         inc = increments_for(run)
-        for key, fields in counters_of(run):
+        for n, (key, fields) in enumerate(counters_of(run)):
             fields_of[key] = fields
             total = increments.setdefault(key, dict.fromkeys(inc, 0))
             for name, value in inc.items():
                 total[name] += value
-    newest_at: dict[str, datetime] = {}
-    for run in runs:
-        key = counters_of(run)[0][0]  # the all-time counter
-        newest_at[key] = max(newest_at.get(key, run["createdAt"]), run["createdAt"])
+            if n == 0:
+                newest_at[key] = max(newest_at.get(key, run["createdAt"]), run["createdAt"])
     operations = [
         UpdateOne(
             {"_id": key},
