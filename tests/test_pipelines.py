@@ -7,6 +7,8 @@ import json
 
 import ray
 
+from svc.core import Mailer
+from svc.runtime.pipelines import PipelineExecutor
 from tests.support.runtime import managed_client, member, provider_settings, start_llm, svc_install
 from tests.support.waiting import wait_status, wait_until
 
@@ -259,3 +261,27 @@ async def test_bulk_approve_by_filter(make_client, aiohttp_server):
     }
     queue = await (await client.get(f"{base}/gates/draft-approval/queue", headers=key)).json()
     assert queue == {"records": [], "total": 0}
+
+
+async def test_the_sender_mails_each_approved_draft_once_and_resumes_its_own(store):
+    """The Sender step claims each approved draft with a recipient (approved -> sending, by its run)
+    before mailing it; a draft its run was sending when the worker stopped is mailed by the resumed
+    run; another run's draft, one without a recipient and another install's are left alone."""
+    sender = PipelineExecutor(store, Mailer(store))
+    drafts = [
+        {"_id": 1, "installId": "i1", "status": "approved", "recipientEmail": "a@example.com"},
+        {"_id": 2, "installId": "i1", "status": "approved", "recipientEmail": ""},
+        {"_id": 3, "installId": "i1", "status": "sending", "sendingRun": "run-1", "recipientEmail": "c@x.io"},
+        {"_id": 4, "installId": "i1", "status": "sending", "sendingRun": "run-0", "recipientEmail": "d@x.io"},
+        {"_id": 5, "installId": "i2", "status": "approved", "recipientEmail": "e@example.com"},
+        {"_id": 6, "installId": "i1", "status": "pending_approval", "recipientEmail": "f@x.io"},
+    ]
+    await store["drafts"].insert_many([{**d, "subject": f"s{d['_id']}", "body": "b"} for d in drafts])
+    assert json.loads(await sender.send_approved("i1", "run-1")) == {"sent": 2}
+    statuses = {d["_id"]: d["status"] for d in await store["drafts"].find().to_list(None)}
+    assert statuses == {
+        1: "sent", 2: "approved", 3: "sent", 4: "sending", 5: "approved", 6: "pending_approval"
+    }
+    mails = await store["outbox"].find({"kind": "outreach.draft"}).to_list(None)
+    assert sorted(m["to"] for m in mails) == ["a@example.com", "c@x.io"]
+    assert json.loads(await sender.send_approved("i1", "run-1")) == {"sent": 0}, "nothing is mailed twice"

@@ -18,8 +18,6 @@ import json
 import logging
 from typing import Any, Literal
 
-from pymongo import ReturnDocument
-
 from svc.core import Document, Mailer, Store, increment_exactly, new_id, utcnow
 from svc.runtime.agent_loop import GateReached, RunScope, TeamRunner
 from svc.runtime.steps import AgentStep, TeamResult, agent_entry
@@ -203,15 +201,7 @@ class PipelineExecutor:
         sending when its worker stopped is sent by the resumed run without a second mail."""
         sent = 0
         while True:
-            draft = await self.store["drafts"].find_one_and_update(
-                {
-                    "installId": install_id,
-                    "recipientEmail": {"$nin": [None, ""]},
-                    "$or": [{"status": "approved"}, {"status": "sending", "sendingRun": run_id}],
-                },
-                {"$set": {"status": "sending", "sendingRun": run_id}},
-                return_document=ReturnDocument.AFTER,
-            )
+            draft = await self._next_to_send(install_id, run_id)
             if draft is None:
                 break
             try:
@@ -236,3 +226,21 @@ class PipelineExecutor:
             )
             sent += 1
         return json.dumps({"sent": sent})
+
+    async def _next_to_send(self, install_id: str, run_id: str) -> Document | None:
+        """The next draft with a recipient this run mails, claimed: one it was sending when its
+        worker stopped, else an approved one, moved to `sending` by one conditional update (which
+        alone decides who takes it). Both read by the (installId, status) index: the
+        `find_one_and_update` this replaces read every draft of every install on the embedded
+        server, once per mail."""
+        drafts = self.store["drafts"]
+        for draft in await drafts.find({"installId": install_id, "status": "sending"}).to_list(None):
+            if draft.get("sendingRun") == run_id and draft.get("recipientEmail"):
+                return draft
+        claim = {"$set": {"status": "sending", "sendingRun": run_id}}
+        for draft in await drafts.find({"installId": install_id, "status": "approved"}).to_list(None):
+            if draft.get("recipientEmail"):
+                taken = await drafts.update_one({"_id": draft["_id"], "status": "approved"}, claim)
+                if taken.modified_count:
+                    return {**draft, **claim["$set"]}
+        return None
