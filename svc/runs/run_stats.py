@@ -66,9 +66,14 @@ def increments_for(run: Document) -> dict[str, int]:
     }
 
 
+def keeps_last_run(fields: Document) -> bool:
+    """Whether a counter (by its identifying fields) keeps its newest record's time, `lastRunAt`:
+    the all-time one does."""
+    return bool(fields["kind"] == "total")
+
+
 def counters_of(run: Document) -> list[tuple[str, Document]]:
-    """The (id, identifying fields) of the three counters a run adds to, the all-time one first
-    (it also keeps the newest record's time, `lastRunAt`)."""
+    """The (id, identifying fields) of the three counters a run adds to."""
     base = {"templateId": run["templateId"], "installId": run["installId"], "owner": run.get("owner")}
     total_id = f"total|{run['templateId']}|{run['installId']}|{run['platform']}|{run.get('agentKey')}"
     out = [
@@ -98,12 +103,12 @@ async def count_many(store: Store, runs: list[Document]) -> None:
     newest_at: dict[str, datetime] = {}  # the all-time counters' newest record
     for run in runs:
         inc = increments_for(run)
-        for n, (key, fields) in enumerate(counters_of(run)):
+        for key, fields in counters_of(run):
             fields_of[key] = fields
             total = increments.setdefault(key, dict.fromkeys(inc, 0))
             for name, value in inc.items():
                 total[name] += value
-            if n == 0:
+            if keeps_last_run(fields):
                 newest_at[key] = max(newest_at.get(key, run["createdAt"]), run["createdAt"])
     operations = [
         UpdateOne(
@@ -142,8 +147,8 @@ def count_once(batch: Batch, run: Document, tool_calls: tuple[int, int] = (0, 0)
     if it has not applied this run's id yet (its `applied` list); then its template's newest runs.
     `tool_calls`: (all, failed) outbound calls the run made, for the install's tool counters."""
     inc = increments_for(run)
-    for n, (key, fields) in enumerate(counters_of(run)):
-        _once(batch, key, fields, inc, run["runId"], run["createdAt"] if n == 0 else None)
+    for key, fields in counters_of(run):
+        _once(batch, key, fields, inc, run["runId"], run["createdAt"] if keeps_last_run(fields) else None)
     calls, failed = tool_calls
     if calls:
         tools = {"kind": "tools", "installId": run["installId"]}
@@ -195,11 +200,11 @@ async def rebuild(store: Store, match: Document | None = None, batch: int = 1000
     totals: dict[str, dict[str, Any]] = {}
     async for run in store["runs"].find(match):
         inc = increments_for(run)
-        for n, (key, fields) in enumerate(counters_of(run)):
+        for key, fields in counters_of(run):
             row = totals.setdefault(key, {**fields, **dict.fromkeys(COUNTERS, 0)})
             for name, value in inc.items():
                 row[name] += value
-            if n == 0:  # the all-time counter: the newest record's time
+            if keeps_last_run(fields):
                 row["lastRunAt"] = max(row.get("lastRunAt") or run["createdAt"], run["createdAt"])
     # Only counters derived from run records: tool-call counters come from the (expiring) log.
     await store[COLLECTION].delete_many({**match, "kind": {"$in": ["total", "day", "hour"]}})

@@ -200,47 +200,48 @@ class PipelineExecutor:
         it is sent, and recorded in the outbox under the draft's own id, so a draft this run was
         sending when its worker stopped is sent by the resumed run without a second mail."""
         sent = 0
-        while True:
-            draft = await self._next_to_send(install_id, run_id)
-            if draft is None:
-                break
-            try:
-                await self.mailer.send(
-                    draft["recipientEmail"],
-                    draft["subject"],
-                    draft["body"],
-                    kind="outreach.draft",
-                    message_id=f"draft:{install_id}:{draft['_id']}",
-                )
-            except BaseException:
-                # Not sent (failed, or the run was cancelled): back to approved, so a later Sender
-                # step (or a recall) can act on it; a mail already recorded is not sent twice.
-                await asyncio.shield(
-                    self.store["drafts"].update_one(
-                        {"_id": draft["_id"], "status": "sending"}, {"$set": {"status": "approved"}}
-                    )
-                )
-                raise
-            await self.store["drafts"].update_one(
-                {"_id": draft["_id"], "status": "sending"}, {"$set": {"status": "sent", "sentAt": utcnow()}}
-            )
-            sent += 1
+        while drafts := await self._to_send(install_id, run_id):  # again: approved meanwhile
+            for draft in drafts:
+                if await self._mail(install_id, run_id, draft):
+                    sent += 1
         return json.dumps({"sent": sent})
 
-    async def _next_to_send(self, install_id: str, run_id: str) -> Document | None:
-        """The next draft with a recipient this run mails, claimed: one it was sending when its
-        worker stopped, else an approved one, moved to `sending` by one conditional update (which
-        alone decides who takes it). Both read by the (installId, status) index: the
+    async def _mail(self, install_id: str, run_id: str, draft: Document) -> bool:
+        """Claim the draft for this run (one conditional update, which alone decides who takes it;
+        one this run was sending already is its own), mail it and mark it sent; False when another
+        run took it first."""
+        drafts = self.store["drafts"]
+        if draft["status"] == "approved":
+            claim = {"$set": {"status": "sending", "sendingRun": run_id}}
+            taken = await drafts.update_one({"_id": draft["_id"], "status": "approved"}, claim)
+            if not taken.modified_count:
+                return False
+        try:
+            await self.mailer.send(
+                draft["recipientEmail"],
+                draft["subject"],
+                draft["body"],
+                kind="outreach.draft",
+                message_id=f"draft:{install_id}:{draft['_id']}",
+            )
+        except BaseException:
+            # Not sent (failed, or the run was cancelled): back to approved, so a later Sender
+            # step (or a recall) can act on it; a mail already recorded is not sent twice.
+            back = {"$set": {"status": "approved"}}
+            await asyncio.shield(drafts.update_one({"_id": draft["_id"], "status": "sending"}, back))
+            raise
+        await drafts.update_one(
+            {"_id": draft["_id"], "status": "sending"}, {"$set": {"status": "sent", "sentAt": utcnow()}}
+        )
+        return True
+
+    async def _to_send(self, install_id: str, run_id: str) -> list[Document]:
+        """The drafts with a recipient this run mails now: the ones it was sending when its worker
+        stopped, then the approved ones. Two reads by the (installId, status) index: the
         `find_one_and_update` this replaces read every draft of every install on the embedded
         server, once per mail."""
         drafts = self.store["drafts"]
-        for draft in await drafts.find({"installId": install_id, "status": "sending"}).to_list(None):
-            if draft.get("sendingRun") == run_id and draft.get("recipientEmail"):
-                return draft
-        claim = {"$set": {"status": "sending", "sendingRun": run_id}}
-        for draft in await drafts.find({"installId": install_id, "status": "approved"}).to_list(None):
-            if draft.get("recipientEmail"):
-                taken = await drafts.update_one({"_id": draft["_id"], "status": "approved"}, claim)
-                if taken.modified_count:
-                    return {**draft, **claim["$set"]}
-        return None
+        sending = await drafts.find({"installId": install_id, "status": "sending"}).to_list(None)
+        approved = await drafts.find({"installId": install_id, "status": "approved"}).to_list(None)
+        mine = [d for d in sending if d.get("sendingRun") == run_id]
+        return [d for d in (*mine, *approved) if d.get("recipientEmail")]
